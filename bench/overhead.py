@@ -1,0 +1,111 @@
+"""Overhead of profiling: step time of workloads traced / untraced, runs interleaved.
+
+Each run is a fresh process; a workload times its own steady-state steps and writes the median
+step time and its peak RSS. Within a round every mode runs once per workload (A B C D, A B C D,
+...), so slow drifts of the machine hit every mode alike; ratios are taken within a round and
+summarized by their median and range over rounds.
+
+    python3 bench/overhead.py --workloads mlp,gemm --rounds 3 --out overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ROOT / "tests" / "device" / "workloads"
+
+WORKLOAD_ARGS = {
+    "mlp": ["mlp.py", "--steps", "300", "--warmup", "30"],
+    "gemm": ["gemm.py", "--steps", "30", "--warmup", "5"],
+}
+MODES = ["untraced", "gpuscope", "gpuscope-api", "torch-profiler"]
+
+
+def command(mode: str, workload: str, timing: str, scratch: str) -> list[str]:
+    py = sys.executable
+    wl = [str(WORKLOADS / WORKLOAD_ARGS[workload][0]), *WORKLOAD_ARGS[workload][1:], "--timing-out", timing]
+    report = os.path.join(scratch, f"{workload}-{mode}")
+    if mode == "untraced":
+        return [py, *wl]
+    if mode == "gpuscope":
+        return [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite", *wl]
+    if mode == "gpuscope-api":
+        return [py, "-m", "gpuscope", "profile", "-t", "cuda,cuda-api", "-o", report, "--force-overwrite", *wl]
+    if mode == "torch-profiler":
+        return [py, *wl, "--torch-profiler", report + ".json"]
+    raise ValueError(mode)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--workloads", default="mlp,gemm")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    workloads = args.workloads.split(",")
+    modes = args.modes.split(",")
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for rnd in range(args.rounds):
+            for wl in workloads:
+                for mode in modes:
+                    timing = os.path.join(scratch, "timing.json")
+                    if os.path.exists(timing):
+                        os.unlink(timing)
+                    t = time.perf_counter()
+                    proc = subprocess.run(command(mode, wl, timing, scratch), capture_output=True, text=True)
+                    wall = time.perf_counter() - t
+                    if proc.returncode != 0 or not os.path.exists(timing):
+                        print(f"FAILED {wl} {mode}: rc={proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
+                        continue
+                    doc = json.load(open(timing))
+                    runs.append({"round": rnd, "workload": wl, "mode": mode, "wall_s": wall, **doc})
+                    print(f"round {rnd} {wl:6s} {mode:15s} step {doc['median_step_s'] * 1e3:8.3f} ms "
+                          f"wall {wall:6.1f} s rss {doc['max_rss_kb'] / 1024:.0f} MB", flush=True)
+    summary = summarize(runs, workloads, modes)
+    json.dump({"runs": runs, "summary": summary}, open(args.out, "w"), indent=1)
+    print(markdown(summary))
+
+
+def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[dict]:
+    out = []
+    for wl in workloads:
+        base = {r["round"]: r for r in runs if r["workload"] == wl and r["mode"] == "untraced"}
+        for mode in modes:
+            mine = [r for r in runs if r["workload"] == wl and r["mode"] == mode]
+            ratios = [r["median_step_s"] / base[r["round"]]["median_step_s"] for r in mine if r["round"] in base]
+            if not mine:
+                continue
+            out.append({
+                "workload": wl, "mode": mode, "rounds": len(ratios),
+                "step_ms_median": statistics.median(r["median_step_s"] for r in mine) * 1e3,
+                "ratio_median": statistics.median(ratios) if ratios else None,
+                "ratio_min": min(ratios) if ratios else None,
+                "ratio_max": max(ratios) if ratios else None,
+                "peak_rss_mb": max(r["max_rss_kb"] for r in mine) / 1024,
+            })
+    return out
+
+
+def markdown(summary: list[dict]) -> str:
+    lines = ["| workload | mode | step (ms, median) | ratio to untraced (median) | range | target peak RSS (MB) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for s in summary:
+        ratio = f"{s['ratio_median']:.3f}" if s["ratio_median"] else "-"
+        rng = f"{s['ratio_min']:.3f} - {s['ratio_max']:.3f}" if s["ratio_min"] else "-"
+        lines.append(f"| {s['workload']} | {s['mode']} | {s['step_ms_median']:.3f} | {ratio} | {rng} | {s['peak_rss_mb']:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

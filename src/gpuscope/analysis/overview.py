@@ -1,0 +1,104 @@
+"""The short summary printed at the end of ``gpuscope profile``: what ran, GPU busy time, top kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..trace.report import Report
+from .cuda_summaries import cuda_gpu_kern_sum
+from .table import Table
+
+
+@dataclass
+class DeviceBusy:
+    """How much of the capture a GPU spent running kernels or memory operations."""
+
+    device_id: int
+    name: str
+    busy_ns: int
+    span_ns: int
+    kernels: int
+
+    @property
+    def busy_percent(self) -> float:
+        return 100.0 * self.busy_ns / self.span_ns if self.span_ns else 0.0
+
+
+@dataclass
+class Overview:
+    """Headline facts of a report."""
+
+    command: list[str]
+    wall_ns: int | None
+    exit_description: str
+    processes: int
+    devices: list[DeviceBusy]
+    top_kernels: Table
+    records: dict[str, int]
+    dropped: dict[str, int]
+    collector_overhead_ns: int
+    not_recorded: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def busy_time(report: Report) -> list[DeviceBusy]:
+    """Return, per device, the length of the union of its kernel and memory-operation intervals.
+
+    ``span_ns`` runs from the first GPU operation's start to the last one's end.
+    """
+    rows = report.sql(
+        """
+        WITH ops AS (
+            SELECT device_id, start_ns, end_ns, 1 AS is_kernel FROM kernel
+            UNION ALL SELECT device_id, start_ns, end_ns, 0 FROM memcpy
+            UNION ALL SELECT device_id, start_ns, end_ns, 0 FROM memset),
+        ordered AS (
+            SELECT *, max(end_ns) OVER (
+                PARTITION BY device_id ORDER BY start_ns, end_ns
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+            FROM ops),
+        islands AS (
+            SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                      OVER (PARTITION BY device_id ORDER BY start_ns, end_ns) AS island
+            FROM ordered),
+        merged AS (
+            SELECT device_id, island, min(start_ns) AS s, max(end_ns) AS e, sum(is_kernel) AS k
+            FROM islands GROUP BY device_id, island)
+        SELECT m.device_id, coalesce(any_value(d.name), 'device ' || m.device_id),
+               sum(e - s), max(e) - min(s), sum(k)
+        FROM merged m LEFT JOIN device d ON d.id = m.device_id
+        GROUP BY m.device_id ORDER BY m.device_id"""
+    )
+    return [DeviceBusy(int(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in rows]
+
+
+def overview(report: Report, top: int = 5) -> Overview:
+    """Return the headline facts of ``report``, with its ``top`` kernels by total time."""
+    kern = cuda_gpu_kern_sum(report)
+    kern.rows = kern.rows[:top]
+    meta = report.meta
+    if meta.get("exit_signal"):
+        exit_description = f"killed by signal {meta['exit_signal']}"
+    elif meta.get("exit_code") is not None:
+        exit_description = f"exit code {meta['exit_code']}"
+    else:
+        exit_description = "unknown exit"
+    records = {t: report.count(t) for t in ("kernel", "memcpy", "memset", "sync", "api_call")}
+    dropped = dict(report.sql("SELECT source, sum(count) FROM dropped GROUP BY source HAVING sum(count) > 0"))
+    overhead = report.sql("SELECT coalesce(sum(callback_ns), 0) FROM collector")[0][0]
+    warnings = [m for (m,) in report.sql("SELECT DISTINCT message FROM diagnostic ORDER BY message")]
+    if not report.complete:
+        warnings.insert(0, "the report was not finished (the profiler was stopped); it holds what was recorded")
+    return Overview(
+        command=list(meta.get("command") or []),
+        wall_ns=meta.get("wall_ns"),
+        exit_description=exit_description,
+        processes=report.count("process"),
+        devices=busy_time(report),
+        top_kernels=kern,
+        records=records,
+        dropped={str(k): int(v) for k, v in dropped.items()},
+        collector_overhead_ns=int(overhead),
+        not_recorded=report.not_recorded(),
+        warnings=warnings,
+    )

@@ -1,0 +1,201 @@
+"""The in-process agent: started by the bootstrap before any user code of a profiled Python process.
+
+It reads its settings from the environment the launcher prepared, starts the collectors, flushes
+what they hold to the spool every ``FLUSH_INTERVAL_S``, and delivers everything at exit, on SIGTERM
+and at ``gpuscope.stop()``. Standard library only, apart from the collectors' own optional imports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from .cupti_collector import CollectorUnavailable, CuptiCollector
+from .spool import SPOOL_ENV, SpoolWriter
+
+TRACE_ENV = "GPUSCOPE_TRACE"
+FLUSH_INTERVAL_S = 0.5
+
+_agent: "Agent | None" = None
+
+
+class Agent:
+    """Owns the spool writer and the collectors of one process."""
+
+    def __init__(self, spool_dir: str, trace: set[str]) -> None:
+        self.trace = trace
+        self.spool = SpoolWriter(spool_dir)
+        self.cupti: CuptiCollector | None = None
+        self.clock = "monotonic"
+        self.clock_offset_ns = 0
+        self._rows: dict[str, list[tuple[Any, ...]]] = {}
+        self._rows_lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._pid = os.getpid()
+
+    # -- public ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the collectors and the flush thread, and hook process exit."""
+        if "cuda" in self.trace or "cuda-api" in self.trace:
+            self._start_cupti()
+        self._add_row("process", self._process_row())
+        self.flush()
+        self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+        self._hook_sigterm()
+        os.register_at_fork(after_in_child=_forget_in_child)
+
+    def now_ns(self) -> int:
+        """Return the current time on the session clock."""
+        return time.monotonic_ns() + self.clock_offset_ns
+
+    def diag(self, level: str, message: str) -> None:
+        """Record a one-line diagnostic; the launcher prints it and stores it in the report."""
+        self._add_row("diagnostic", (self.now_ns(), level, message))
+        if level == "error":
+            self.flush_rows()
+
+    def flush(self) -> None:
+        """Hand every record collected so far to the spool."""
+        if self.cupti is not None:
+            try:
+                self.cupti.flush()
+            except Exception as exc:  # noqa: BLE001
+                self._add_row("diagnostic", (self.now_ns(), "warning", f"CUPTI flush failed: {exc}"))
+        self.flush_rows()
+
+    def flush_rows(self) -> None:
+        with self._rows_lock:
+            rows, self._rows = self._rows, {}
+        if rows:
+            self.spool.write(rows=rows)
+
+    def stop(self) -> None:
+        """Deliver everything and stop the collectors; safe to call more than once."""
+        if self._stopped or os.getpid() != self._pid:
+            return
+        self._stopped = True
+        self._stop_event.set()
+        if self.cupti is not None:
+            try:
+                self.cupti.stop()
+            except Exception as exc:  # noqa: BLE001
+                self._add_row("diagnostic", (self.now_ns(), "error", f"CUPTI stop failed: {exc}"))
+            self._add_row("collector", self._collector_row())
+        self._add_row("process_end", (self.now_ns(),))
+        self.flush_rows()
+
+    # -- internals --------------------------------------------------------------------------
+    def _start_cupti(self) -> None:
+        collector = CuptiCollector(self.spool, self.trace, self.diag)
+        try:
+            collector.start()
+        except CollectorUnavailable as exc:
+            self.diag("warning", f"{exc}: CUDA tracing is off in {_program()}")
+            return
+        self.cupti = collector
+        self.clock = "cupti"
+        self.clock_offset_ns = _offset(collector.now)
+
+    def _process_row(self) -> tuple[Any, ...]:
+        return (
+            os.getppid(),
+            sys.executable,
+            json.dumps(_argv()),
+            os.getcwd(),
+            self.now_ns(),
+            None,
+            self.clock,
+            self.clock_offset_ns,
+        )
+
+    def _collector_row(self) -> tuple[Any, ...]:
+        c = self.cupti
+        assert c is not None
+        detail = f"kinds={','.join(c.enabled)} copied_buffers={c.copied_buffers}"
+        return ("cupti", c.records, c.buffers, c.callback_ns, c.failed_records, detail)
+
+    def _add_row(self, table: str, row: tuple[Any, ...]) -> None:
+        with self._rows_lock:
+            self._rows.setdefault(table, []).append(row)
+
+    def _flush_loop(self) -> None:
+        while not self._stop_event.wait(FLUSH_INTERVAL_S):
+            self.flush()
+
+    def _hook_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the program handles SIGTERM itself and will exit through atexit
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.stop()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _offset(cupti_now: Any) -> int:
+    """Return CUPTI's clock minus CLOCK_MONOTONIC, from the closest of a few paired readings."""
+    best: tuple[int, int] | None = None
+    for _ in range(5):
+        a = time.monotonic_ns()
+        c = cupti_now()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, c - (a + b) // 2)
+    assert best is not None
+    return best[1]
+
+
+def _argv() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            parts = fh.read().split(b"\0")
+        return [p.decode("utf-8", "replace") for p in parts if p]
+    except OSError:
+        return [sys.executable, *sys.argv]
+
+
+def _program() -> str:
+    return os.path.basename(sys.executable) + f" (pid {os.getpid()})"
+
+
+def _forget_in_child() -> None:
+    # CUDA and CUPTI do not survive fork; a forked child (DataLoader worker, multiprocessing) is
+    # not traced, and must not deliver its parent's state at its exit.
+    global _agent
+    if _agent is not None:
+        _agent._stopped = True
+        _agent._stop_event.set()
+    _agent = None
+
+
+def current() -> Agent | None:
+    """Return the agent of this process, if it is being profiled."""
+    return _agent
+
+
+def start_from_env() -> Agent | None:
+    """Start the agent if the launcher asked for it through the environment; return it."""
+    global _agent
+    spool = os.environ.get(SPOOL_ENV)
+    if not spool or _agent is not None:
+        return _agent
+    if not os.path.isdir(spool):
+        return None  # a process that outlived its profiling session
+    trace = {t for t in os.environ.get(TRACE_ENV, "cuda").split(",") if t}
+    _agent = Agent(spool, trace)
+    _agent.start()
+    return _agent

@@ -1,0 +1,292 @@
+"""CUDA activity capture through CUPTI (the ``cupti-python`` bindings), inside the profiled process.
+
+CUPTI hands over buffers of activity records on its own thread. The target pays for this with the
+GIL, so the completion callback does as little Python work per record as it can: it reads one
+attribute per record (its address), copies the buffer's records in one block, groups them by
+struct type with numpy, and resolves the few distinct string pointers (kernel names). The records
+leave the process as packed CUPTI structs; the launcher decodes them (trace/decode.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any, Callable
+
+from .spool import SpoolWriter
+
+BUFFER_SIZE = 8 * 1024 * 1024
+# Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
+STRING_FIELDS = ("name", "domain")
+
+Diag = Callable[[str, str], None]
+
+
+class CollectorUnavailable(Exception):
+    """The collector cannot run here; the message says what is missing, in one line."""
+
+
+def struct_dtypes(cupti_module: Any) -> dict[str, Any]:
+    """Map CUPTI record class names (``ActivityKernel11``) to the numpy dtypes of their structs."""
+    out = {}
+    for attr in dir(cupti_module):
+        if attr.startswith("activity_") and attr.endswith("_dtype"):
+            key = attr[: -len("_dtype")].replace("_", "").lower()
+            out[key] = getattr(cupti_module, attr)
+    return out
+
+
+def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
+    k = cupti.ActivityKind
+    kinds = [  # the first one is required; the others are recorded where CUPTI allows
+        ("kernel", k.CONCURRENT_KERNEL),
+        ("device", k.DEVICE),
+        ("context", k.CONTEXT),
+        ("memcpy", k.MEMCPY),
+        ("memset", k.MEMSET),
+        ("sync", k.SYNCHRONIZATION),
+        ("overhead", k.OVERHEAD),
+    ]
+    if "cuda-api" in trace:
+        kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER)]
+    return kinds
+
+
+class CuptiCollector:
+    """Enables CUPTI activity kinds and ships completed buffers to the spool."""
+
+    def __init__(self, spool: SpoolWriter, trace: set[str], diag: Diag) -> None:
+        self.spool = spool
+        self.trace = trace
+        self.diag = diag
+        self.records = 0
+        self.buffers = 0
+        self.copied_buffers = 0  # buffers whose records were not in one block (slower path)
+        self.failed_records = 0
+        self.callback_ns = 0
+        self.enabled: list[str] = []
+        self._cupti: Any = None
+        self._np: Any = None
+        self._dtypes: dict[str, Any] = {}
+        self._class_dtype: dict[type, Any] = {}
+        self._unsupported: set[str] = set()
+        self._enabled_kinds: list[Any] = []
+        self._sent_dtypes: set[str] = set()
+        self._api_names: dict[tuple[str, int], int] = {}
+        self._api_domains: dict[int, str] = {}
+        self._stopped = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register with CUPTI and enable activity kinds; raise CollectorUnavailable if impossible."""
+        try:
+            from cupti import cupti  # noqa: PLC0415  (optional dependency)
+            import numpy  # noqa: PLC0415
+        except ImportError as exc:
+            raise CollectorUnavailable(
+                f"cupti-python is not installed in this Python ({exc.name or exc})"
+            ) from None
+        self.bind(cupti, numpy)
+        try:
+            cupti.activity_register_callbacks(self._on_request, self._on_complete)
+        except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+            raise CollectorUnavailable(_explain(exc)) from None
+        self._set_thread_id_type()
+        for label, kind in _kinds(cupti, self.trace):
+            try:
+                cupti.activity_enable(kind)
+            except Exception as exc:  # noqa: BLE001
+                if not self._enabled_kinds:
+                    raise CollectorUnavailable(_explain(exc)) from None
+                self.diag("warning", f"CUPTI could not record {label} activity: {_explain(exc)}")
+                continue
+            self._enabled_kinds.append(kind)
+            self.enabled.append(label)
+        try:
+            cupti.activity_enable_latency_timestamps(1)
+        except Exception as exc:  # noqa: BLE001
+            self.diag("warning", f"CUPTI kernel queue timestamps are not available: {_explain(exc)}")
+
+    def bind(self, cupti: Any, numpy: Any) -> None:
+        """Learn the record layouts of this cupti-python (no driver needed)."""
+        self._cupti, self._np = cupti, numpy
+        self._dtypes = struct_dtypes(cupti)
+        self._api_domains = {
+            int(cupti.ActivityKind.RUNTIME): "runtime",
+            int(cupti.ActivityKind.DRIVER): "driver",
+        }
+
+    def flush(self, forced: bool = False) -> None:
+        """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
+        if self._enabled_kinds and not self._stopped:
+            self._cupti.activity_flush_all(1 if forced else 0)
+
+    def stop(self) -> None:
+        """Deliver everything CUPTI still holds and detach from CUPTI."""
+        if not self._enabled_kinds or self._stopped:
+            return
+        cupti = self._cupti
+        try:
+            cupti.activity_flush_all(1)
+        finally:
+            self._report_dropped()
+            for kind in self._enabled_kinds:
+                try:
+                    cupti.activity_disable(kind)
+                except Exception:  # noqa: BLE001,S112  (disabling at exit; nothing left to report to)
+                    continue
+            self._stopped = True
+            try:
+                # Detaching keeps CUPTI from calling into Python after the interpreter is gone.
+                cupti.finalize()
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI did not detach cleanly: {_explain(exc)}")
+
+    def now(self) -> int:
+        """Return CUPTI's current timestamp (ns)."""
+        return int(self._cupti.get_timestamp())
+
+    # -- CUPTI callbacks (CUPTI's thread) --------------------------------------------------
+    def _on_request(self) -> tuple[int, int]:
+        return BUFFER_SIZE, 0
+
+    def _on_complete(self, activities: list[Any]) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            if activities and not self._stopped:
+                self._ship(activities)
+        except BaseException as exc:  # noqa: BLE001  (an exception here would drop the buffer silently)
+            self.failed_records += len(activities)
+            self.diag("error", f"lost {len(activities)} CUDA records: {type(exc).__name__}: {exc}")
+        finally:
+            self.callback_ns += time.perf_counter_ns() - t0
+
+    # -- record handling ---------------------------------------------------------------
+    def _dtype_of(self, cls: type) -> Any:
+        dt = self._class_dtype.get(cls)
+        if dt is None and cls not in self._class_dtype:
+            dt = self._dtypes.get(cls.__name__.lower())
+            self._class_dtype[cls] = dt
+        return dt
+
+    def _ship(self, activities: list[Any]) -> None:
+        np = self._np
+        n = len(activities)
+        ptrs = np.array([a.ptr for a in activities], dtype=np.int64)
+        last = int(ptrs.argmax())
+        last_dt = self._dtype_of(type(activities[last]))
+        base = int(ptrs.min())
+        span = int(ptrs[last]) - base + (last_dt.itemsize if last_dt is not None else 0)
+        if last_dt is not None and span <= 2 * BUFFER_SIZE:
+            raw = np.frombuffer(ctypes.string_at(base, span), dtype=np.uint8)
+            offsets = ptrs - base
+        else:  # the records are not in one block: copy them one by one
+            raw, offsets = self._copy_each(activities)
+            self.copied_buffers += 1
+        kinds = _read_i32(np, raw, offsets)
+        records: dict[str, bytes] = {}
+        dtypes: dict[str, Any] = {}
+        symbols: dict[tuple[str, int], int] = {}
+        shipped = 0
+        for kind in np.unique(kinds):
+            idx = np.flatnonzero(kinds == kind)
+            cls = type(activities[int(idx[0])])
+            dt = self._dtype_of(cls)
+            if dt is None:
+                self._unsupported_record(cls.__name__, len(idx))
+                continue
+            block = raw[offsets[idx][:, None] + np.arange(dt.itemsize)]
+            recs = block.reshape(-1).view(dt)
+            for f in STRING_FIELDS:
+                if f in dt.names:
+                    self._resolve_strings(recs[f], symbols)
+            if int(kind) in self._api_domains:
+                self._resolve_api_names(self._api_domains[int(kind)], recs["cbid"], symbols)
+            name = cls.__name__
+            records[name] = block.tobytes()
+            if name not in self._sent_dtypes:
+                self._sent_dtypes.add(name)
+                dtypes[name] = dt
+            shipped += len(idx)
+        self.spool.write(records=records, dtypes=dtypes, symbols=symbols)
+        self.records += shipped
+        self.buffers += 1
+
+    def _copy_each(self, activities: list[Any]) -> tuple[Any, Any]:
+        np = self._np
+        parts, offsets, pos = [], [], 0
+        for a in activities:
+            dt = self._dtype_of(type(a))
+            size = dt.itemsize if dt is not None else 4
+            parts.append(ctypes.string_at(a.ptr, size))
+            offsets.append(pos)
+            pos += size
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), np.asarray(offsets, dtype=np.int64)
+
+    def _resolve_strings(self, values: Any, symbols: dict[tuple[str, int], int]) -> None:
+        for p in self._np.unique(values):
+            key = ("ptr", int(p))
+            if key[1] and key not in symbols:
+                text = ctypes.string_at(key[1]).decode("utf-8", "replace")
+                symbols[key] = self.spool.intern(text)
+
+    def _resolve_api_names(self, domain: str, cbids: Any, symbols: dict[tuple[str, int], int]) -> None:
+        for cbid in self._np.unique(cbids):
+            key = (domain, int(cbid))
+            sid = self._api_names.get(key)
+            if sid is None:
+                sid = self.spool.intern(_api_name(self._cupti, domain, key[1]))
+                self._api_names[key] = sid
+            symbols[key] = sid
+
+    def _unsupported_record(self, name: str, count: int) -> None:
+        self.failed_records += count
+        if name not in self._unsupported:
+            self._unsupported.add(name)
+            self.diag("warning", f"CUPTI record type {name} is not known to this cupti-python; skipped")
+
+    def _set_thread_id_type(self) -> None:
+        kind = getattr(self._cupti, "ActivityThreadIdType", None)
+        if kind is not None and hasattr(kind, "SYSTEM"):
+            try:
+                self._cupti.set_thread_id_type(kind.SYSTEM)
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI thread ids are not system ids: {_explain(exc)}")
+
+    def _report_dropped(self) -> None:
+        try:
+            dropped = ctypes.c_size_t(0)
+            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
+            count = int(dropped.value)
+        except Exception as exc:  # noqa: BLE001
+            self.diag("warning", f"could not read CUPTI's dropped-record count: {_explain(exc)}")
+            return
+        self.spool.write(rows={"dropped": [("cupti", count), ("gpuscope", self.failed_records)]})
+
+
+def _api_name(cupti: Any, domain: str, cbid: int) -> str:
+    """Return the API function's name for a CUPTI callback id (``cudaLaunchKernel``)."""
+    enum = cupti.runtime_api_trace_cbid if domain == "runtime" else cupti.driver_api_trace_cbid
+    try:
+        name = enum(cbid).name
+    except ValueError:
+        return f"{domain}_cbid_{cbid}"
+    base, sep, version = name.rpartition("_v")
+    return base if sep and version.isdigit() else name
+
+
+def _read_i32(np: Any, raw: Any, offsets: Any) -> Any:
+    """Return the int32 at each offset of ``raw`` (the ``kind`` field that starts every record)."""
+    idx = offsets[:, None] + np.arange(4)
+    return raw[idx].reshape(-1).view("<i4")
+
+
+def _explain(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "libcuda" in text or "driver is not found" in text.lower():
+        return "no CUDA driver found (libcuda.so.1 could not be loaded)"
+    if "INSUFFICIENT_PRIVILEGES" in text:
+        return "CUPTI is not permitted to trace here (insufficient privileges)"
+    if "MULTIPLE_SUBSCRIBERS" in text or "MAX_LIMIT_REACHED" in text:
+        return "another CUPTI client (torch.profiler, Nsight, ...) is already attached to this process"
+    return text

@@ -1,0 +1,132 @@
+"""One profiling session: spool, report writer, the program's run, and the finished report."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import GpuscopeError
+from ..trace.writer import Diagnostic, ReportWriter
+from . import launcher
+
+INGEST_INTERVAL_S = 0.25
+KNOWN_TRACES = {
+    "cuda": "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
+    "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
+    "none": "no collector: run the program and record only its process",
+}
+DEFAULT_TRACE = ["cuda"]
+
+
+def parse_trace(spec: str | None) -> list[str]:
+    """Return the collectors named in a ``--trace`` value, checking each name."""
+    if spec is None:
+        return list(DEFAULT_TRACE)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in KNOWN_TRACES]
+    if unknown or not names:
+        known = ", ".join(sorted(KNOWN_TRACES))
+        raise GpuscopeError(f"unknown --trace value {','.join(unknown) or spec!r}; choose from {known}")
+    if "none" in names:
+        return []
+    if "cuda-api" in names and "cuda" not in names:
+        names.insert(0, "cuda")
+    return names
+
+
+@dataclass
+class SessionResult:
+    """What ``profile`` reports at the end."""
+
+    report: Path
+    exit: launcher.ExitStatus
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    records: int = 0
+
+
+def profile(
+    command: launcher.Command,
+    output: Path,
+    trace: list[str],
+    on_diagnostic: Callable[[Diagnostic], None],
+) -> SessionResult:
+    """Run ``command`` under the collectors in ``trace`` and write the report to ``output``."""
+    spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
+    try:
+        writer = _open_writer(output)
+        lock = threading.Lock()
+        seen: list[Diagnostic] = []
+
+        def ingest(final: bool = False) -> None:
+            with lock:
+                new = writer.ingest(str(spool), final=final)
+            for d in new:
+                seen.append(d)
+                on_diagnostic(d)
+
+        writer.set_meta(
+            command=command.argv,
+            cwd=os.getcwd(),
+            host=socket.gethostname(),
+            user=_user(),
+            platform=platform.platform(),
+            python=sys.version.split()[0],
+            trace=trace,
+            not_recorded=_not_recorded(trace),
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
+        boot = launcher.prepare_bootstrap(spool)
+        env = launcher.child_environment(spool, boot, trace)
+        t0 = time.monotonic_ns()
+        status = launcher.run(command.argv, env, ingest, INGEST_INTERVAL_S)
+        wall = time.monotonic_ns() - t0
+        ingest(final=True)
+        if not command.is_python and not any(True for _ in writer.pids()):
+            on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
+        writer.close(
+            exit_code=status.returncode if status.signal is None else None,
+            exit_signal=status.signal,
+            wall_ns=wall,
+            processes=sorted(writer.pids()),
+        )
+        return SessionResult(output, status, seen, writer.records)
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def _open_writer(output: Path) -> ReportWriter:
+    if output.exists():
+        output.unlink()
+    wal = output.with_name(output.name + ".wal")
+    if wal.exists():
+        wal.unlink()
+    try:
+        return ReportWriter(output)
+    except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
+        raise GpuscopeError(f"cannot create {output}: {exc}") from None
+
+
+def _not_recorded(trace: list[str]) -> dict[str, str]:
+    out = {}
+    if "cuda" not in trace:
+        out["cuda"] = "GPU activity: add --trace cuda"
+    if "cuda-api" not in trace:
+        out["cuda_api"] = "CUDA API calls (cuda_api_sum, API time in cuda_kern_exec_sum): add --trace cuda-api"
+    return out
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())

@@ -1,0 +1,35 @@
+"""``gpuscope export``: convert a report for other viewers (Chrome trace JSON for Perfetto UI)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import GpuscopeError
+from ..trace import chrome
+from ..trace.report import Report
+
+NAME = "export"
+HELP = "Convert a report to another format (chrome: a trace for Perfetto UI or chrome://tracing)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("-f", "--format", choices=["chrome"], default="chrome")
+    p.add_argument("-o", "--output", help="output file (default: REPORT with .trace.json)")
+    p.add_argument("--force-overwrite", action="store_true", help="replace an existing output file")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.output) if args.output else Path(args.report).with_suffix(".trace.json")
+    if out.exists() and not args.force_overwrite:
+        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    with Report.open(args.report) as report:
+        try:
+            with open(out, "w") as fh:
+                n = chrome.write(report, fh)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
+    print(f"gpuscope: wrote {out} ({n:,} events); open it in https://ui.perfetto.dev", file=sys.stderr)
+    return 0

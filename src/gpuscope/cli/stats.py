@@ -1,0 +1,46 @@
+"""``gpuscope stats``: the nsys-style summary reports of a report file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..analysis.cuda_summaries import REPORTS
+from ..errors import GpuscopeError
+from ..reporters import FORMATS
+from ..trace.report import Report
+
+NAME = "stats"
+HELP = "Print summary reports (kernels, API calls, memory operations) of a report file."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument(
+        "-r", "--report", dest="names", action="append", metavar="NAME",
+        help="report to print (repeatable); one of: " + ", ".join(REPORTS) + ". Default: all",
+    )
+    p.add_argument("-f", "--format", choices=sorted(FORMATS), default="table")
+    p.add_argument("--output", help="write to this file instead of standard output")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.names or list(REPORTS)
+    unknown = [n for n in names if n not in REPORTS]
+    if unknown:
+        raise GpuscopeError(f"unknown report {', '.join(unknown)}; choose from {', '.join(REPORTS)}")
+    with Report.open(args.report) as report:
+        if not report.complete:
+            print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
+                  "showing what was recorded", file=sys.stderr)
+        text = FORMATS[args.format]([REPORTS[n](report) for n in names])
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(f"gpuscope: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,134 @@
+"""Export to the Chrome trace event format (JSON), which Perfetto UI and chrome://tracing open.
+
+Layout: one process per profiled process with a row per CPU thread (CUDA API calls) and a row for
+synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
+from each launching API call to its kernel or memory operation (when API calls were recorded).
+Times are microseconds from the first recorded event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any, Iterator
+
+from .report import Report
+
+GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
+SYNC_TID = (1 << 31) - 1  # pseudo thread of each process that holds its synchronization records
+
+
+_GPU_OPS = """
+    SELECT k.pid, k.device_id, k.stream_id, k.start_ns, k.end_ns, n.value AS name, k.correlation_id,
+           'kernel' AS cat, c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
+           c.registers_per_thread, c.static_shared_memory + c.dynamic_shared_memory AS smem,
+           NULL AS bytes
+    FROM kernel k JOIN kernel_config c ON c.id = k.config_id JOIN string n ON n.id = c.name_id
+    UNION ALL
+    SELECT pid, device_id, stream_id, start_ns, end_ns,
+           'Memcpy ' || copy_kind || ' (' || src_kind || ' -> ' || dst_kind || ')',
+           correlation_id, 'memcpy', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, bytes
+    FROM memcpy
+    UNION ALL
+    SELECT pid, device_id, stream_id, start_ns, end_ns, 'Memset (' || memory_kind || ')',
+           correlation_id, 'memset', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, bytes
+    FROM memset"""
+
+
+def _gpu_pid(device_id: int) -> int:
+    return GPU_PID_BASE + int(device_id)
+
+
+def _batches(report: Report, query: str, size: int = 100_000) -> Iterator[tuple[Any, ...]]:
+    cur = report.con.execute(query)
+    while True:
+        rows = cur.fetchmany(size)
+        if not rows:
+            return
+        yield from rows
+
+
+def origin_ns(report: Report) -> int:
+    """Return the earliest timestamp in the report (the export's time zero)."""
+    row = report.sql(
+        """SELECT min(t) FROM (
+            SELECT min(start_ns) AS t FROM kernel UNION ALL SELECT min(start_ns) FROM memcpy
+            UNION ALL SELECT min(start_ns) FROM memset UNION ALL SELECT min(start_ns) FROM api_call
+            UNION ALL SELECT min(start_ns) FROM sync UNION ALL SELECT min(start_ns) FROM process)"""
+    )
+    return int(row[0][0] or 0)
+
+
+def events(report: Report) -> Iterator[dict[str, Any]]:
+    """Yield the trace events of ``report``."""
+    t0 = origin_ns(report)
+
+    def us(ns: int) -> float:
+        return round((ns - t0) / 1000.0, 3)
+
+    for pid, exe, argv in report.sql("SELECT pid, executable, argv FROM process ORDER BY start_ns"):
+        label = " ".join(json.loads(argv)[:3]) if argv else exe
+        yield {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{label} (pid {pid})"}}
+    devices = dict(report.sql("SELECT id, any_value(name) FROM device GROUP BY id"))
+    streams = report.sql(
+        """SELECT DISTINCT device_id, stream_id FROM (
+            SELECT device_id, stream_id FROM kernel UNION ALL SELECT device_id, stream_id FROM memcpy
+            UNION ALL SELECT device_id, stream_id FROM memset) ORDER BY 1, 2"""
+    )
+    for dev in sorted({d for d, _ in streams}):
+        name = devices.get(dev, "GPU")
+        yield {"ph": "M", "name": "process_name", "pid": _gpu_pid(dev), "args": {"name": f"GPU {dev} {name}"}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": _gpu_pid(dev), "args": {"sort_index": 1000 + dev}}
+    for dev, stream in streams:
+        yield {"ph": "M", "name": "thread_name", "pid": _gpu_pid(dev), "tid": stream,
+               "args": {"name": f"Stream {stream}"}}
+
+    for pid, tid, s, e, name, corr in _batches(
+        report,
+        """SELECT a.pid, a.tid, a.start_ns, a.end_ns, s.value, a.correlation_id
+           FROM api_call a JOIN string s ON s.id = a.name_id ORDER BY a.start_ns""",
+    ):
+        yield {"ph": "X", "cat": "cuda_api", "name": name, "pid": pid, "tid": tid, "ts": us(s),
+               "dur": round((e - s) / 1000.0, 3), "args": {"correlation": corr}}
+
+    for (pid, dev, stream, s, e, name, corr, cat, gx, gy, gz, bx, by, bz, regs, smem,
+         nbytes) in _batches(report, _GPU_OPS + " ORDER BY 4"):
+        args: dict[str, Any] = {"correlation": corr, "pid": pid}
+        if cat == "kernel":
+            args.update(grid=[gx, gy, gz], block=[bx, by, bz], registers=regs, shared_memory=smem)
+        else:
+            args["bytes"] = nbytes
+        yield {"ph": "X", "cat": cat, "name": name, "pid": _gpu_pid(dev), "tid": stream, "ts": us(s),
+               "dur": round((e - s) / 1000.0, 3), "args": args}
+
+    flows = f"""
+        SELECT a.pid, a.tid, a.start_ns, g.device_id, g.stream_id, g.start_ns
+        FROM api_call a JOIN ({_GPU_OPS}) g
+          ON g.pid = a.pid AND g.correlation_id = a.correlation_id
+        ORDER BY a.start_ns"""
+    for n, (pid, tid, api_s, dev, stream, op_s) in enumerate(_batches(report, flows)):
+        yield {"ph": "s", "cat": "launch", "name": "launch", "id": n, "pid": pid, "tid": tid,
+               "ts": us(api_s)}
+        yield {"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": n,
+               "pid": _gpu_pid(dev), "tid": stream, "ts": us(op_s)}
+
+    for (pid,) in report.sql("SELECT DISTINCT pid FROM sync ORDER BY pid"):
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID,
+               "args": {"name": "CUDA synchronization"}}
+    for pid, s, e, kind, stream in _batches(
+        report, "SELECT pid, start_ns, end_ns, type, stream_id FROM sync ORDER BY start_ns"
+    ):
+        yield {"ph": "X", "cat": "sync", "name": kind, "pid": pid, "tid": SYNC_TID,
+               "ts": us(s), "dur": round((e - s) / 1000.0, 3), "args": {"stream": stream}}
+
+
+def write(report: Report, out: IO[str]) -> int:
+    """Write ``report`` as a Chrome trace JSON document to ``out``; return the number of events."""
+    out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+    n = 0
+    for ev in events(report):
+        if n:
+            out.write(",\n")
+        out.write(json.dumps(ev, separators=(",", ":")))
+        n += 1
+    out.write("\n]}\n")
+    return n

@@ -1,0 +1,238 @@
+"""Decoding of packed CUPTI activity structs into report columns.
+
+The profiled process ships CUPTI's records as they are, with the numpy layout of each struct
+version; here they become columns. CUPTI's enum values (memcpy kinds, memory kinds, ...) are
+stable across CUPTI versions and are spelled out as in Nsight Systems.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+COPY_KIND = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA",
+    6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP",
+}  # fmt: skip
+MEMORY_KIND = {
+    0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array",
+    5: "Managed", 6: "DeviceStatic", 7: "ManagedStatic",
+}  # fmt: skip
+SYNC_TYPE = {
+    0: "Unknown", 1: "EventSynchronize", 2: "StreamWaitEvent",
+    3: "StreamSynchronize", 4: "ContextSynchronize",
+}  # fmt: skip
+OVERHEAD_KIND = {
+    0: "Unknown", 1: "DriverCompiler", 1 << 16: "CuptiBufferFlush", 2 << 16: "CuptiInstrumentation",
+    3 << 16: "CuptiResource", 4 << 16: "RuntimeTriggeredModuleLoading", 5 << 16: "LazyFunctionLoading",
+    6 << 16: "CommandBufferFull", 7 << 16: "ActivityBufferRequest", 8 << 16: "UvmActivityInit",
+}  # fmt: skip
+ACTIVITY_KIND_DRIVER = 4
+ACTIVITY_KIND_RUNTIME = 5
+FLAG_ASYNC = 1  # CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC == CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC
+OBJECT_KIND_THREAD = 2
+
+# (resolve space, values) -> global string ids
+Resolve = Callable[[str, np.ndarray], np.ndarray]
+Columns = dict[str, Any]
+
+KERNEL_CONFIG_FIELDS = (
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "cluster_x", "cluster_y", "cluster_z", "registers_per_thread", "static_shared_memory",
+    "dynamic_shared_memory", "local_memory_per_thread", "local_memory_total",
+    "shared_memory_executed", "launch_type",
+)  # fmt: skip
+
+_TABLE_BY_PREFIX = (
+    ("ActivityKernel", "kernel"),
+    ("ActivityMemcpyPtoP", "memcpy"),
+    ("ActivityMemcpy", "memcpy"),
+    ("ActivityMemset", "memset"),
+    ("ActivityAPI", "api_call"),
+    ("ActivitySynchronization", "sync"),
+    ("ActivityOverhead", "overhead"),
+    ("ActivityDevice", "device"),
+    ("ActivityContext", "context"),
+)
+
+
+def table_for(struct_name: str) -> str | None:
+    """Return the report table that records of ``struct_name`` go to, or None if not stored."""
+    for prefix, table in _TABLE_BY_PREFIX:
+        rest = struct_name[len(prefix):] if struct_name.startswith(prefix) else None
+        if rest is not None and (rest == "" or rest.isdigit()):
+            return table
+    return None
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int64, copy=False)
+
+
+def _time_or_null(a: np.ndarray) -> Any:
+    """CUPTI writes 0 for a timestamp it did not take; store those as NULL."""
+    return _nullable_int(a, a == 0)
+
+
+def _nullable_int(values: np.ndarray, null: np.ndarray) -> Any:
+    import pandas as pd
+
+    arr = pd.array(values.astype(np.int64), dtype="Int64")
+    arr[null] = pd.NA
+    return arr
+
+
+def _enum(mapping: dict[int, str], values: np.ndarray) -> np.ndarray:
+    lookup = np.vectorize(lambda v: mapping.get(int(v), f"Unknown({int(v)})"), otypes=[object])
+    return lookup(values) if len(values) else np.array([], dtype=object)
+
+
+def _field(recs: np.ndarray, name: str, default: int = 0) -> np.ndarray:
+    if name in recs.dtype.names:
+        return recs[name]
+    return np.full(len(recs), default, dtype=np.int64)
+
+
+def decode(table: str, recs: np.ndarray, resolve: Resolve) -> Columns:
+    """Return the report columns (without ``pid``) of CUPTI records bound for ``table``."""
+    return _DECODERS[table](recs, resolve)
+
+
+def _kernel(r: np.ndarray, resolve: Resolve) -> Columns:
+    cols: Columns = {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "queued_ns": _time_or_null(_field(r, "queued")),
+        "submitted_ns": _time_or_null(_field(r, "submitted")),
+        "device_id": r["device_id"],
+        "context_id": r["context_id"],
+        "stream_id": r["stream_id"],
+        "correlation_id": _i64(r["correlation_id"]),
+        "graph_id": _i64(_field(r, "graph_id")),
+        "graph_node_id": _i64(_field(r, "graph_node_id")),
+        "mangled_id": resolve("ptr", r["name"]),
+    }
+    for f in KERNEL_CONFIG_FIELDS:
+        src = "local_memory_total_v2" if f == "local_memory_total" and f + "_v2" in r.dtype.names else f
+        cols[f] = _i64(_field(r, src))
+    return cols
+
+
+def _memcpy(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "device_id": r["device_id"],
+        "context_id": r["context_id"],
+        "stream_id": r["stream_id"],
+        "correlation_id": _i64(r["correlation_id"]),
+        "copy_kind": _enum(COPY_KIND, _field(r, "copy_kind", 10)),
+        "src_kind": _enum(MEMORY_KIND, r["src_kind"]),
+        "dst_kind": _enum(MEMORY_KIND, r["dst_kind"]),
+        "bytes": _i64(r["bytes"]),
+        "is_async": (r["flags_"] & FLAG_ASYNC) != 0,
+        "graph_id": _i64(_field(r, "graph_id")),
+        "graph_node_id": _i64(_field(r, "graph_node_id")),
+    }
+
+
+def _memset(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "device_id": r["device_id"],
+        "context_id": r["context_id"],
+        "stream_id": r["stream_id"],
+        "correlation_id": _i64(r["correlation_id"]),
+        "memory_kind": _enum(MEMORY_KIND, r["memory_kind"]),
+        "bytes": _i64(r["bytes"]),
+        "value": _i64(r["value"]),
+        "is_async": (r["flags_"] & FLAG_ASYNC) != 0,
+        "graph_id": _i64(_field(r, "graph_id")),
+        "graph_node_id": _i64(_field(r, "graph_node_id")),
+    }
+
+
+def _api_call(r: np.ndarray, resolve: Resolve) -> Columns:
+    runtime = r["kind"] == ACTIVITY_KIND_RUNTIME
+    names = np.where(runtime, resolve("runtime", r["cbid"]), resolve("driver", r["cbid"]))
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "tid": _i64(r["thread_id"]),
+        "domain": np.where(runtime, "runtime", "driver").astype(object),
+        "cbid": r["cbid"],
+        "name_id": names,
+        "correlation_id": _i64(r["correlation_id"]),
+        "return_value": r["return_value"],
+    }
+
+
+def _sync(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "context_id": r["context_id"],
+        "stream_id": r["stream_id"],
+        "event_id": _i64(r["cuda_event_id"]),
+        "type": _enum(SYNC_TYPE, r["type"]),
+        "correlation_id": _i64(r["correlation_id"]),
+        "return_value": _i64(_field(r, "return_value")),
+    }
+
+
+def _overhead(r: np.ndarray, resolve: Resolve) -> Columns:
+    obj = r["object_id"]
+    thread = r["object_kind"] == OBJECT_KIND_THREAD
+    tid = np.where(thread, obj["pt"]["thread_id"].astype(np.int64), 0)
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "tid": tid,
+        "kind": _enum(OVERHEAD_KIND, r["overhead_kind"]),
+    }
+
+
+def _device(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "id": r["id"],
+        "name_id": resolve("ptr", r["name"]),
+        "compute_capability": np.array(
+            [f"{a}.{b}" for a, b in zip(r["compute_capability_major"], r["compute_capability_minor"])],
+            dtype=object,
+        ),
+        "sm_count": r["num_multiprocessors"],
+        "global_memory_bytes": _i64(r["global_memory_size"]),
+        "memory_bandwidth_kbps": _i64(r["global_memory_bandwidth"]),
+        "core_clock_khz": _i64(r["core_clock_rate"]),
+        "l2_cache_bytes": _i64(r["l2cache_size"]),
+        "max_threads_per_block": r["max_threads_per_block"],
+        "max_shared_memory_per_block": _i64(r["max_shared_memory_per_block"]),
+        "max_shared_memory_per_sm": _i64(r["max_shared_memory_per_multiprocessor"]),
+        "max_registers_per_sm": r["max_registers_per_multiprocessor"],
+        "max_warps_per_sm": r["max_warps_per_multiprocessor"],
+        "max_blocks_per_sm": r["max_blocks_per_multiprocessor"],
+        "threads_per_warp": r["num_threads_per_warp"],
+        "memcpy_engines": r["num_memcpy_engines"],
+    }
+
+
+def _context(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "id": r["context_id"],
+        "device_id": r["device_id"],
+        "null_stream_id": r["null_stream_id"],
+    }
+
+
+_DECODERS: dict[str, Callable[[np.ndarray, Resolve], Columns]] = {
+    "kernel": _kernel,
+    "memcpy": _memcpy,
+    "memset": _memset,
+    "api_call": _api_call,
+    "sync": _sync,
+    "overhead": _overhead,
+    "device": _device,
+    "context": _context,
+}

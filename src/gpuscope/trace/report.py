@@ -1,0 +1,143 @@
+"""Reading a report file: validation, SQL access and DataFrame accessors for notebooks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from ..errors import ReportError
+from . import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_KERNELS = """
+    SELECT k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns, n.value AS name,
+           m.value AS mangled_name, k.pid, k.device_id, k.context_id, k.stream_id,
+           k.correlation_id, k.queued_ns, k.submitted_ns, k.graph_id, k.graph_node_id,
+           c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
+           c.cluster_x, c.cluster_y, c.cluster_z, c.registers_per_thread,
+           c.static_shared_memory, c.dynamic_shared_memory, c.local_memory_per_thread,
+           c.local_memory_total, c.shared_memory_executed, c.launch_type
+    FROM kernel k
+    JOIN kernel_config c ON c.id = k.config_id
+    JOIN string n ON n.id = c.name_id
+    JOIN string m ON m.id = c.mangled_id
+    ORDER BY k.start_ns"""
+_API_CALLS = """
+    SELECT a.start_ns, a.end_ns, a.end_ns - a.start_ns AS duration_ns, s.value AS name, a.domain,
+           a.cbid, a.pid, a.tid, a.correlation_id, a.return_value
+    FROM api_call a JOIN string s ON s.id = a.name_id
+    ORDER BY a.start_ns"""
+
+
+class Report:
+    """An opened report file. Query it with :meth:`sql`, or get tables as DataFrames."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, meta: dict[str, Any]) -> None:
+        self.path = path
+        self.con = con
+        self.meta = meta
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Report":
+        """Open and validate ``path``; raise ReportError with the reason if it is not readable."""
+        p = Path(path)
+        if not p.exists():
+            raise ReportError(p, "no such report file")
+        if p.is_dir():
+            raise ReportError(p, "is a directory, not a report file")
+        try:
+            con = duckdb.connect(str(p), read_only=True)
+        except duckdb.Error as exc:
+            raise ReportError(p, f"not a gpuscope report, or a damaged one ({_first_line(exc)})") from None
+        try:
+            rows = con.execute("SELECT key, value FROM meta").fetchall()
+        except duckdb.Error:
+            con.close()
+            raise ReportError(p, "not a gpuscope report (it has no meta table)") from None
+        meta = {k: json.loads(v) for k, v in rows}
+        if meta.get("format") != schema.FORMAT_NAME:
+            con.close()
+            raise ReportError(p, "not a gpuscope report (unknown format)")
+        version = meta.get("schema_version")
+        if not isinstance(version, int) or version > schema.SCHEMA_VERSION:
+            con.close()
+            raise ReportError(
+                p,
+                f"report schema version {version} is newer than this gpuscope reads "
+                f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope",
+            )
+        return cls(p, con, meta)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Report":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- facts --------------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        """False when the profiler itself was stopped before it could finish the file."""
+        return self.meta.get("status") == "complete"
+
+    def not_recorded(self) -> dict[str, str]:
+        """Return what this report lacks by choice of collectors, with the option that records it."""
+        return dict(self.meta.get("not_recorded") or {})
+
+    def count(self, table: str) -> int:
+        """Return the number of rows of ``table``."""
+        return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+
+    def sql(self, query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a SQL query on the report and return its rows."""
+        return self.con.execute(query, params or []).fetchall()
+
+    # -- DataFrames -------------------------------------------------------------------------
+    def df(self, query: str, params: list[Any] | None = None) -> "pd.DataFrame":
+        """Run a SQL query on the report and return a pandas DataFrame."""
+        return self.con.execute(query, params or []).df()
+
+    def kernels(self) -> "pd.DataFrame":
+        """Every kernel with its name, launch configuration and times (ns), by start time."""
+        return self.df(_KERNELS)
+
+    def api_calls(self) -> "pd.DataFrame":
+        """Every recorded CUDA runtime and driver API call, by start time."""
+        return self.df(_API_CALLS)
+
+    def memcpys(self) -> "pd.DataFrame":
+        """Every memory copy, with direction, memory kinds (pageable or pinned) and bytes."""
+        return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM memcpy ORDER BY start_ns")
+
+    def memsets(self) -> "pd.DataFrame":
+        """Every memset."""
+        return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM memset ORDER BY start_ns")
+
+    def syncs(self) -> "pd.DataFrame":
+        """Every synchronization CUPTI recorded (stream, context, event)."""
+        return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM sync ORDER BY start_ns")
+
+    def devices(self) -> "pd.DataFrame":
+        """Properties of the GPUs the program used."""
+        return self.df("SELECT DISTINCT * EXCLUDE (pid) FROM device ORDER BY id")
+
+    def processes(self) -> "pd.DataFrame":
+        """The profiled processes."""
+        return self.df("SELECT * FROM process ORDER BY start_ns")
+
+    def diagnostics(self) -> "pd.DataFrame":
+        """Warnings and errors the collectors reported during the run."""
+        return self.df("SELECT * FROM diagnostic ORDER BY ts_ns")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

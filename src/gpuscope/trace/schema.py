@@ -1,0 +1,177 @@
+"""The report file's tables: one DuckDB database per run, documented in docs/report-format.md.
+
+Every time is an integer number of nanoseconds on the session clock (CUPTI's timestamp clock when
+CUPTI ran in the process, otherwise CLOCK_MONOTONIC shifted by ``process.clock_offset_ns``).
+Strings that repeat (kernel names, API names, range names) live once in ``string`` and are referred
+to by id; kernel launch configurations live once in ``kernel_config``.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+FORMAT_NAME = "gpuscope-report"
+FILE_SUFFIX = ".gpuscope"
+
+TABLES: dict[str, str] = {
+    "meta": """
+        key VARCHAR PRIMARY KEY,
+        value VARCHAR""",
+    "string": """
+        id INTEGER PRIMARY KEY,
+        value VARCHAR NOT NULL""",
+    "process": """
+        pid BIGINT,
+        ppid BIGINT,
+        executable VARCHAR,
+        argv VARCHAR,
+        cwd VARCHAR,
+        start_ns BIGINT,
+        end_ns BIGINT,
+        clock VARCHAR,
+        clock_offset_ns BIGINT""",
+    "device": """
+        pid BIGINT,
+        id INTEGER,
+        name VARCHAR,
+        compute_capability VARCHAR,
+        sm_count INTEGER,
+        global_memory_bytes BIGINT,
+        memory_bandwidth_kbps BIGINT,
+        core_clock_khz BIGINT,
+        l2_cache_bytes BIGINT,
+        max_threads_per_block INTEGER,
+        max_shared_memory_per_block BIGINT,
+        max_shared_memory_per_sm BIGINT,
+        max_registers_per_sm INTEGER,
+        max_warps_per_sm INTEGER,
+        max_blocks_per_sm INTEGER,
+        threads_per_warp INTEGER,
+        memcpy_engines INTEGER""",
+    "context": """
+        pid BIGINT,
+        id INTEGER,
+        device_id INTEGER,
+        null_stream_id INTEGER""",
+    "kernel_config": """
+        id INTEGER PRIMARY KEY,
+        name_id INTEGER,
+        mangled_id INTEGER,
+        grid_x INTEGER, grid_y INTEGER, grid_z INTEGER,
+        block_x INTEGER, block_y INTEGER, block_z INTEGER,
+        cluster_x INTEGER, cluster_y INTEGER, cluster_z INTEGER,
+        registers_per_thread INTEGER,
+        static_shared_memory INTEGER,
+        dynamic_shared_memory INTEGER,
+        local_memory_per_thread INTEGER,
+        local_memory_total BIGINT,
+        shared_memory_executed INTEGER,
+        launch_type INTEGER""",
+    "kernel": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        queued_ns BIGINT,
+        submitted_ns BIGINT,
+        pid BIGINT,
+        device_id INTEGER,
+        context_id INTEGER,
+        stream_id INTEGER,
+        correlation_id BIGINT,
+        config_id INTEGER,
+        graph_id BIGINT,
+        graph_node_id BIGINT""",
+    "memcpy": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        device_id INTEGER,
+        context_id INTEGER,
+        stream_id INTEGER,
+        correlation_id BIGINT,
+        copy_kind VARCHAR,
+        src_kind VARCHAR,
+        dst_kind VARCHAR,
+        bytes BIGINT,
+        is_async BOOLEAN,
+        graph_id BIGINT,
+        graph_node_id BIGINT""",
+    "memset": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        device_id INTEGER,
+        context_id INTEGER,
+        stream_id INTEGER,
+        correlation_id BIGINT,
+        memory_kind VARCHAR,
+        bytes BIGINT,
+        value BIGINT,
+        is_async BOOLEAN,
+        graph_id BIGINT,
+        graph_node_id BIGINT""",
+    "api_call": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        domain VARCHAR,
+        cbid INTEGER,
+        name_id INTEGER,
+        correlation_id BIGINT,
+        return_value INTEGER""",
+    "sync": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        context_id INTEGER,
+        stream_id INTEGER,
+        event_id BIGINT,
+        type VARCHAR,
+        correlation_id BIGINT,
+        return_value INTEGER""",
+    "overhead": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        kind VARCHAR""",
+    "marker": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        domain_id INTEGER,
+        name_id INTEGER,
+        source VARCHAR""",
+    "collector": """
+        pid BIGINT,
+        name VARCHAR,
+        records BIGINT,
+        buffers BIGINT,
+        callback_ns BIGINT,
+        failed_records BIGINT,
+        detail VARCHAR""",
+    "dropped": """
+        pid BIGINT,
+        source VARCHAR,
+        count BIGINT""",
+    "diagnostic": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        level VARCHAR,
+        message VARCHAR""",
+}
+
+
+def create_statements() -> list[str]:
+    """Return the DDL that creates an empty report of this schema version."""
+    return [f"CREATE TABLE IF NOT EXISTS {name} ({cols}\n)" for name, cols in TABLES.items()]
+
+
+def columns(table: str) -> list[str]:
+    """Return the column names of ``table`` in their stored order."""
+    out = []
+    for line in TABLES[table].split(","):
+        line = line.strip()
+        if line:
+            out.append(line.split()[0])
+    return out

@@ -1,0 +1,207 @@
+"""Writes the report file from spool chunks, while the profiled program runs.
+
+Runs in the launcher, never in the profiled process: decoding, demangling, interning and the
+database writes all happen here. Each ingested chunk is committed to the DuckDB file (its
+write-ahead log makes it durable) and then deleted from the spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from .. import __version__
+from ..capture.spool import Chunk, ready_chunks
+from . import decode, schema
+from .demangle import demangle
+
+Diagnostic = tuple[int, str, str]  # pid, level, message
+
+
+@dataclass
+class _Process:
+    """What the writer knows of one profiled process's chunks."""
+
+    next_seq: int = 0
+    local_to_global: list[int] = field(default_factory=lambda: [0])
+    dtypes: dict[str, Any] = field(default_factory=dict)
+    symbols: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class ReportWriter:
+    """Creates a report file and fills it from spool chunks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.con = duckdb.connect(str(path))
+        for stmt in schema.create_statements():
+            self.con.execute(stmt)
+        self._strings: dict[str, int] = {}
+        self._string_list: list[str] = []
+        self._configs: dict[tuple[int, ...], int] = {}
+        self._procs: dict[int, _Process] = {}
+        self.records = 0
+        self.intern("")
+        self.set_meta(
+            format=schema.FORMAT_NAME,
+            schema_version=schema.SCHEMA_VERSION,
+            gpuscope_version=__version__,
+            status="recording",
+        )
+
+    # -- meta and strings -----------------------------------------------------------------
+    def set_meta(self, **items: Any) -> None:
+        """Store key/value pairs in ``meta`` (values as JSON)."""
+        for key, value in items.items():
+            self.con.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, json.dumps(value)]
+            )
+
+    def intern(self, value: str) -> int:
+        """Return the report-wide id of ``value`` in the ``string`` table."""
+        gid = self._strings.get(value)
+        if gid is None:
+            gid = len(self._string_list)
+            self._strings[value] = gid
+            self._string_list.append(value)
+            self.con.execute("INSERT INTO string VALUES (?, ?)", [gid, value])
+        return gid
+
+    # -- ingest -----------------------------------------------------------------------------
+    def ingest(self, spool_dir: str, final: bool = False) -> list[Diagnostic]:
+        """Ingest every chunk that is ready, in order per process; return new diagnostics.
+
+        With ``final``, a process whose chunk sequence has a hole (a writer that died mid-chunk)
+        is ingested past the hole.
+        """
+        found: dict[int, dict[int, str]] = {}
+        for pid, seq, path in ready_chunks(spool_dir):
+            found.setdefault(pid, {})[seq] = path
+        diagnostics: list[Diagnostic] = []
+        for pid in sorted(found):
+            proc = self._procs.setdefault(pid, _Process())
+            chunks = found[pid]
+            order = sorted(chunks) if final else _consecutive(chunks, proc.next_seq)
+            for seq in order:
+                path = chunks[seq]
+                with open(path, "rb") as fh:
+                    chunk = Chunk.from_bytes(fh.read())
+                self.con.execute("BEGIN TRANSACTION")
+                try:
+                    diagnostics += self._ingest_chunk(proc, chunk)
+                    self.con.execute("COMMIT")
+                except BaseException:
+                    self.con.execute("ROLLBACK")
+                    raise
+                os.unlink(path)
+                proc.next_seq = seq + 1
+        return diagnostics
+
+    def _ingest_chunk(self, proc: _Process, chunk: Chunk) -> list[Diagnostic]:
+        for local, value in chunk.strings:
+            while len(proc.local_to_global) <= local:
+                proc.local_to_global.append(0)
+            proc.local_to_global[local] = self.intern(value)
+        proc.dtypes.update(chunk.dtypes)
+        proc.symbols.update(chunk.symbols)
+        for struct, blob in chunk.records.items():
+            self._ingest_records(chunk.pid, proc, struct, blob)
+        return self._ingest_rows(chunk.pid, chunk.rows)
+
+    def _ingest_records(self, pid: int, proc: _Process, struct: str, blob: bytes) -> None:
+        table = decode.table_for(struct)
+        dt = proc.dtypes.get(struct)
+        if table is None or dt is None or not blob:
+            return
+        recs = np.frombuffer(blob, dtype=dt)
+        local = np.asarray(proc.local_to_global, dtype=np.int64)
+
+        def resolve(space: str, values: np.ndarray) -> np.ndarray:
+            uniq, inverse = np.unique(values, return_inverse=True)
+            ids = np.array(
+                [local[proc.symbols.get((space, int(v)), 0)] for v in uniq], dtype=np.int64
+            )
+            return ids[inverse]
+
+        cols = decode.decode(table, recs, resolve)
+        if table == "kernel":
+            cols = self._intern_configs(cols)
+        elif table == "device":
+            cols["name"] = np.array([self._string_list[i] for i in cols.pop("name_id")], dtype=object)
+        cols["pid"] = np.full(len(recs), pid, dtype=np.int64)
+        self._insert(table, pd.DataFrame(cols))
+        self.records += len(recs)
+
+    def _intern_configs(self, cols: dict[str, Any]) -> dict[str, Any]:
+        keys = ("mangled_id", *decode.KERNEL_CONFIG_FIELDS)
+        matrix = np.stack([np.asarray(cols.pop(k), dtype=np.int64) for k in keys], axis=1)
+        uniq, inverse = np.unique(matrix, axis=0, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        new_rows = []
+        for i, row in enumerate(uniq):
+            key = tuple(int(v) for v in row)
+            cid = self._configs.get(key)
+            if cid is None:
+                cid = len(self._configs)
+                self._configs[key] = cid
+                mangled = self._string_list[key[0]]
+                new_rows.append((cid, self.intern(demangle(mangled)), *key))
+            ids[i] = cid
+        if new_rows:
+            names = ["id", "name_id", *keys]
+            self._insert("kernel_config", pd.DataFrame(new_rows, columns=names))
+        cols["config_id"] = ids[np.asarray(inverse).reshape(-1)]
+        return cols
+
+    def _ingest_rows(self, pid: int, rows: dict[str, list[tuple[Any, ...]]]) -> list[Diagnostic]:
+        diagnostics: list[Diagnostic] = []
+        for table, items in rows.items():
+            if table == "process_end":
+                for (end_ns,) in items:
+                    self.con.execute("UPDATE process SET end_ns = ? WHERE pid = ?", [end_ns, pid])
+                continue
+            if table not in schema.TABLES:
+                continue
+            names = [c for c in schema.columns(table) if c != "pid"]
+            frame = pd.DataFrame(list(items), columns=names)
+            frame["pid"] = pid
+            self._insert(table, frame)
+            if table == "diagnostic":
+                diagnostics += [(pid, level, msg) for _, level, msg in items]
+        return diagnostics
+
+    def _insert(self, table: str, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        self.con.register("_incoming", frame)
+        try:
+            cols = ", ".join(f'"{c}"' for c in frame.columns)
+            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+        finally:
+            self.con.unregister("_incoming")
+
+    # -- end ----------------------------------------------------------------------------------
+    def pids(self) -> Iterable[int]:
+        return self._procs.keys()
+
+    def close(self, **meta: Any) -> None:
+        """Store the final meta items, mark the report complete and write it out."""
+        self.set_meta(**meta, status="complete")
+        self.con.execute("CHECKPOINT")
+        self.con.close()
+
+
+def _consecutive(chunks: dict[int, str], start: int) -> list[int]:
+    out = []
+    seq = start
+    while seq in chunks:
+        out.append(seq)
+        seq += 1
+    return out

@@ -1,0 +1,86 @@
+"""Checks of recorded reports against independent truths; run on the GPU machine by run_all.sh.
+
+    python3 tests/device/check.py events REPORT TRUTH_JSON
+    python3 tests/device/check.py torchprof REPORT TORCH_TRACE_JSON
+    python3 tests/device/check.py crash REPORT MARKER_FILE
+
+Each prints a JSON result and exits non-zero when the check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from typing import Any
+
+import gpuscope
+
+
+def events(report_path: str, truth_path: str) -> dict[str, Any]:
+    """Sum of kernel durations inside each CUDA-event-timed region vs the event time (2%)."""
+    truth = json.load(open(truth_path))
+    with gpuscope.load(report_path) as r:
+        offsets = dict(r.sql("SELECT pid, clock_offset_ns FROM process"))
+        (off,) = set(offsets.values())
+        rows = []
+        for t in truth:
+            lo, hi = t["t0_monotonic_ns"] + off, t["t1_monotonic_ns"] + off
+            n, total, first, last = r.sql(
+                "SELECT count(*), sum(end_ns - start_ns), min(start_ns), max(end_ns) FROM kernel "
+                "WHERE start_ns >= ? AND end_ns <= ?", [lo, hi])[0]
+            event_ns = t["event_ms"] * 1e6
+            rows.append({**t, "kernels": n, "kernel_sum_ns": total, "kernel_span_ns": last - first,
+                         "ratio_sum_to_event": total / event_ns})
+    ok = all(abs(x["ratio_sum_to_event"] - 1) <= 0.02 for x in rows)
+    return {"check": "events", "ok": ok, "rows": rows}
+
+
+def torchprof(report_path: str, trace_path: str) -> dict[str, Any]:
+    """Per-kernel-name totals of gpuscope vs torch.profiler for the same program (5%)."""
+    trace = json.load(open(trace_path))
+    theirs: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for ev in trace["traceEvents"]:
+        if ev.get("cat") == "kernel" and ev.get("ph") == "X":
+            theirs[ev["name"]] += ev["dur"] * 1e3
+            counts[ev["name"]] += 1
+    with gpuscope.load(report_path) as r:
+        ours = {name: (total, n) for name, total, n in r.sql(
+            "SELECT s.value, sum(k.end_ns - k.start_ns), count(*) FROM kernel k "
+            "JOIN kernel_config c ON c.id = k.config_id JOIN string s ON s.id = c.name_id GROUP BY 1")}
+    grand = sum(t for t, _ in ours.values())
+    rows = []
+    for name in sorted(set(ours) | set(theirs), key=lambda n: -ours.get(n, (0, 0))[0]):
+        o, on = ours.get(name, (0, 0))
+        t = theirs.get(name, 0.0)
+        rows.append({"name": name[:120], "gpuscope_ns": o, "gpuscope_n": on, "torch_ns": round(t),
+                     "torch_n": counts.get(name, 0), "share": o / grand if grand else 0,
+                     "rel_diff": (o - t) / t if t else None})
+    major = [x for x in rows if x["share"] >= 0.005]
+    ok = bool(major) and all(x["rel_diff"] is not None and abs(x["rel_diff"]) <= 0.05 for x in major)
+    total_t = sum(theirs.values())
+    return {"check": "torchprof", "ok": ok, "total_gpuscope_ns": grand, "total_torch_ns": total_t,
+            "total_rel_diff": (grand - total_t) / total_t if total_t else None,
+            "names_gpuscope": len(ours), "names_torch": len(theirs), "rows": rows}
+
+
+def crash(report_path: str, marker_path: str) -> dict[str, Any]:
+    """The report of a program that ended abruptly holds its kernels up to ~1 s before the end."""
+    last_mono = int(open(marker_path).read())
+    with gpuscope.load(report_path) as r:
+        off = r.sql("SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1")[0][0]
+        n, last_end = r.sql("SELECT count(*), max(end_ns) FROM kernel")[0]
+        meta = r.meta
+    gap_s = (last_mono + off - last_end) / 1e9 if last_end else None
+    ok = n > 0 and gap_s is not None and gap_s <= 1.0
+    return {"check": "crash", "ok": ok, "kernels": n, "gap_s": gap_s,
+            "exit_code": meta.get("exit_code"), "exit_signal": meta.get("exit_signal"),
+            "status": meta.get("status")}
+
+
+if __name__ == "__main__":
+    kind, *rest = sys.argv[1:]
+    result = {"events": events, "torchprof": torchprof, "crash": crash}[kind](*rest)
+    print(json.dumps(result, indent=1, default=str))
+    sys.exit(0 if result["ok"] else 1)

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Everything gpuscope checks on a GPU machine, in one go: records the test fixtures, checks kernel
+# times against CUDA events and torch.profiler, checks crash safety, looks at other frameworks, and
+# times the overhead. Results go to $OUT (default /tmp/gpuscope-device), fixtures to $OUT/fixtures.
+#
+# Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
+# .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
+#     bash tests/device/run_all.sh [sections...]     sections: env fixtures events torchprof crash frameworks overhead
+set -u
+OUT=${OUT:-/tmp/gpuscope-device}
+mkdir -p "$OUT/fixtures" "$OUT/work"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src
+else
+  export PYTHONPATH=$PWD/src
+fi
+export PYTHONUNBUFFERED=1
+PY=python3
+WL=tests/device/workloads
+W=$OUT/work
+SECTIONS=${*:-env fixtures events torchprof crash frameworks overhead}
+gs() { timeout 150 $PY -m gpuscope "$@"; }
+has() { [[ " $SECTIONS " == *" $1 "* ]]; }
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+if has env; then
+  step env
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  $PY -c "import sys, torch, duckdb, numpy; from cupti import cupti; print(sys.version.split()[0], 'torch', torch.__version__, 'duckdb', duckdb.__version__, 'numpy', numpy.__version__, 'cupti-python', __import__('importlib.metadata').metadata.version('cupti-python'))"
+fi
+
+if has fixtures; then
+  step "fixture: MLP training, every CUDA record kind incl. API calls"
+  gs profile -t cuda,cuda-api -o "$OUT/fixtures/mlp_api" --force-overwrite $WL/mlp.py --steps 3 --warmup 1
+  step "fixture: MLP training, default collectors"
+  gs profile -o "$OUT/fixtures/mlp_default" --force-overwrite $WL/mlp.py --steps 3 --warmup 1
+  gs stats "$OUT/fixtures/mlp_api.gpuscope" > "$OUT/stats_mlp_api.txt"
+  gs stats -f json "$OUT/fixtures/mlp_api.gpuscope" > "$OUT/stats_mlp_api.json"
+  gs export "$OUT/fixtures/mlp_api.gpuscope" -o "$W/mlp_api.trace.json" --force-overwrite
+  head -c 3000 "$OUT/stats_mlp_api.txt"
+fi
+
+if has events; then
+  step "check: kernel durations vs CUDA events"
+  gs profile -o "$W/events" --force-overwrite $WL/event_truth.py --out "$W/events_truth.json"
+  $PY tests/device/check.py events "$W/events.gpuscope" "$W/events_truth.json" > "$OUT/check_events.json"; echo "events rc=$?"
+  cp "$W/events.gpuscope" "$OUT/fixtures/event_regions.gpuscope"; cp "$W/events_truth.json" "$OUT/fixtures/event_regions.truth.json"
+fi
+
+if has torchprof; then
+  step "check: per-kernel totals vs torch.profiler"
+  gs profile -o "$W/tp" --force-overwrite $WL/mlp.py --steps 50 --warmup 5
+  $PY $WL/mlp.py --steps 50 --warmup 5 --torch-profiler "$W/tp_torch.json"
+  $PY tests/device/check.py torchprof "$W/tp.gpuscope" "$W/tp_torch.json" > "$OUT/check_torchprof.json"; echo "torchprof rc=$?"
+fi
+
+if has crash; then
+  for mode in exit kill raise term; do
+    step "check: crash mode $mode"
+    gs profile -o "$W/crash_$mode" --force-overwrite $WL/crash.py $mode --marker "$W/crash_$mode.marker"
+    echo "gpuscope rc=$?"
+    $PY tests/device/check.py crash "$W/crash_$mode.gpuscope" "$W/crash_$mode.marker" > "$OUT/check_crash_$mode.json"; echo "crash $mode rc=$?"
+  done
+  cp "$W/crash_kill.gpuscope" "$OUT/fixtures/crash_kill.gpuscope"
+fi
+
+if has frameworks; then
+  step "frameworks: CuPy, Triton, Numba, JAX"
+  gs profile -o "$W/fw" --force-overwrite $WL/frameworks.py
+  gs stats -r cuda_gpu_kern_sum "$W/fw.gpuscope" > "$OUT/stats_frameworks.txt"; head -40 "$OUT/stats_frameworks.txt"
+fi
+
+if has overhead; then
+  step "overhead"
+  $PY bench/overhead.py --workloads mlp,gemm --rounds 3 --out "$OUT/overhead.json"
+fi
+step done

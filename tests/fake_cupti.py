@@ -1,0 +1,56 @@
+"""Fake CUPTI activity objects over real CUPTI struct layouts, for testing record handling on CPU.
+
+The objects mimic what cupti-python hands to a buffer-completed callback: each has the class name of
+its struct version (``ActivityKernel11``) and a ``ptr`` to its bytes, here in one numpy buffer laid
+out as CUPTI lays out an activity buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+
+def dtype(cupti: Any, struct: str) -> np.dtype:
+    from gpuscope.capture.cupti_collector import struct_dtypes
+
+    return struct_dtypes(cupti)[struct.lower()]
+
+
+class FakeBuffer:
+    """Holds records of several struct types back to back, like a CUPTI activity buffer."""
+
+    def __init__(self, cupti: Any) -> None:
+        self.cupti = cupti
+        self.parts: list[tuple[str, np.ndarray]] = []
+        self.keep: list[Any] = []  # C strings referenced by records
+
+    def cstring(self, text: str) -> int:
+        buf = ctypes.create_string_buffer(text.encode())
+        self.keep.append(buf)
+        return ctypes.addressof(buf)
+
+    def add(self, struct: str, **fields: Any) -> None:
+        rec = np.zeros(1, dtype=dtype(self.cupti, struct))
+        for k, v in fields.items():
+            if isinstance(v, str):
+                v = self.cstring(v)
+            rec[k] = v
+        self.parts.append((struct, rec))
+
+    def activities(self) -> list[Any]:
+        """Return activity objects whose ``ptr`` point into one contiguous block."""
+        blob = b"".join(rec.tobytes() for _, rec in self.parts)
+        self.block = np.frombuffer(bytearray(blob), dtype=np.uint8)
+        base = self.block.ctypes.data
+        out, off = [], 0
+        for struct, rec in self.parts:
+            cls = type(struct, (), {})
+            obj = cls()
+            obj.ptr = base + off
+            obj.kind = int(rec["kind"][0])
+            out.append(obj)
+            off += rec.dtype.itemsize
+        return out
