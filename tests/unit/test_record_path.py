@@ -57,6 +57,8 @@ def test_kernels_memops_and_api_calls_reach_the_report(tmp_path: Path) -> None:
            start=T0 + 10_000, end=T0 + 12_000, flags_=0, stream_id=7, correlation_id=3)
     b1.add("ActivityMemset4", kind=2, bytes=1000, value=0, memory_kind=3, start=T0 + 13_000,
            end=T0 + 13_500, flags_=1, stream_id=7, correlation_id=4)
+    b1.add("ActivitySynchronization2", kind=38, type=4, start=T0 + 14_000, end=T0 + 15_000,
+           correlation_id=6, context_id=1, stream_id=0xFFFFFFFF, cuda_event_id=0xFFFFFFFF)
     b2 = FakeBuffer(cupti)  # a second buffer reuses the name; strings must still resolve
     _kernel(b2, KERNEL_A, 20_000, 3000, 5)
     with _collect(tmp_path, [b1, b2]) as report:
@@ -84,3 +86,5 @@ def test_kernels_memops_and_api_calls_reach_the_report(tmp_path: Path) -> None:
         assert (m["src_kind"][0], m["dst_kind"][0], bool(m["is_async"][0])) == ("Pageable", "Device", False)
         assert bool(report.memsets()["is_async"][0]) is True
         assert set(report.sql("SELECT DISTINCT pid FROM kernel")[0]) == {4242}
+        s = report.syncs()
+        assert s["type"][0] == "ContextSynchronize" and s["stream_id"].isna()[0]

@@ -68,8 +68,11 @@ def profile(
         seen: list[Diagnostic] = []
 
         def ingest(final: bool = False) -> None:
-            with lock:
-                new = writer.ingest(str(spool), final=final)
+            try:
+                with lock:
+                    new = writer.ingest(str(spool), final=final)
+            except Exception as exc:  # noqa: BLE001  (the program keeps running; say what was lost)
+                new = [(0, "error", f"writing the report failed: {type(exc).__name__}: {exc}")]
             for d in new:
                 seen.append(d)
                 on_diagnostic(d)

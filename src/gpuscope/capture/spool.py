@@ -66,6 +66,7 @@ class SpoolWriter:
         self._ids: dict[str, int] = {"": 0}
         self._new: list[tuple[int, str]] = []
         self.bytes_written = 0
+        self.closed = False
 
     def intern(self, value: str) -> int:
         """Return the local id of ``value``, defining it in the next chunk if it is new."""
@@ -88,7 +89,7 @@ class SpoolWriter:
     ) -> None:
         """Write one chunk holding the given records and every string defined since the last one."""
         with self._lock:
-            if not (records or rows or self._new):
+            if self.closed or not (records or rows or self._new):
                 return
             chunk = Chunk(
                 self.pid, self._seq, self._new, records or {}, dtypes or {}, symbols or {}, rows or {}
@@ -98,9 +99,15 @@ class SpoolWriter:
             data = chunk.to_bytes()
             final = os.path.join(self.directory, chunk_name(chunk.pid, chunk.seq))
             tmp = final + ".tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, final)
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, final)
+            except FileNotFoundError:
+                # The session is over (its spool is gone) while this process still runs: a
+                # daemon that outlived the profiled program. Its late records have nowhere to go.
+                self.closed = True
+                return
             self.bytes_written += len(data)
 
 

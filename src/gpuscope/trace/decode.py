@@ -32,6 +32,7 @@ ACTIVITY_KIND_DRIVER = 4
 ACTIVITY_KIND_RUNTIME = 5
 FLAG_ASYNC = 1  # CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC == CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC
 OBJECT_KIND_THREAD = 2
+INVALID_U32 = 0xFFFFFFFF
 
 # (resolve space, values) -> global string ids
 Resolve = Callable[[str, np.ndarray], np.ndarray]
@@ -170,12 +171,14 @@ def _api_call(r: np.ndarray, resolve: Resolve) -> Columns:
 
 
 def _sync(r: np.ndarray, resolve: Resolve) -> Columns:
+    stream = r["stream_id"]
     return {
         "start_ns": _i64(r["start"]),
         "end_ns": _i64(r["end"]),
         "context_id": r["context_id"],
-        "stream_id": r["stream_id"],
-        "event_id": _i64(r["cuda_event_id"]),
+        # A context or event synchronization names no stream: CUPTI writes CUPTI_SYNCHRONIZATION_INVALID_VALUE
+        "stream_id": _nullable_int(stream, stream == INVALID_U32),
+        "event_id": _nullable_int(r["cuda_event_id"], r["cuda_event_id"] == INVALID_U32),
         "type": _enum(SYNC_TYPE, r["type"]),
         "correlation_id": _i64(r["correlation_id"]),
         "return_value": _i64(_field(r, "return_value")),

@@ -91,15 +91,13 @@ class ReportWriter:
             order = sorted(chunks) if final else _consecutive(chunks, proc.next_seq)
             for seq in order:
                 path = chunks[seq]
-                with open(path, "rb") as fh:
-                    chunk = Chunk.from_bytes(fh.read())
-                self.con.execute("BEGIN TRANSACTION")
                 try:
+                    with open(path, "rb") as fh:
+                        chunk = Chunk.from_bytes(fh.read())
+                except Exception as exc:  # noqa: BLE001  (a damaged chunk loses its records, no more)
+                    diagnostics.append(self._problem(pid, f"unreadable chunk {seq}: {_text(exc)}"))
+                else:
                     diagnostics += self._ingest_chunk(proc, chunk)
-                    self.con.execute("COMMIT")
-                except BaseException:
-                    self.con.execute("ROLLBACK")
-                    raise
                 os.unlink(path)
                 proc.next_seq = seq + 1
         return diagnostics
@@ -111,9 +109,23 @@ class ReportWriter:
             proc.local_to_global[local] = self.intern(value)
         proc.dtypes.update(chunk.dtypes)
         proc.symbols.update(chunk.symbols)
+        problems = []
         for struct, blob in chunk.records.items():
-            self._ingest_records(chunk.pid, proc, struct, blob)
-        return self._ingest_rows(chunk.pid, chunk.rows)
+            try:
+                self._ingest_records(chunk.pid, proc, struct, blob)
+            except Exception as exc:  # noqa: BLE001  (keep recording the rest)
+                problems.append(self._problem(chunk.pid, f"could not store {struct} records: {_text(exc)}"))
+        try:
+            return problems + self._ingest_rows(chunk.pid, chunk.rows)
+        except Exception as exc:  # noqa: BLE001
+            return problems + [self._problem(chunk.pid, f"could not store collector rows: {_text(exc)}")]
+
+    def _problem(self, pid: int, message: str) -> Diagnostic:
+        """Record a failure of the writer itself as a diagnostic of the report."""
+        self.con.execute(
+            "INSERT INTO diagnostic VALUES (NULL, ?, 'error', ?)", [pid, message]
+        )
+        return (pid, "error", message)
 
     def _ingest_records(self, pid: int, proc: _Process, struct: str, blob: bytes) -> None:
         table = decode.table_for(struct)
@@ -196,6 +208,11 @@ class ReportWriter:
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()
+
+
+def _text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _consecutive(chunks: dict[int, str], start: int) -> list[int]:
