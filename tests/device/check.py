@@ -27,8 +27,9 @@ def events(report_path: str, truth_path: str) -> dict[str, Any]:
         for t in truth:
             lo, hi = t["t0_monotonic_ns"] + off, t["t1_monotonic_ns"] + off
             n, total, first, last = r.sql(
-                "SELECT count(*), sum(end_ns - start_ns), min(start_ns), max(end_ns) FROM kernel "
-                "WHERE start_ns >= ? AND end_ns <= ?", [lo, hi])[0]
+                "SELECT count(*), sum(end_ns - start_ns), min(start_ns), max(end_ns) FROM kernel k "
+                "JOIN kernel_config c ON c.id = k.config_id JOIN string s ON s.id = c.name_id "
+                "WHERE start_ns >= ? AND end_ns <= ? AND s.value NOT LIKE '%spin_kernel%'", [lo, hi])[0]
             event_ns = t["event_ms"] * 1e6
             rows.append({**t, "kernels": n, "kernel_sum_ns": total, "kernel_span_ns": last - first,
                          "ratio_sum_to_event": total / event_ns})

@@ -1,8 +1,10 @@
 """GPU-saturated regions timed with CUDA events, for checking kernel durations in a report.
 
-Each region starts on an idle GPU (after a synchronize), queues its kernels without waiting, and
-ends with a synchronize. The CLOCK_MONOTONIC bounds of the region and the CUDA-event time of it
-go to --out; every kernel of the report inside those bounds belongs to the region.
+Each region starts on an idle GPU (after a synchronize). A spin kernel (torch.cuda._sleep) keeps
+the GPU busy while the start event and the region's kernels are queued behind it, so the events
+time the kernels and not the host's launch latency. The CLOCK_MONOTONIC bounds of the region and
+its CUDA-event time go to --out: the region's kernels are those of the report inside the bounds,
+apart from the spin kernel.
 """
 
 import argparse
@@ -11,17 +13,18 @@ import time
 
 import torch
 
+SPIN_CYCLES = 20_000_000  # about 10 ms: longer than it takes the host to queue a region
 
 def regions():
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    big = torch.randn(64 << 20, device="cuda")
-    small = [torch.randn(2048, 2048, device="cuda") for _ in range(2)]
+    big = torch.randn(256 << 20, device="cuda")
+    small = [torch.randn(4096, 4096, device="cuda") for _ in range(2)]
     yield "gemm_bf16_8192_x10", lambda: [torch.matmul(a, b) for _ in range(10)]
-    yield "elementwise_256MB_x100", lambda: [big.mul_(1.0001) for _ in range(100)]
-    yield "mixed_fp32_gemm_and_softmax_x50", lambda: [
-        torch.softmax(small[0] @ small[1], dim=-1) for _ in range(50)
+    yield "elementwise_1GB_x50", lambda: [big.mul_(1.0001) for _ in range(50)]
+    yield "mixed_fp32_gemm_and_softmax_x20", lambda: [
+        torch.softmax(small[0] @ small[1], dim=-1) for _ in range(20)
     ]
 
 
@@ -39,6 +42,7 @@ def main() -> None:
             torch.cuda.synchronize()
             time.sleep(0.02)  # an idle gap separates regions in the trace
             t0 = time.monotonic_ns()
+            torch.cuda._sleep(SPIN_CYCLES)
             start.record()
             fn()
             end.record()
