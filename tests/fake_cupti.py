@@ -19,17 +19,22 @@ def dtype(cupti: Any, struct: str) -> np.dtype:
     return struct_dtypes(cupti)[struct.lower()]
 
 
+_CLASSES: dict[str, type] = {}
+_CSTRINGS: dict[str, Any] = {}
+
+
 class FakeBuffer:
     """Holds records of several struct types back to back, like a CUPTI activity buffer."""
 
     def __init__(self, cupti: Any) -> None:
         self.cupti = cupti
         self.parts: list[tuple[str, np.ndarray]] = []
-        self.keep: list[Any] = []  # C strings referenced by records
 
     def cstring(self, text: str) -> int:
-        buf = ctypes.create_string_buffer(text.encode())
-        self.keep.append(buf)
+        """Return the address of a C string holding ``text``; one per text, as CUPTI keeps names."""
+        buf = _CSTRINGS.get(text)
+        if buf is None:
+            buf = _CSTRINGS[text] = ctypes.create_string_buffer(text.encode())
         return ctypes.addressof(buf)
 
     def add(self, struct: str, **fields: Any) -> None:
@@ -47,7 +52,7 @@ class FakeBuffer:
         base = self.block.ctypes.data
         out, off = [], 0
         for struct, rec in self.parts:
-            cls = type(struct, (), {})
+            cls = _CLASSES.setdefault(struct, type(struct, (), {}))
             obj = cls()
             obj.ptr = base + off
             obj.kind = int(rec["kind"][0])

@@ -73,6 +73,6 @@ fi
 
 if has overhead; then
   step "overhead"
-  $PY bench/overhead.py --workloads mlp,gemm --rounds 3 --out "$OUT/overhead.json"
+  $PY bench/overhead.py --workloads mlp,gemm --rounds 4 --out "$OUT/overhead.json"
 fi
 step done

@@ -88,3 +88,26 @@ def test_kernels_memops_and_api_calls_reach_the_report(tmp_path: Path) -> None:
         assert set(report.sql("SELECT DISTINCT pid FROM kernel")[0]) == {4242}
         s = report.syncs()
         assert s["type"][0] == "ContextSynchronize" and s["stream_id"].isna()[0]
+
+
+def test_records_outside_the_buffer_are_copied_too(tmp_path: Path) -> None:
+    main = FakeBuffer(cupti)
+    _kernel(main, KERNEL_A, 0, 1000, 1)
+    _kernel(main, KERNEL_A, 2000, 1000, 2)
+    stray = FakeBuffer(cupti)  # a record CUPTI keeps in memory of its own
+    stray.add("ActivityMemset4", kind=2, bytes=64, value=0, memory_kind=3, start=T0 + 5000,
+              end=T0 + 5100, flags_=0, stream_id=7, correlation_id=3)
+    acts = main.activities() + stray.activities()
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    collector = CuptiCollector(SpoolWriter(str(spool), pid=7), {"cuda"}, lambda lvl, m: None)
+    collector.bind(cupti, np)
+    collector._on_complete(acts[::-1])  # order of delivery does not matter
+    assert collector.records == 3 and collector.copied_buffers == 1
+    out = tmp_path / "r.gpuscope"
+    w = ReportWriter(out)
+    w.ingest(str(spool), final=True)
+    w.close()
+    with Report.open(out) as r:
+        assert r.sql("SELECT count(*), sum(end_ns - start_ns) FROM kernel")[0] == (2, 2000)
+        assert r.sql("SELECT bytes FROM memset")[0] == (64,)

@@ -16,6 +16,8 @@ from typing import Any, Callable
 from .spool import SpoolWriter
 
 BUFFER_SIZE = 8 * 1024 * 1024
+# Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
+MAX_RECORD_GAP = 4096
 # Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
 STRING_FIELDS = ("name", "domain")
 
@@ -61,7 +63,7 @@ class CuptiCollector:
         self.diag = diag
         self.records = 0
         self.buffers = 0
-        self.copied_buffers = 0  # buffers whose records were not in one block (slower path)
+        self.copied_buffers = 0  # buffers whose records were not all in one block
         self.failed_records = 0
         self.callback_ns = 0
         self.enabled: list[str] = []
@@ -171,18 +173,8 @@ class CuptiCollector:
 
     def _ship(self, activities: list[Any]) -> None:
         np = self._np
-        n = len(activities)
         ptrs = np.array([a.ptr for a in activities], dtype=np.int64)
-        last = int(ptrs.argmax())
-        last_dt = self._dtype_of(type(activities[last]))
-        base = int(ptrs.min())
-        span = int(ptrs[last]) - base + (last_dt.itemsize if last_dt is not None else 0)
-        if last_dt is not None and span <= 2 * BUFFER_SIZE:
-            raw = np.frombuffer(ctypes.string_at(base, span), dtype=np.uint8)
-            offsets = ptrs - base
-        else:  # the records are not in one block: copy them one by one
-            raw, offsets = self._copy_each(activities)
-            self.copied_buffers += 1
+        raw, offsets = self._copy_blocks(activities, ptrs)
         kinds = _read_i32(np, raw, offsets)
         records: dict[str, bytes] = {}
         dtypes: dict[str, Any] = {}
@@ -195,15 +187,15 @@ class CuptiCollector:
             if dt is None:
                 self._unsupported_record(cls.__name__, len(idx))
                 continue
-            block = raw[offsets[idx][:, None] + np.arange(dt.itemsize)]
-            recs = block.reshape(-1).view(dt)
+            block = _gather(np, raw, offsets[idx], dt.itemsize)
+            recs = block.view(dt)
             for f in STRING_FIELDS:
                 if f in dt.names:
                     self._resolve_strings(recs[f], symbols)
             if int(kind) in self._api_domains:
                 self._resolve_api_names(self._api_domains[int(kind)], recs["cbid"], symbols)
             name = cls.__name__
-            records[name] = block.tobytes()
+            records[name] = block  # a view of CUPTI's buffer where possible; written before we return
             if name not in self._sent_dtypes:
                 self._sent_dtypes.add(name)
                 dtypes[name] = dt
@@ -212,16 +204,34 @@ class CuptiCollector:
         self.records += shipped
         self.buffers += 1
 
-    def _copy_each(self, activities: list[Any]) -> tuple[Any, Any]:
+    def _copy_blocks(self, activities: list[Any], ptrs: Any) -> tuple[Any, Any]:
+        """Copy the records out of CUPTI's memory; return the bytes and each record's offset.
+
+        Records normally sit back to back in one buffer, copied in one go; a record that lives
+        elsewhere (CUPTI keeps some apart) starts a block of its own.
+        """
         np = self._np
-        parts, offsets, pos = [], [], 0
-        for a in activities:
-            dt = self._dtype_of(type(a))
-            size = dt.itemsize if dt is not None else 4
-            parts.append(ctypes.string_at(a.ptr, size))
-            offsets.append(pos)
+        order = np.argsort(ptrs, kind="stable")
+        sorted_ptrs = ptrs[order]
+        cuts = np.flatnonzero(np.diff(sorted_ptrs) > MAX_RECORD_GAP) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [len(sorted_ptrs)]))
+        parts, offsets, pos = [], np.empty(len(ptrs), dtype=np.int64), 0
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            first = int(sorted_ptrs[s])
+            last_dt = self._dtype_of(type(activities[int(order[e - 1])]))
+            tail = last_dt.itemsize if last_dt is not None else 4  # 4: just the kind field
+            size = int(sorted_ptrs[e - 1]) - first + tail
+            parts.append((first, size))
+            offsets[order[s:e]] = sorted_ptrs[s:e] - first + pos
             pos += size
-        return np.frombuffer(b"".join(parts), dtype=np.uint8), np.asarray(offsets, dtype=np.int64)
+        if len(parts) == 1:
+            # Read CUPTI's buffer in place: it stays valid until this callback returns.
+            first, size = parts[0]
+            return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(first)), offsets
+        self.copied_buffers += 1
+        blob = b"".join(ctypes.string_at(first, size) for first, size in parts)
+        return np.frombuffer(blob, dtype=np.uint8), offsets
 
     def _resolve_strings(self, values: Any, symbols: dict[tuple[str, int], int]) -> None:
         for p in self._np.unique(values):
@@ -275,8 +285,19 @@ def _api_name(cupti: Any, domain: str, cbid: int) -> str:
     return base if sep and version.isdigit() else name
 
 
+def _gather(np: Any, raw: Any, offsets: Any, size: int) -> Any:
+    """Return the ``size``-byte records at ``offsets`` of ``raw``, packed back to back."""
+    first = int(offsets[0])
+    if len(offsets) == 1 or bool((np.diff(offsets) == size).all()):
+        return raw[first : first + size * len(offsets)]  # already packed: no copy
+    mv = memoryview(raw)
+    return np.frombuffer(b"".join([mv[o : o + size] for o in offsets.tolist()]), dtype=np.uint8)
+
+
 def _read_i32(np: Any, raw: Any, offsets: Any) -> Any:
     """Return the int32 at each offset of ``raw`` (the ``kind`` field that starts every record)."""
+    if not (offsets & 3).any():  # CUPTI aligns records, so this is the usual case
+        return np.frombuffer(raw.data, dtype="<i4", count=len(raw) // 4)[offsets >> 2]
     idx = offsets[:, None] + np.arange(4)
     return raw[idx].reshape(-1).view("<i4")
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 CHUNK_SUFFIX = ".chunk"
+MAGIC = b"GSC1"
 SPOOL_ENV = "GPUSCOPE_SPOOL"
 
 
@@ -35,20 +37,36 @@ class Chunk:
     pid: int
     seq: int
     strings: list[tuple[int, str]] = field(default_factory=list)
-    records: dict[str, bytes] = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)  # bytes or any buffer
     dtypes: dict[str, Any] = field(default_factory=dict)
     symbols: dict[tuple[str, int], int] = field(default_factory=dict)
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
 
-    def to_bytes(self) -> bytes:
-        return pickle.dumps(
-            (self.pid, self.seq, self.strings, self.records, self.dtypes, self.symbols, self.rows),
+    def parts(self) -> list[Any]:
+        """Return the chunk's file content as a list of buffers (the records are not copied).
+
+        Layout: magic, header length (u32), pickled header, then each record block's bytes.
+        """
+        sizes = [(name, memoryview(blob).nbytes) for name, blob in self.records.items()]
+        header = pickle.dumps(
+            (self.pid, self.seq, self.strings, self.dtypes, self.symbols, self.rows, sizes),
             protocol=pickle.HIGHEST_PROTOCOL,
         )
+        return [MAGIC, struct.pack("<I", len(header)), header, *self.records.values()]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Chunk":
-        return cls(*pickle.loads(data))
+        if data[:4] != MAGIC:
+            raise ValueError("not a gpuscope spool chunk")
+        (n,) = struct.unpack_from("<I", data, 4)
+        pid, seq, strings, dtypes, symbols, rows, sizes = pickle.loads(data[8 : 8 + n])
+        records, pos = {}, 8 + n
+        for name, size in sizes:
+            records[name] = data[pos : pos + size]
+            pos += size
+        if pos != len(data):
+            raise ValueError("truncated spool chunk")
+        return cls(pid, seq, strings, records, dtypes, symbols, rows)
 
 
 def chunk_name(pid: int, seq: int) -> str:
@@ -82,7 +100,7 @@ class SpoolWriter:
 
     def write(
         self,
-        records: dict[str, bytes] | None = None,
+        records: dict[str, Any] | None = None,
         dtypes: dict[str, Any] | None = None,
         symbols: dict[tuple[str, int], int] | None = None,
         rows: dict[str, list[tuple[Any, ...]]] | None = None,
@@ -96,19 +114,20 @@ class SpoolWriter:
             )
             self._new = []
             self._seq += 1
-            data = chunk.to_bytes()
             final = os.path.join(self.directory, chunk_name(chunk.pid, chunk.seq))
             tmp = final + ".tmp"
+            size = 0
             try:
                 with open(tmp, "wb") as fh:
-                    fh.write(data)
+                    for part in chunk.parts():
+                        size += fh.write(part)
                 os.replace(tmp, final)
             except FileNotFoundError:
                 # The session is over (its spool is gone) while this process still runs: a
                 # daemon that outlived the profiled program. Its late records have nowhere to go.
                 self.closed = True
                 return
-            self.bytes_written += len(data)
+            self.bytes_written += size
 
 
 def ready_chunks(directory: str) -> Iterator[tuple[int, int, str]]:
