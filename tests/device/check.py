@@ -31,9 +31,17 @@ def events(report_path: str, truth_path: str) -> dict[str, Any]:
                 "JOIN kernel_config c ON c.id = k.config_id JOIN string s ON s.id = c.name_id "
                 "WHERE start_ns >= ? AND end_ns <= ? AND s.value NOT LIKE '%spin_kernel%'", [lo, hi])[0]
             event_ns = t["event_ms"] * 1e6
-            rows.append({**t, "kernels": n, "kernel_sum_ns": total, "kernel_span_ns": last - first,
-                         "ratio_sum_to_event": total / event_ns})
-    ok = all(abs(x["ratio_sum_to_event"] - 1) <= 0.02 for x in rows)
+            span = last - first
+            rows.append({**t, "kernels": n, "kernel_sum_ns": total, "kernel_span_ns": span,
+                         "ratio_sum_to_event": total / event_ns, "ratio_span_to_event": span / event_ns,
+                         # The host fell behind the GPU: the region has idle gaps the events include.
+                         "saturated": total >= 0.98 * span})
+    saturated = [x for x in rows if x["saturated"]]
+    ok = (
+        len(saturated) >= len(rows) - 1
+        and all(abs(x["ratio_sum_to_event"] - 1) <= 0.02 for x in saturated)
+        and all(abs(x["ratio_span_to_event"] - 1) <= 0.02 for x in rows)
+    )
     return {"check": "events", "ok": ok, "rows": rows}
 
 

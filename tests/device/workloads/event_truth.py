@@ -13,7 +13,7 @@ import time
 
 import torch
 
-SPIN_CYCLES = 20_000_000  # about 10 ms: longer than it takes the host to queue a region
+SPIN_CYCLES = 100_000_000  # about 50 ms: far longer than it takes the host to queue a region
 
 def regions():
     n = 8192
