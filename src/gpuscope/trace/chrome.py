@@ -3,7 +3,7 @@
 Layout: one process per profiled process with a row per CPU thread (CUDA API calls) and a row for
 synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
 from each launching API call to its kernel or memory operation (when API calls were recorded).
-Times are microseconds from the first recorded event.
+Times are microseconds from the start of the first profiled process (or the first event).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _batches(report: Report, query: str, size: int = 100_000) -> Iterator[tuple[
 
 
 def origin_ns(report: Report) -> int:
-    """Return the earliest timestamp in the report (the export's time zero)."""
+    """Return the export's time zero: the earliest process start or event in the report."""
     row = report.sql(
         """SELECT min(t) FROM (
             SELECT min(start_ns) AS t FROM kernel UNION ALL SELECT min(start_ns) FROM memcpy

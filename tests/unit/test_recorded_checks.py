@@ -1,0 +1,56 @@
+"""The independent-truth checks of tests/device/check.py, rerun on the reports they were made on."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from conftest import FIXTURES
+
+from gpuscope.analysis.overview import busy_time, overview
+from gpuscope.trace.report import Report
+
+_spec = importlib.util.spec_from_file_location("device_check", Path(__file__).parents[1] / "device" / "check.py")
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)  # type: ignore[union-attr]
+
+
+def test_kernel_durations_add_up_to_cuda_event_time(recorded) -> None:
+    result = check.events(str(recorded("event_regions")), str(FIXTURES / "event_regions.truth.json"))
+    assert result["ok"]
+    saturated = [r for r in result["rows"] if r["saturated"]]
+    assert len(saturated) == 8  # one repeat had the host fall behind the GPU; its span still matches
+    for r in saturated:
+        assert abs(r["ratio_sum_to_event"] - 1) < 0.006
+    assert {r["kernels"] for r in result["rows"] if r["region"].startswith("gemm")} == {10}
+
+
+def test_a_killed_program_keeps_what_it_recorded(recorded) -> None:
+    with Report.open(recorded("crash_kill")) as r:
+        assert r.meta["exit_signal"] == 9 and r.meta["exit_code"] is None
+        assert r.complete  # the launcher survived and finished the file
+        assert r.count("kernel") > 1000
+        proc = r.processes()
+        assert proc["end_ns"].isna().all()  # the program never reached its exit handlers
+        ov = overview(r)
+        assert ov.exit_description == "killed by signal 9"
+
+
+def test_busy_time_is_the_union_of_gpu_intervals(mlp_api: Report) -> None:
+    ops = mlp_api.sql(
+        "SELECT start_ns, end_ns FROM kernel UNION ALL SELECT start_ns, end_ns FROM memcpy "
+        "UNION ALL SELECT start_ns, end_ns FROM memset ORDER BY 1, 2"
+    )
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in ops:  # merge by hand
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    (dev,) = busy_time(mlp_api)
+    assert dev.busy_ns == busy
+    assert dev.span_ns == max(e for _, e in ops) - ops[0][0]
+    assert dev.name == "NVIDIA H200" and dev.kernels == 246
