@@ -30,7 +30,7 @@ def render(ov: Overview, width: int | None = None) -> str:
     else:
         con.print("Dropped records: none")
     if ov.collector_overhead_ns:
-        con.print(f"Time in gpuscope's CUPTI callbacks inside the program: {duration(ov.collector_overhead_ns)}")
+        con.print(f"CPU time of gpuscope's CUPTI callbacks inside the program: {duration(ov.collector_overhead_ns)}")
     for kind, hint in ov.not_recorded.items():
         con.print(f"Not recorded: {hint}")
     for w in ov.warnings:
