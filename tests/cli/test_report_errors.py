@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
 import duckdb
 import pytest
 
-from .conftest import Gpuscope, Result
+from .conftest import Gpuscope, Result, finish
 
 
 def _missing(d: Path, real: Path) -> str:
@@ -65,38 +66,74 @@ BAD_REPORTS: dict[str, Callable[[Path, Path], str]] = {
 }
 
 
-def _assert_one_line_error(res: Result, name: str) -> None:
-    assert res.returncode != 0, res.describe()
-    assert "Traceback" not in res.stderr, res.describe()
+def _error_problems(res: Result, name: str) -> list[str]:
+    """What is wrong with ``res`` as a one-line error about ``name`` (empty when it is right)."""
+    problems = []
+    if res.returncode == 0:
+        problems.append("exit code 0")
+    if "Traceback" in res.stderr:
+        problems.append("a traceback on stderr")
     lines = [line for line in res.stderr_lines if line.strip()]
-    assert len(lines) == 1, res.describe()
-    assert lines[0].startswith("gpuscope: error: "), res.describe()
-    assert name in lines[0], res.describe()
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} lines on stderr, not 1")
+    elif not lines[0].startswith("gpuscope: error: ") or name not in lines[0]:
+        problems.append(f"the line is not 'gpuscope: error: ...{name}...'")
+    return problems
+
+
+COMMANDS = ("stats", "export")
+
+
+@dataclass(frozen=True)
+class BadRun:
+    """One ``gpuscope COMMAND BAD`` run: where it ran, the name it was given, how it ended."""
+
+    cwd: Path
+    name: str
+    result: Result
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory: pytest.TempPathFactory, real_report: Path) -> dict[tuple[str, str], BadRun]:
+    """Every command on every bad file, each in its own directory, all started at once (each run
+    is mostly interpreter start-up, so this keeps the module quick)."""
+    started = {}
+    for command in COMMANDS:
+        for case, make in BAD_REPORTS.items():
+            d = tmp_path_factory.mktemp(f"{command}-{case}")
+            name = make(d, real_report)
+            started[(command, case)] = (d, name, Gpuscope(d).start(command, name))
+    return {
+        key: BadRun(d, name, finish(proc, (key[0], name))) for key, (d, name, proc) in started.items()
+    }
 
 
 @pytest.mark.parametrize("case", list(BAD_REPORTS))
-def test_stats_on_bad_report(gs: Gpuscope, real_report: Path, case: str) -> None:
+def test_stats_on_bad_report(bad_runs: dict[tuple[str, str], BadRun], case: str) -> None:
     """``gpuscope stats BAD`` is one error line naming BAD, with nothing on stdout."""
-    name = BAD_REPORTS[case](gs.cwd, real_report)
-    res = gs.run("stats", name)
-    _assert_one_line_error(res, name)
-    assert res.stdout == ""
+    run = bad_runs[("stats", case)]
+    problems = _error_problems(run.result, run.name)
+    if run.result.stdout:
+        problems.append("output on stdout")
+    assert not problems, f"{problems}\n{run.result.describe()}"
 
 
 @pytest.mark.parametrize("case", list(BAD_REPORTS))
-def test_export_on_bad_report(gs: Gpuscope, real_report: Path, case: str) -> None:
-    """``gpuscope export BAD`` is one error line naming BAD, and leaves no .trace.json behind."""
-    name = BAD_REPORTS[case](gs.cwd, real_report)
-    res = gs.run("export", name)
-    _assert_one_line_error(res, name)
-    assert list(gs.cwd.glob("*.trace.json")) == []
+def test_export_on_bad_report(bad_runs: dict[tuple[str, str], BadRun], case: str) -> None:
+    """``gpuscope export BAD`` is one error line naming BAD, and leaves no trace file behind."""
+    run = bad_runs[("export", case)]
+    problems = _error_problems(run.result, run.name)
+    leftover = sorted(p.name for p in run.cwd.glob("*.trace.json"))
+    if leftover:
+        problems.append(f"left behind {leftover}")
+    assert not problems, f"{problems}\n{run.result.describe()}"
 
 
-def test_schema_999_report_says_upgrade(gs: Gpuscope, real_report: Path) -> None:
-    """A report from a newer gpuscope tells the user what to do about it."""
-    name = _future_version(gs.cwd, real_report)
-    res = gs.run("stats", name)
-    assert "999" in res.stderr and "upgrade" in res.stderr, res.describe()
+def test_schema_999_report_says_upgrade(bad_runs: dict[tuple[str, str], BadRun]) -> None:
+    """A report from a newer gpuscope names the version and tells the user to upgrade."""
+    for command in COMMANDS:
+        res = bad_runs[(command, "schema-999")].result
+        assert "999" in res.stderr and "upgrade" in res.stderr, res.describe()
 
 
 def test_good_report_reads(gs: Gpuscope, real_report: Path) -> None:

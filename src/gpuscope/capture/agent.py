@@ -100,7 +100,7 @@ class Agent:
         try:
             collector.start()
         except CollectorUnavailable as exc:
-            self.diag("warning", f"{exc}: CUDA tracing is off in {_program()}")
+            self.diag("warning", f"{exc}: GPU activity is not recorded; the program runs as usual")
             return
         self.cupti = collector
         self.clock = "cupti"
@@ -166,10 +166,6 @@ def _argv() -> list[str]:
         return [p.decode("utf-8", "replace") for p in parts if p]
     except OSError:
         return [sys.executable, *sys.argv]
-
-
-def _program() -> str:
-    return os.path.basename(sys.executable) + f" (pid {os.getpid()})"
 
 
 def _forget_in_child() -> None:

@@ -10,6 +10,7 @@ leave the process as packed CUPTI structs; the launcher decodes them (trace/deco
 from __future__ import annotations
 
 import ctypes
+import sys
 import time
 from typing import Any, Callable
 
@@ -86,7 +87,7 @@ class CuptiCollector:
             import numpy  # noqa: PLC0415
         except ImportError as exc:
             raise CollectorUnavailable(
-                f"cupti-python is not installed in this Python ({exc.name or exc})"
+                f"cupti-python is not installed for {sys.executable} (pip install 'gpuscope[cuda]')"
             ) from None
         self.bind(cupti, numpy)
         try:

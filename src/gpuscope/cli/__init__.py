@@ -39,8 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gpuscope command line; return the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv and argv[0] == profile.NAME:
+            own, program = profile.split_argv(argv[1:])
+            args = parser.parse_args([profile.NAME, *own])
+            profile.apply_program(args, program)
+        else:
+            args = parser.parse_args(argv)
         return int(args._run(args))
     except GpuscopeError as exc:
         print(f"gpuscope: error: {exc}", file=sys.stderr)

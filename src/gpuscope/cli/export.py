@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
-from ..trace import chrome
-from ..trace.report import Report
 
 NAME = "export"
 HELP = "Convert a report to another format (chrome: a trace for Perfetto UI or chrome://tracing)."
@@ -25,11 +24,18 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.report).with_suffix(".trace.json")
     if out.exists() and not args.force_overwrite:
         raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    from ..trace import chrome
+    from ..trace.report import Report
+
     with Report.open(args.report) as report:
+        tmp = out.with_name(f".{out.name}.partial")
         try:
-            with open(out, "w") as fh:
+            with open(tmp, "w") as fh:
                 n = chrome.write(report, fh)
+            os.replace(tmp, out)
         except OSError as exc:
             raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
     print(f"gpuscope: wrote {out} ({n:,} events); open it in https://ui.perfetto.dev", file=sys.stderr)
     return 0

@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis.cuda_summaries import REPORTS
-from ..analysis.overview import overview
-from ..capture import launcher, session
-from ..reporters import overview as overview_text
-from ..reporters import terminal
+from ..capture import launcher, traces
+from ..errors import GpuscopeError
 from ..trace.files import output_path
-from ..trace.report import Report
-from ..trace.writer import Diagnostic
 
 NAME = "profile"
 HELP = "Run a program and record its GPU (and CPU) activity into a report file."
@@ -24,12 +19,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-t", "--trace",
         help="collectors, comma-separated: " + ", ".join(
-            f"{k} ({v})" for k, v in session.KNOWN_TRACES.items()
-        ) + f". Default: {','.join(session.DEFAULT_TRACE)}",
+            f"{k} ({v})" for k, v in traces.KNOWN_TRACES.items()
+        ) + f". Default: {','.join(traces.DEFAULT_TRACE)}",
     )
     p.add_argument("--stats", action="store_true", help="print every stats report at the end")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module, as python -m")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
+
+
+_WITH_VALUE = {"-o", "--output", "-t", "--trace"}
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``profile``'s arguments into gpuscope's options and the program's command line.
+
+    gpuscope's options come first; the program starts at the first word that is not one of them,
+    after ``--``, or at ``-m MODULE`` (kept at the front of the program part). Everything of the
+    program's is passed through untouched, options like ``--epochs 1`` included.
+    """
+    own: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return own, argv[i + 1 :]
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            return own, argv[i:]
+        if arg in _WITH_VALUE:
+            own += argv[i : i + 2]
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return own, argv[i:]
+        own.append(arg)
+        i += 1
+    return own, []
+
+
+def apply_program(args: argparse.Namespace, program: list[str]) -> None:
+    """Set ``args.module`` and ``args.program`` from the program part of the command line."""
+    args.module = None
+    if program and program[0].startswith("-m"):
+        if program[0] == "-m":
+            if len(program) < 2:
+                raise GpuscopeError("-m needs a module name")
+            args.module, program = program[1], program[2:]
+        else:
+            args.module, program = program[0][2:], program[1:]
+    args.program = program
 
 
 def _say(message: str) -> None:
@@ -37,12 +74,19 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace = session.parse_trace(args.trace)
+    trace = traces.parse_trace(args.trace)
     command = launcher.resolve_command(list(args.program), args.module)
     output = output_path(args.output, args.force_overwrite)
+    from ..analysis.cuda_summaries import REPORTS
+    from ..analysis.overview import overview
+    from ..capture import session
+    from ..reporters import overview as overview_text
+    from ..reporters import terminal
+    from ..trace.report import Report
+
     printed: set[str] = set()
 
-    def on_diagnostic(d: Diagnostic) -> None:
+    def on_diagnostic(d: tuple[int, str, str]) -> None:
         pid, level, message = d
         if message not in printed:
             printed.add(message)
@@ -50,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
     result = session.profile(command, output, trace, on_diagnostic)
     with Report.open(result.report) as report:
-        text = overview_text.render(overview(report))
+        ov = overview(report)
+        ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
+        text = overview_text.render(ov)
         if args.stats:
             text += terminal.render([fn(report) for fn in REPORTS.values()])
     sys.stderr.write(text)

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..analysis.cuda_summaries import REPORTS
+from ..analysis import STATS_REPORTS
 from ..errors import GpuscopeError
-from ..reporters import FORMATS
-from ..trace.report import Report
+
+FORMAT_NAMES = ("table", "csv", "json")
 
 NAME = "stats"
 HELP = "Print summary reports (kernels, API calls, memory operations) of a report file."
@@ -19,17 +19,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
     p.add_argument(
         "-r", "--report", dest="names", action="append", metavar="NAME",
-        help="report to print (repeatable); one of: " + ", ".join(REPORTS) + ". Default: all",
+        help="report to print (repeatable); one of: " + ", ".join(STATS_REPORTS) + ". Default: all",
     )
-    p.add_argument("-f", "--format", choices=sorted(FORMATS), default="table")
+    p.add_argument("-f", "--format", choices=FORMAT_NAMES, default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
 
 
 def run(args: argparse.Namespace) -> int:
-    names = args.names or list(REPORTS)
-    unknown = [n for n in names if n not in REPORTS]
+    names = args.names or list(STATS_REPORTS)
+    unknown = [n for n in names if n not in STATS_REPORTS]
     if unknown:
-        raise GpuscopeError(f"unknown report {', '.join(unknown)}; choose from {', '.join(REPORTS)}")
+        raise GpuscopeError(f"unknown report {', '.join(unknown)}; choose from {', '.join(STATS_REPORTS)}")
+    from ..analysis.cuda_summaries import REPORTS
+    from ..reporters import FORMATS
+    from ..trace.report import Report
+
     with Report.open(args.report) as report:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "

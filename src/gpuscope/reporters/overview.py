@@ -31,8 +31,9 @@ def render(ov: Overview, width: int | None = None) -> str:
         con.print("Dropped records: none")
     if ov.collector_overhead_ns:
         con.print(f"CPU time of gpuscope's CUPTI callbacks inside the program: {duration(ov.collector_overhead_ns)}")
-    for kind, hint in ov.not_recorded.items():
-        con.print(f"Not recorded: {hint}")
+    if any(ov.records.values()):  # what else could have been recorded matters once GPU work was
+        for hint in ov.not_recorded.values():
+            con.print(f"Not recorded: {hint}")
     for w in ov.warnings:
         con.print(f"Warning: {w}")
     return buf.getvalue()

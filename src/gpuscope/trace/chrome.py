@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import IO, Any, Iterator
 
+import duckdb
+
 from .report import Report
 
 GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
@@ -39,12 +41,15 @@ def _gpu_pid(device_id: int) -> int:
 
 
 def _batches(report: Report, query: str, size: int = 100_000) -> Iterator[tuple[Any, ...]]:
-    cur = report.con.execute(query)
-    while True:
-        rows = cur.fetchmany(size)
-        if not rows:
-            return
-        yield from rows
+    try:
+        cur = report.con.execute(query)
+        while True:
+            rows = cur.fetchmany(size)
+            if not rows:
+                return
+            yield from rows
+    except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+        raise report.damaged(exc) from None
 
 
 def origin_ns(report: Report) -> int:

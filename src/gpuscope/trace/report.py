@@ -94,16 +94,26 @@ class Report:
 
     def count(self, table: str) -> int:
         """Return the number of rows of ``table``."""
-        return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+        return int(self.sql(f"SELECT count(*) FROM {table}")[0][0])
 
     def sql(self, query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a SQL query on the report and return its rows."""
-        return self.con.execute(query, params or []).fetchall()
+        try:
+            return self.con.execute(query, params or []).fetchall()
+        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+            raise self.damaged(exc) from None
+
+    def damaged(self, exc: BaseException) -> ReportError:
+        """Return the error that says this report's data cannot be read."""
+        return ReportError(self.path, f"damaged or truncated report ({_first_line(exc)})")
 
     # -- DataFrames -------------------------------------------------------------------------
     def df(self, query: str, params: list[Any] | None = None) -> "pd.DataFrame":
         """Run a SQL query on the report and return a pandas DataFrame."""
-        return self.con.execute(query, params or []).df()
+        try:
+            return self.con.execute(query, params or []).df()
+        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+            raise self.damaged(exc) from None
 
     def kernels(self) -> "pd.DataFrame":
         """Every kernel with its name, launch configuration and times (ns), by start time."""

@@ -1,0 +1,28 @@
+"""The collectors ``--trace`` can name."""
+
+from __future__ import annotations
+
+from ..errors import GpuscopeError
+
+KNOWN_TRACES = {
+    "cuda": "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
+    "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
+    "none": "no collector: run the program and record only its process",
+}
+DEFAULT_TRACE = ["cuda"]
+
+
+def parse_trace(spec: str | None) -> list[str]:
+    """Return the collectors named in a ``--trace`` value, checking each name."""
+    if spec is None:
+        return list(DEFAULT_TRACE)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in KNOWN_TRACES]
+    if unknown or not names:
+        known = ", ".join(sorted(KNOWN_TRACES))
+        raise GpuscopeError(f"unknown --trace value {','.join(unknown) or spec!r}; choose from {known}")
+    if "none" in names:
+        return []
+    if "cuda-api" in names and "cuda" not in names:
+        names.insert(0, "cuda")
+    return names
