@@ -145,7 +145,9 @@ def test_reports_without_api_calls_say_how_to_get_them(recorded) -> None:
 
 
 def test_every_report_is_registered() -> None:
-    assert list(REPORTS) == [
+    from gpuscope.analysis import STATS_REPORTS
+
+    assert tuple(REPORTS) == STATS_REPORTS == (
         "cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
         "cuda_gpu_sum", "cuda_kern_exec_sum",
-    ]
+    )

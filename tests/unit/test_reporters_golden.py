@@ -25,7 +25,7 @@ SUFFIX = {"table": "txt", "csv": "csv", "json": "json"}
 def _render(fmt: str, report: Report) -> str:
     tables = [fn(report) for fn in REPORTS.values()]
     if fmt == "table":
-        return terminal.render(tables, width=200)
+        return terminal.render(tables)
     return FORMATS[fmt](tables)
 
 

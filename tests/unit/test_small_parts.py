@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.capture import launcher, session
+from gpuscope.capture import launcher, traces
 from gpuscope.capture.spool import Chunk, SpoolWriter, ready_chunks
 from gpuscope.errors import GpuscopeError
 from gpuscope.reporters.units import duration, human, machine, size
@@ -37,11 +37,11 @@ def test_machine_values() -> None:
 
 
 def test_trace_values() -> None:
-    assert session.parse_trace(None) == ["cuda"]
-    assert session.parse_trace("cuda-api") == ["cuda", "cuda-api"]
-    assert session.parse_trace("none") == []
+    assert traces.parse_trace(None) == ["cuda"]
+    assert traces.parse_trace("cuda-api") == ["cuda", "cuda-api"]
+    assert traces.parse_trace("none") == []
     with pytest.raises(GpuscopeError, match="unknown --trace value 'gpu'"):
-        session.parse_trace("cuda,gpu")
+        traces.parse_trace("cuda,gpu")
 
 
 def test_commands(tmp_path: Path) -> None:

@@ -1,50 +1,41 @@
-"""Tables for the terminal, drawn with rich, in human units."""
+"""Tables for the terminal, in human units, laid out as plain fixed-width text.
+
+Names are printed whole on one line, as Nsight Systems prints them; numbers are right-aligned.
+Plain formatting keeps a 1000-row kernel table at a few milliseconds (a layout engine that
+measures and wraps every cell took over a second for the same table).
+"""
 
 from __future__ import annotations
 
-import io
-import os
-import sys
 from typing import Sequence
-
-from rich import box
-from rich.console import Console
-from rich.table import Table as RichTable
 
 from ..analysis.table import Table
 from .units import human
 
-WIDE = 240
+GAP = "  "
 
 
-def console(file: object = None, width: int | None = None) -> Console:
-    """Return a console: the terminal's width on a terminal, wide and plain when redirected."""
-    target = file if file is not None else sys.stdout
-    tty = hasattr(target, "isatty") and target.isatty()
-    if width is None and not tty:
-        width = int(os.environ.get("COLUMNS", WIDE))
-    return Console(file=target, width=width, no_color=not tty, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+def format_table(table: Table) -> str:
+    """Return ``table`` as text: a title line, a header, a rule, the rows, then its notes."""
+    cells = [[human(v, c.unit) for v, c in zip(row, table.columns)] for row in table.rows]
+    labels = [c.label for c in table.columns]
+    widths = [max([len(lab)] + [len(r[i]) for r in cells]) for i, lab in enumerate(labels)]
+    numeric = [c.unit != "text" for c in table.columns]
+
+    def line(values: Sequence[str]) -> str:
+        parts = []
+        for i, (v, w) in enumerate(zip(values, widths)):
+            last = i == len(values) - 1
+            parts.append(v.rjust(w) if numeric[i] else (v if last else v.ljust(w)))
+        return (GAP + GAP.join(parts)).rstrip()
+
+    rule = [min(w, max(len(lab), 60)) if i == len(widths) - 1 else w for i, (w, lab) in enumerate(zip(widths, labels))]
+    out = [f"{table.title} ({table.name})", "", line(labels), GAP + GAP.join("-" * w for w in rule)]
+    out += [line(r) for r in cells]
+    out += [f"{GAP}{note}" for note in table.notes]
+    return "\n".join(out) + "\n"
 
 
-def to_rich(table: Table) -> RichTable:
-    """Return a rich table of ``table`` with numbers right-aligned in human units."""
-    rt = RichTable(title=f"{table.title} ({table.name})", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in table.columns:
-        numeric = col.unit != "text"
-        rt.add_column(col.label, justify="right" if numeric else "left", no_wrap=numeric,
-                      overflow="fold")
-    for row in table.rows:
-        rt.add_row(*(human(v, c.unit) for v, c in zip(row, table.columns)))
-    return rt
-
-
-def render(tables: Sequence[Table], width: int | None = None) -> str:
-    """Return the tables drawn as text (no colour), each followed by its notes."""
-    buf = io.StringIO()
-    con = Console(file=buf, width=width or WIDE, no_color=True, highlight=False, color_system=None)
-    for table in tables:
-        con.print(to_rich(table))
-        for note in table.notes:
-            con.print(f"  {note}")
-        con.print()
-    return buf.getvalue()
+def render(tables: Sequence[Table]) -> str:
+    """Return the tables as text, separated by blank lines."""
+    return "\n".join(format_table(t) for t in tables)
