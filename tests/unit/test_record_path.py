@@ -111,3 +111,35 @@ def test_records_outside_the_buffer_are_copied_too(tmp_path: Path) -> None:
     with Report.open(out) as r:
         assert r.sql("SELECT count(*), sum(end_ns - start_ns) FROM kernel")[0] == (2, 2000)
         assert r.sql("SELECT bytes FROM memset")[0] == (64,)
+
+
+def _marker(buf: FakeBuffer, flags: int, ts: int, mid: int, tid: int, name: str = "", domain: str = "") -> None:
+    fields = dict(kind=12, flags_=flags, timestamp=T0 + ts, id=mid, object_kind=2)
+    if name:
+        fields["name"] = name
+    if domain:
+        fields["domain"] = domain
+    buf.add("ActivityMarker2", **fields)
+    rec = buf.parts[-1][1]
+    rec["object_id"]["pt"]["thread_id"] = tid
+    rec["object_id"]["pt"]["process_id"] = 4242
+
+
+def test_nvtx_marker_events_become_ranges(tmp_path: Path) -> None:
+    b1, b2 = FakeBuffer(cupti), FakeBuffer(cupti)
+    _marker(b1, 2, 0, 1, 77, "step")  # push "step"
+    _marker(b1, 2, 100, 2, 77, "forward", "my_domain")  # nested, in a domain
+    _marker(b1, 4, 900, 2, 77)  # pop forward
+    _marker(b1, 1, 950, 3, 77, "checkpoint")  # a mark
+    _marker(b2, 4, 1000, 1, 77)  # pop step, in the next buffer
+    _marker(b2, 2, 2000, 4, 78, "never ends")
+    with _collect(tmp_path, [b1, b2]) as report:
+        r = report.ranges()
+        got = {(row.name, row.kind): (row.start_ns - T0, row.end_ns if row.end_ns is None else row.end_ns - T0,
+                                      row.domain, row.tid) for row in r.itertuples()}
+        assert got[("step", "range")] == (0, 1000, "", 77)
+        assert got[("forward", "range")] == (100, 900, "my_domain", 77)
+        assert got[("checkpoint", "mark")] == (950, 950, "", 77)
+        never = r[r["name"] == "never ends"]
+        assert never["end_ns"].isna().all() and list(never["tid"]) == [78]
+        assert len(r) == 4

@@ -44,7 +44,7 @@ class Agent:
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the collectors and the flush thread, and hook process exit."""
-        if "cuda" in self.trace or "cuda-api" in self.trace:
+        if self.trace & {"cuda", "cuda-api", "nvtx"}:
             self._start_cupti()
         self._add_row("process", self._process_row())
         self.flush()

@@ -10,12 +10,14 @@ leave the process as packed CUPTI structs; the launcher decodes them (trace/deco
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 from typing import Any, Callable
 
 from .spool import SpoolWriter
 
+NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 BUFFER_SIZE = 8 * 1024 * 1024
 # Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
 MAX_RECORD_GAP = 4096
@@ -40,19 +42,37 @@ def struct_dtypes(cupti_module: Any) -> dict[str, Any]:
 
 
 def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
+    """Return the activity kinds to enable for ``trace``; the first of them is required."""
     k = cupti.ActivityKind
-    kinds = [  # the first one is required; the others are recorded where CUPTI allows
-        ("kernel", k.CONCURRENT_KERNEL),
-        ("device", k.DEVICE),
-        ("context", k.CONTEXT),
-        ("memcpy", k.MEMCPY),
-        ("memset", k.MEMSET),
-        ("sync", k.SYNCHRONIZATION),
-        ("overhead", k.OVERHEAD),
-    ]
+    kinds = []
+    if "cuda" in trace:
+        kinds += [
+            ("kernel", k.CONCURRENT_KERNEL),
+            ("device", k.DEVICE),
+            ("context", k.CONTEXT),
+            ("memcpy", k.MEMCPY),
+            ("memset", k.MEMSET),
+            ("sync", k.SYNCHRONIZATION),
+            ("overhead", k.OVERHEAD),
+        ]
     if "cuda-api" in trace:
         kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER)]
+    if "nvtx" in trace:
+        kinds += [("nvtx", k.MARKER)]
     return kinds
+
+
+def loaded_library(fragment: str) -> str | None:
+    """Return the path of the shared library loaded in this process whose name has ``fragment``."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rstrip("\n").partition("/")[2]
+                if fragment in path.rpartition("/")[2]:
+                    return "/" + path
+    except OSError:
+        return None
+    return None
 
 
 class CuptiCollector:
@@ -105,10 +125,25 @@ class CuptiCollector:
                 continue
             self._enabled_kinds.append(kind)
             self.enabled.append(label)
-        try:
-            cupti.activity_enable_latency_timestamps(1)
-        except Exception as exc:  # noqa: BLE001
-            self.diag("warning", f"CUPTI kernel queue timestamps are not available: {_explain(exc)}")
+        if "cuda" in self.trace:
+            try:
+                cupti.activity_enable_latency_timestamps(1)
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI kernel queue timestamps are not available: {_explain(exc)}")
+        if "nvtx" in self.enabled:
+            self._inject_nvtx()
+
+    def _inject_nvtx(self) -> None:
+        """Make NVTX hand its calls to CUPTI: NVTX loads the library named by NVTX_INJECTION64_PATH
+        at a process's first NVTX call, which comes after this agent has started."""
+        lib = loaded_library("libcupti.so")
+        current = os.environ.get(NVTX_INJECTION_ENV)
+        if lib is None:
+            self.diag("warning", "NVTX ranges are not recorded: the loaded libcupti was not found")
+        elif current and os.path.realpath(current) != os.path.realpath(lib):
+            self.diag("warning", f"NVTX ranges go to the tool in {NVTX_INJECTION_ENV}={current}, not to gpuscope")
+        else:
+            os.environ[NVTX_INJECTION_ENV] = lib
 
     def bind(self, cupti: Any, numpy: Any) -> None:
         """Learn the record layouts of this cupti-python (no driver needed)."""

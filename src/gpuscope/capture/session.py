@@ -103,6 +103,8 @@ def _not_recorded(trace: list[str]) -> dict[str, str]:
         out["cuda"] = "GPU activity: add --trace cuda"
     if "cuda-api" not in trace:
         out["cuda_api"] = "CUDA API calls (cuda_api_sum, API time in cuda_kern_exec_sum): add --trace cuda-api"
+    if "nvtx" not in trace:
+        out["nvtx"] = "NVTX ranges: add --trace nvtx"
     return out
 
 

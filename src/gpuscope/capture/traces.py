@@ -7,9 +7,10 @@ from ..errors import GpuscopeError
 KNOWN_TRACES = {
     "cuda": "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
     "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
+    "nvtx": "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
     "none": "no collector: run the program and record only its process",
 }
-DEFAULT_TRACE = ["cuda"]
+DEFAULT_TRACE = ["cuda", "nvtx"]
 
 
 def parse_trace(spec: str | None) -> list[str]:

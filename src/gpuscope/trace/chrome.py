@@ -1,7 +1,7 @@
 """Export to the Chrome trace event format (JSON), which Perfetto UI and chrome://tracing open.
 
-Layout: one process per profiled process with a row per CPU thread (CUDA API calls) and a row for
-synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
+Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX ranges)
+and a row for synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
 from each launching API call to its kernel or memory operation (when API calls were recorded).
 Times are microseconds from the start of the first profiled process (or the first event).
 """
@@ -115,6 +115,17 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
                "ts": us(api_s)}
         yield {"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": n,
                "pid": _gpu_pid(dev), "tid": stream, "ts": us(op_s)}
+
+    for s, e, pid, tid, name, kind in _batches(
+        report,
+        """SELECT r.start_ns, r.end_ns, r.pid, r.tid, n.value, r.kind
+           FROM nvtx_range r JOIN string n ON n.id = r.name_id ORDER BY r.start_ns""",
+    ):
+        if kind == "mark":
+            yield {"ph": "i", "s": "t", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s)}
+        elif e is not None:
+            yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s),
+                   "dur": round((e - s) / 1000.0, 3)}
 
     for (pid,) in report.sql("SELECT DISTINCT pid FROM sync ORDER BY pid"):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID,

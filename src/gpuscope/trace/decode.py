@@ -55,6 +55,7 @@ _TABLE_BY_PREFIX = (
     ("ActivityOverhead", "overhead"),
     ("ActivityDevice", "device"),
     ("ActivityContext", "context"),
+    ("ActivityMarker", "nvtx_event"),
 )
 
 
@@ -229,6 +230,27 @@ def _context(r: np.ndarray, resolve: Resolve) -> Columns:
     }
 
 
+MARKER_INSTANTANEOUS = 1
+MARKER_START = 2
+MARKER_END = 4
+
+
+def _nvtx_event(r: np.ndarray, resolve: Resolve) -> Columns:
+    """NVTX events as CUPTI gives them: a start or end of a range (paired by id), or a mark."""
+    flags = r["flags_"]
+    thread = r["object_kind"] == OBJECT_KIND_THREAD
+    tid = np.where(thread, r["object_id"]["pt"]["thread_id"].astype(np.int64), 0)
+    kind = np.where(flags & MARKER_START, "start", np.where(flags & MARKER_END, "end", "mark"))
+    return {
+        "ts_ns": _i64(r["timestamp"]),
+        "tid": tid,
+        "id": _i64(r["id"]),
+        "event": kind.astype(object),
+        "name_id": resolve("ptr", r["name"]),
+        "domain_id": resolve("ptr", r["domain"]),
+    }
+
+
 _DECODERS: dict[str, Callable[[np.ndarray, Resolve], Columns]] = {
     "kernel": _kernel,
     "memcpy": _memcpy,
@@ -238,4 +260,5 @@ _DECODERS: dict[str, Callable[[np.ndarray, Resolve], Columns]] = {
     "overhead": _overhead,
     "device": _device,
     "context": _context,
+    "nvtx_event": _nvtx_event,
 }

@@ -135,6 +135,15 @@ class Report:
         """Every synchronization CUPTI recorded (stream, context, event)."""
         return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM sync ORDER BY start_ns")
 
+    def ranges(self) -> "pd.DataFrame":
+        """NVTX ranges and marks (``kind``), with name and domain; ``end_ns`` NULL if never ended."""
+        return self.df(
+            """SELECT r.start_ns, r.end_ns, r.end_ns - r.start_ns AS duration_ns, n.value AS name,
+                      d.value AS domain, r.kind, r.pid, r.tid, r.id
+               FROM nvtx_range r JOIN string n ON n.id = r.name_id JOIN string d ON d.id = r.domain_id
+               ORDER BY r.start_ns"""
+        )
+
     def devices(self) -> "pd.DataFrame":
         """Properties of the GPUs the program used."""
         return self.df("SELECT DISTINCT * EXCLUDE (pid) FROM device ORDER BY id")

@@ -134,14 +134,15 @@ TABLES: dict[str, str] = {
         pid BIGINT,
         tid BIGINT,
         kind VARCHAR""",
-    "marker": """
+    "nvtx_range": """
         start_ns BIGINT,
         end_ns BIGINT,
         pid BIGINT,
         tid BIGINT,
+        id BIGINT,
         domain_id INTEGER,
         name_id INTEGER,
-        source VARCHAR""",
+        kind VARCHAR""",
     "collector": """
         pid BIGINT,
         name VARCHAR,

@@ -21,6 +21,7 @@ from .. import __version__
 from ..capture.spool import Chunk, ready_chunks
 from . import decode, schema
 from .demangle import demangle
+from .ranges import RangeBuilder
 
 Diagnostic = tuple[int, str, str]  # pid, level, message
 
@@ -47,6 +48,7 @@ class ReportWriter:
         self._string_list: list[str] = []
         self._configs: dict[tuple[int, ...], int] = {}
         self._procs: dict[int, _Process] = {}
+        self._ranges = RangeBuilder()
         self.records = 0
         self.intern("")
         self.set_meta(
@@ -143,13 +145,22 @@ class ReportWriter:
             return ids[inverse]
 
         cols = decode.decode(table, recs, resolve)
+        self.records += len(recs)
+        if table == "nvtx_event":
+            self._insert_ranges(self._ranges.add(pid, cols))
+            return
         if table == "kernel":
             cols = self._intern_configs(cols)
         elif table == "device":
             cols["name"] = np.array([self._string_list[i] for i in cols.pop("name_id")], dtype=object)
         cols["pid"] = np.full(len(recs), pid, dtype=np.int64)
         self._insert(table, pd.DataFrame(cols))
-        self.records += len(recs)
+
+    def _insert_ranges(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            frame = pd.DataFrame(rows, columns=schema.columns("nvtx_range"))
+            frame["end_ns"] = frame["end_ns"].astype("Int64")
+            self._insert("nvtx_range", frame)
 
     def _intern_configs(self, cols: dict[str, Any]) -> dict[str, Any]:
         keys = ("mangled_id", *decode.KERNEL_CONFIG_FIELDS)
@@ -205,6 +216,7 @@ class ReportWriter:
 
     def close(self, **meta: Any) -> None:
         """Store the final meta items, mark the report complete and write it out."""
+        self._insert_ranges(self._ranges.unfinished())
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()

@@ -4,9 +4,15 @@ Before the loop it moves data the ways a training script does (pageable and pinn
 copies, a memset, a device-to-host copy, a host sync), so a report of it holds every record kind.
 """
 
+import contextlib
+
 import torch
 
 from common import maybe_torch_profiler, parser, report, run_steps
+
+
+def _no_range(name: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 def main() -> None:
@@ -14,7 +20,9 @@ def main() -> None:
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--nvtx", action="store_true", help="mark step, forward, backward, optimizer with NVTX ranges")
     args = p.parse_args()
+    rng = torch.cuda.nvtx.range if args.nvtx else _no_range
     torch.manual_seed(0)
     dev = torch.device("cuda")
     layers = []
@@ -31,10 +39,14 @@ def main() -> None:
         _ = y.sum().item()  # device-to-host copy and a host sync
 
         def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            loss = model(x).square().mean()
-            loss.backward()
-            opt.step()
+            with rng("step"):
+                opt.zero_grad(set_to_none=True)
+                with rng("forward"):
+                    loss = model(x).square().mean()
+                with rng("backward"):
+                    loss.backward()
+                with rng("optimizer"):
+                    opt.step()
 
         times = run_steps(step, torch.cuda.synchronize, args)
     report(args, times)
