@@ -53,7 +53,7 @@ def test_machine_formats_carry_integer_nanoseconds(mlp_api: Report) -> None:
 
 def test_table_uses_human_units(mlp_api: Report) -> None:
     text = _render("table", mlp_api)
-    assert "1.08 ms" in text  # the top GEMM's total time
+    assert "1.09 ms" in text  # the top GEMM's total time
     assert "35.7 MB" in text  # host-to-device bytes, decimal megabytes as nsys prints them
 
 

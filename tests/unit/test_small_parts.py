@@ -75,7 +75,8 @@ def test_output_names(tmp_path: Path) -> None:
 
 def test_exit_status() -> None:
     assert launcher.ExitStatus(3).shell_code == 3
-    assert launcher.ExitStatus(-9).shell_code == 137 and launcher.ExitStatus(-9).describe() == "killed by SIGKILL"
+    assert launcher.ExitStatus(-9).shell_code == 137 and launcher.ExitStatus(-9).describe() == "was killed by SIGKILL"
+    assert launcher.ExitStatus(3).describe() == "exited with code 3"
 
 
 def test_spool_chunks_round_trip_in_order(tmp_path: Path) -> None:

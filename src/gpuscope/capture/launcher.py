@@ -134,8 +134,8 @@ class ExitStatus:
                 name = signal.Signals(sig).name
             except ValueError:
                 name = f"signal {sig}"
-            return f"killed by {name}"
-        return f"exit code {self.returncode}"
+            return f"was killed by {name}"
+        return f"exited with code {self.returncode}"
 
 
 def run(argv: list[str], env: dict[str, str], on_poll: Callable[[], None], poll_s: float) -> ExitStatus:

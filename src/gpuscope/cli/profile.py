@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         if args.stats:
             text += terminal.render([fn(report) for fn in REPORTS.values()])
     sys.stderr.write(text)
-    _say(f"program ended with {result.exit.describe()}")
+    _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "
          f"see it with: gpuscope stats {result.report}")
     return result.exit.shell_code
