@@ -31,7 +31,7 @@ def recorded(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture
-def mlp_api(recorded: Callable[[str], Path]) -> Iterator["object"]:
+def mlp_api(recorded: Callable[[str], Path]) -> Iterator[object]:
     """The recorded MLP training report with every CUDA record kind, API calls included."""
     from gpuscope.trace.report import Report
 

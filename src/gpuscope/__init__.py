@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .trace.report import Report
 
 
-def load(path: str) -> "Report":
+def load(path: str) -> Report:
     """Open a report file written by ``gpuscope profile`` and return it as a :class:`Report`."""
     from .trace.report import Report
 

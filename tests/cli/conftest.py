@@ -95,7 +95,7 @@ class Gpuscope:
         )
         return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
 
-    def start(self, *args: str, new_session: bool = False) -> "subprocess.Popen[str]":
+    def start(self, *args: str, new_session: bool = False) -> subprocess.Popen[str]:
         """Start gpuscope without waiting; stdout and stderr are pipes."""
         return subprocess.Popen(
             [sys.executable, "-m", "gpuscope", *args],
@@ -119,7 +119,7 @@ def gs(tmp_path: Path) -> Gpuscope:
     return Gpuscope(tmp_path)
 
 
-def wait_for_file(path: Path, proc: "subprocess.Popen[str]", timeout: float = TIMEOUT_S) -> None:
+def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = TIMEOUT_S) -> None:
     """Wait until ``path`` exists; fail early, with the output, if ``proc`` ends first."""
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -132,7 +132,7 @@ def wait_for_file(path: Path, proc: "subprocess.Popen[str]", timeout: float = TI
         time.sleep(0.02)
 
 
-def finish(proc: "subprocess.Popen[str]", args: tuple[str, ...] = ()) -> Result:
+def finish(proc: subprocess.Popen[str], args: tuple[str, ...] = ()) -> Result:
     """Wait for a started gpuscope to end and return what it printed."""
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)

@@ -22,7 +22,7 @@ from .spool import SPOOL_ENV, SpoolWriter
 TRACE_ENV = "GPUSCOPE_TRACE"
 FLUSH_INTERVAL_S = 0.5
 
-_agent: "Agent | None" = None
+_agent: Agent | None = None
 
 
 class Agent:

@@ -105,7 +105,7 @@ class CuptiCollector:
         try:
             from cupti import cupti  # noqa: PLC0415  (optional dependency)
             import numpy  # noqa: PLC0415
-        except ImportError as exc:
+        except ImportError:
             raise CollectorUnavailable(
                 f"cupti-python is not installed for {sys.executable} (pip install 'gpuscope[cuda]')"
             ) from None

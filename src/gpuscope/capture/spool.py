@@ -55,7 +55,7 @@ class Chunk:
         return [MAGIC, struct.pack("<I", len(header)), header, *self.records.values()]
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Chunk":
+    def from_bytes(cls, data: bytes) -> Chunk:
         if data[:4] != MAGIC:
             raise ValueError("not a gpuscope spool chunk")
         (n,) = struct.unpack_from("<I", data, 4)

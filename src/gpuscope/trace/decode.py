@@ -90,8 +90,12 @@ def _enum(mapping: dict[int, str], values: np.ndarray) -> np.ndarray:
     return lookup(values) if len(values) else np.array([], dtype=object)
 
 
+def _has(recs: np.ndarray, name: str) -> bool:
+    return name in (recs.dtype.names or ())
+
+
 def _field(recs: np.ndarray, name: str, default: int = 0) -> np.ndarray:
-    if name in recs.dtype.names:
+    if _has(recs, name):
         return recs[name]
     return np.full(len(recs), default, dtype=np.int64)
 
@@ -116,7 +120,7 @@ def _kernel(r: np.ndarray, resolve: Resolve) -> Columns:
         "mangled_id": resolve("ptr", r["name"]),
     }
     for f in KERNEL_CONFIG_FIELDS:
-        src = "local_memory_total_v2" if f == "local_memory_total" and f + "_v2" in r.dtype.names else f
+        src = "local_memory_total_v2" if f == "local_memory_total" and _has(r, f + "_v2") else f
         cols[f] = _i64(_field(r, src))
     return cols
 

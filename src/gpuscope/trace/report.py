@@ -43,7 +43,7 @@ class Report:
         self.meta = meta
 
     @classmethod
-    def open(cls, path: str | Path) -> "Report":
+    def open(cls, path: str | Path) -> Report:
         """Open and validate ``path``; raise ReportError with the reason if it is not readable."""
         p = Path(path)
         if not p.exists():
@@ -76,7 +76,7 @@ class Report:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Report":
+    def __enter__(self) -> Report:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -108,34 +108,34 @@ class Report:
         return ReportError(self.path, f"damaged or truncated report ({_first_line(exc)})")
 
     # -- DataFrames -------------------------------------------------------------------------
-    def df(self, query: str, params: list[Any] | None = None) -> "pd.DataFrame":
+    def df(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Run a SQL query on the report and return a pandas DataFrame."""
         try:
             return self.con.execute(query, params or []).df()
         except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
             raise self.damaged(exc) from None
 
-    def kernels(self) -> "pd.DataFrame":
+    def kernels(self) -> pd.DataFrame:
         """Every kernel with its name, launch configuration and times (ns), by start time."""
         return self.df(_KERNELS)
 
-    def api_calls(self) -> "pd.DataFrame":
+    def api_calls(self) -> pd.DataFrame:
         """Every recorded CUDA runtime and driver API call, by start time."""
         return self.df(_API_CALLS)
 
-    def memcpys(self) -> "pd.DataFrame":
+    def memcpys(self) -> pd.DataFrame:
         """Every memory copy, with direction, memory kinds (pageable or pinned) and bytes."""
         return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM memcpy ORDER BY start_ns")
 
-    def memsets(self) -> "pd.DataFrame":
+    def memsets(self) -> pd.DataFrame:
         """Every memset."""
         return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM memset ORDER BY start_ns")
 
-    def syncs(self) -> "pd.DataFrame":
+    def syncs(self) -> pd.DataFrame:
         """Every synchronization CUPTI recorded (stream, context, event)."""
         return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM sync ORDER BY start_ns")
 
-    def ranges(self) -> "pd.DataFrame":
+    def ranges(self) -> pd.DataFrame:
         """NVTX ranges and marks (``kind``), with name and domain; ``end_ns`` NULL if never ended."""
         return self.df(
             """SELECT r.start_ns, r.end_ns, r.end_ns - r.start_ns AS duration_ns, n.value AS name,
@@ -144,15 +144,15 @@ class Report:
                ORDER BY r.start_ns"""
         )
 
-    def devices(self) -> "pd.DataFrame":
+    def devices(self) -> pd.DataFrame:
         """Properties of the GPUs the program used."""
         return self.df("SELECT DISTINCT * EXCLUDE (pid) FROM device ORDER BY id")
 
-    def processes(self) -> "pd.DataFrame":
+    def processes(self) -> pd.DataFrame:
         """The profiled processes."""
         return self.df("SELECT * FROM process ORDER BY start_ns")
 
-    def diagnostics(self) -> "pd.DataFrame":
+    def diagnostics(self) -> pd.DataFrame:
         """Warnings and errors the collectors reported during the run."""
         return self.df("SELECT * FROM diagnostic ORDER BY ts_ns")
 
