@@ -85,6 +85,8 @@ class Agent:
             return
         self._stopped = True
         self._stop_event.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
         if self.cupti is not None:
             try:
                 self.cupti.stop()

@@ -9,9 +9,8 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,8 +27,7 @@ class SessionResult:
 
     report: Path
     exit: launcher.ExitStatus
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    records: int = 0
+    records: int
 
 
 def profile(
@@ -42,17 +40,13 @@ def profile(
     spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
     try:
         writer = _open_writer(output)
-        lock = threading.Lock()
-        seen: list[Diagnostic] = []
 
         def ingest(final: bool = False) -> None:
             try:
-                with lock:
-                    new = writer.ingest(str(spool), final=final)
+                new = writer.ingest(str(spool), final=final)
             except Exception as exc:  # noqa: BLE001  (the program keeps running; say what was lost)
                 new = [(0, "error", f"writing the report failed: {type(exc).__name__}: {exc}")]
             for d in new:
-                seen.append(d)
                 on_diagnostic(d)
 
         writer.set_meta(
@@ -72,7 +66,7 @@ def profile(
         status = launcher.run(command.argv, env, ingest, INGEST_INTERVAL_S)
         wall = time.monotonic_ns() - t0
         ingest(final=True)
-        if not command.is_python and not any(True for _ in writer.pids()):
+        if not command.is_python and not writer.pids():
             on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
         writer.close(
             exit_code=status.returncode if status.signal is None else None,
@@ -80,7 +74,7 @@ def profile(
             wall_ns=wall,
             processes=sorted(writer.pids()),
         )
-        return SessionResult(output, status, seen, writer.records)
+        return SessionResult(output, status, writer.records)
     finally:
         shutil.rmtree(spool, ignore_errors=True)
 

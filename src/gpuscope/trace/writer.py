@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -46,6 +46,7 @@ class ReportWriter:
             self.con.execute(stmt)
         self._strings: dict[str, int] = {}
         self._string_list: list[str] = []
+        self._stored_strings = 0
         self._configs: dict[tuple[int, ...], int] = {}
         self._procs: dict[int, _Process] = {}
         self._ranges = RangeBuilder()
@@ -73,8 +74,15 @@ class ReportWriter:
             gid = len(self._string_list)
             self._strings[value] = gid
             self._string_list.append(value)
-            self.con.execute("INSERT INTO string VALUES (?, ?)", [gid, value])
         return gid
+
+    def _store_strings(self) -> None:
+        """Insert the strings interned since the last call, in one go."""
+        new = self._string_list[self._stored_strings :]
+        if new:
+            ids = range(self._stored_strings, len(self._string_list))
+            self._insert("string", pd.DataFrame({"id": ids, "value": new}))
+            self._stored_strings = len(self._string_list)
 
     # -- ingest -----------------------------------------------------------------------------
     def ingest(self, spool_dir: str, final: bool = False) -> list[Diagnostic]:
@@ -100,6 +108,7 @@ class ReportWriter:
                     diagnostics.append(self._problem(pid, f"unreadable chunk {seq}: {_text(exc)}"))
                 else:
                     diagnostics += self._ingest_chunk(proc, chunk)
+                    self._store_strings()
                 os.unlink(path)
                 proc.next_seq = seq + 1
         return diagnostics
@@ -211,12 +220,14 @@ class ReportWriter:
             self.con.unregister("_incoming")
 
     # -- end ----------------------------------------------------------------------------------
-    def pids(self) -> Iterable[int]:
-        return self._procs.keys()
+    def pids(self) -> list[int]:
+        """Return the processes that delivered chunks."""
+        return list(self._procs)
 
     def close(self, **meta: Any) -> None:
         """Store the final meta items, mark the report complete and write it out."""
         self._insert_ranges(self._ranges.unfinished())
+        self._store_strings()
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()
