@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-Row = tuple[Any, ...]  # (start_ns, end_ns, pid, tid, id, domain_id, name_id, kind)
+SOURCE = "nvtx"  # what CUPTI records: NVTX calls of any library
+Row = tuple[Any, ...]  # (start_ns, end_ns, pid, tid, id, domain_id, name_id, kind, source, category, color)
 
 
 class RangeBuilder:
@@ -28,25 +29,25 @@ class RangeBuilder:
         ):
             key = (pid, mid)
             if event == "mark":
-                out.append((ts, ts, pid, tid, mid, domain, name, "mark"))
+                out.append((ts, ts, pid, tid, mid, domain, name, "mark", SOURCE, None, None))
             elif event == "start":
                 end = self._early_end.pop(key, None)
                 if end is None:
                     self._open[key] = (ts, tid, domain, name)
                 else:
-                    out.append((ts, end, pid, tid, mid, domain, name, "range"))
+                    out.append((ts, end, pid, tid, mid, domain, name, "range", SOURCE, None, None))
             else:
                 start = self._open.pop(key, None)
                 if start is None:
                     self._early_end[key] = ts
                 else:
                     s, stid, sdomain, sname = start
-                    out.append((s, ts, pid, stid, mid, sdomain, sname, "range"))
+                    out.append((s, ts, pid, stid, mid, sdomain, sname, "range", SOURCE, None, None))
         return out
 
     def unfinished(self) -> list[Row]:
         """Return the ranges that never ended, with a NULL end."""
-        rows = [(s, None, pid, tid, mid, domain, name, "range")
+        rows = [(s, None, pid, tid, mid, domain, name, "range", SOURCE, None, None)
                 for (pid, mid), (s, tid, domain, name) in self._open.items()]
         self._open.clear()
         return rows

@@ -71,6 +71,10 @@ class Report:
                 f"report schema version {version} is newer than this gpuscope reads "
                 f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope",
             )
+        db = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        for v in range(version, schema.SCHEMA_VERSION):
+            for stmt in schema.UPGRADES.get(v, []):
+                con.execute(stmt.format(db=db))
         return cls(p, con, meta)
 
     def close(self) -> None:
@@ -136,10 +140,11 @@ class Report:
         return self.df("SELECT *, end_ns - start_ns AS duration_ns FROM sync ORDER BY start_ns")
 
     def ranges(self) -> pd.DataFrame:
-        """NVTX ranges and marks (``kind``), with name and domain; ``end_ns`` NULL if never ended."""
+        """Ranges and marks (``kind``) of NVTX and of gpuscope's own annotations and PyTorch hooks
+        (``source``), with name, domain and category; ``end_ns`` is NULL if a range never ended."""
         return self.df(
             """SELECT r.start_ns, r.end_ns, r.end_ns - r.start_ns AS duration_ns, n.value AS name,
-                      d.value AS domain, r.kind, r.pid, r.tid, r.id
+                      d.value AS domain, r.kind, r.source, r.category, r.color, r.pid, r.tid, r.id
                FROM nvtx_range r JOIN string n ON n.id = r.name_id JOIN string d ON d.id = r.domain_id
                ORDER BY r.start_ns"""
         )

@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -142,7 +142,10 @@ TABLES: dict[str, str] = {
         id BIGINT,
         domain_id INTEGER,
         name_id INTEGER,
-        kind VARCHAR""",
+        kind VARCHAR,
+        source VARCHAR,
+        category VARCHAR,
+        color VARCHAR""",
     "collector": """
         pid BIGINT,
         name VARCHAR,
@@ -160,6 +163,18 @@ TABLES: dict[str, str] = {
         pid BIGINT,
         level VARCHAR,
         message VARCHAR""",
+}
+
+
+# Views that give a report of an older schema version the tables of this one (read-only upgrade);
+# {db} is the report's catalog, so that a view can read the table it stands in for.
+UPGRADES: dict[int, list[str]] = {
+    1: [
+        """CREATE TEMP VIEW nvtx_range AS
+           SELECT *, 'nvtx' AS source, CAST(NULL AS VARCHAR) AS category,
+                  CAST(NULL AS VARCHAR) AS color
+           FROM "{db}".main.nvtx_range""",
+    ],
 }
 
 

@@ -1,0 +1,125 @@
+"""Ranges recorded by gpuscope's own Python code inside the profiled process.
+
+gpuscope's annotation API, the ``nvtx`` package (when gpuscope profiles the process) and the
+PyTorch hooks all record here. A push/pop range lives on its thread's stack; a start/end range
+can end on another thread. Completed ranges become rows of the report's ``nvtx_range`` table;
+ranges still open when the process ends are delivered with no end. Misuse (a pop with nothing
+pushed, an end of an unknown id) is counted, never raised.
+
+Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
+list operations per range).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+# start_ns, end_ns, tid, id, domain, name, kind, source, category, color: the nvtx_range columns
+# (strings not yet interned, pid left out)
+Row = tuple[Any, ...]
+
+
+class RangeRecorder:
+    """Per-thread range stacks and the finished rows, handed to the spool by the agent."""
+
+    def __init__(self, clock_offset_ns: int = 0) -> None:
+        self.offset = clock_offset_ns
+        self.rows: list[Row] = []
+        self.counts = {"ranges": 0, "unbalanced_pops": 0, "unknown_ends": 0, "open_at_exit": 0,
+                       "ended_on_other_thread": 0}
+        self._local = threading.local()
+        self._ids = itertools.count(1)
+        self._started: dict[int, tuple[int, int, str, str, str, str, str | None]] = {}
+        self._stacks: list[tuple[int, list[Any]]] = []  # (tid, stack) of every thread, for exit
+        self._lock = threading.Lock()
+
+    def now(self) -> int:
+        return time.monotonic_ns() + self.offset
+
+    def _stack(self) -> list[Any]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+            tid = self._local.tid = threading.get_native_id()
+            with self._lock:
+                self._stacks.append((tid, stack))
+        return stack
+
+    # -- push/pop ----------------------------------------------------------------------------
+    def push(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+             color: str | None = None) -> int:
+        """Open a range on this thread; return its nesting depth (0 for outermost)."""
+        stack = self._stack()
+        stack.append((time.monotonic_ns(), name, domain, source, category, color))
+        return len(stack) - 1
+
+    def pop(self) -> bool:
+        """Close this thread's innermost range; return False (and count it) if none was open."""
+        end = time.monotonic_ns()
+        stack = self._stack()
+        if not stack:
+            self.counts["unbalanced_pops"] += 1
+            return False
+        start, name, domain, source, category, color = stack.pop()
+        self.rows.append((start + self.offset, end + self.offset, self._local.tid, next(self._ids),
+                          domain, name, "range", source, category, color))
+        self.counts["ranges"] += 1
+        return True
+
+    # -- start/end (may cross threads) ---------------------------------------------------
+    def start(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+              color: str | None = None) -> int:
+        """Open a range that any thread may end; return its id."""
+        self._stack()
+        rid = next(self._ids)
+        self._started[rid] = (time.monotonic_ns(), self._local.tid, name, domain, source, category, color)
+        return rid
+
+    def end(self, rid: int) -> bool:
+        """End the range ``rid``; return False (and count it) if no such range is open."""
+        end = time.monotonic_ns()
+        started = self._started.pop(rid, None)
+        if started is None:
+            self.counts["unknown_ends"] += 1
+            return False
+        start, tid, name, domain, source, category, color = started
+        if tid != threading.get_native_id():
+            self.counts["ended_on_other_thread"] += 1
+        self.rows.append((start + self.offset, end + self.offset, tid, rid, domain, name, "range",
+                          source, category, color))
+        self.counts["ranges"] += 1
+        return True
+
+    def mark(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+             color: str | None = None) -> None:
+        """Record an instant."""
+        self._stack()
+        t = self.now()
+        self.rows.append((t, t, self._local.tid, next(self._ids), domain, name, "mark", source,
+                          category, color))
+
+    # -- delivery ----------------------------------------------------------------------------
+    def take(self) -> list[Row]:
+        """Return the finished rows recorded since the last call."""
+        rows, self.rows = self.rows, []
+        return rows
+
+    def close_open(self) -> list[Row]:
+        """Deliver every range still open (end NULL) and forget them; for the process's exit."""
+        rows = []
+        with self._lock:
+            stacks = list(self._stacks)
+        for tid, stack in stacks:
+            while stack:
+                start, name, domain, source, category, color = stack.pop()
+                rows.append((start + self.offset, None, tid, next(self._ids), domain, name, "range",
+                             source, category, color))
+        for rid, (start, tid, name, domain, source, category, color) in list(self._started.items()):
+            rows.append((start + self.offset, None, tid, rid, domain, name, "range", source, category, color))
+        self._started.clear()
+        self.counts["open_at_exit"] += len(rows)
+        return rows
+
