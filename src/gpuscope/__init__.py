@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .annotation import annotate, end_range, mark, pop_range, push_range, start_range, step
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
@@ -20,4 +22,7 @@ def load(path: str) -> Report:
     return Report.open(path)
 
 
-__all__ = ["__version__", "load"]
+__all__ = [
+    "__version__", "annotate", "end_range", "load", "mark", "pop_range", "push_range",
+    "start_range", "step",
+]

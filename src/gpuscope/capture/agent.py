@@ -16,7 +16,10 @@ import threading
 import time
 from typing import Any
 
+from .. import annotation
+from . import imports
 from .cupti_collector import CollectorUnavailable, CuptiCollector
+from .ranges import RangeRecorder
 from .spool import SPOOL_ENV, SpoolWriter
 
 TRACE_ENV = "GPUSCOPE_TRACE"
@@ -32,6 +35,8 @@ class Agent:
         self.trace = trace
         self.spool = SpoolWriter(spool_dir)
         self.cupti: CuptiCollector | None = None
+        self.ranges = RangeRecorder()
+        self.torch_hooks: Any = None
         self.clock = "monotonic"
         self.clock_offset_ns = 0
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -46,6 +51,9 @@ class Agent:
         """Start the collectors and the flush thread, and hook process exit."""
         if self.trace & {"cuda", "cuda-api", "nvtx"}:
             self._start_cupti()
+        self.ranges.offset = self.clock_offset_ns
+        annotation.use_recorder(self.ranges)
+        self._hook_libraries()
         self._add_row("process", self._process_row())
         self.flush()
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
@@ -74,8 +82,11 @@ class Agent:
         self.flush_rows()
 
     def flush_rows(self) -> None:
+        ranges = self.ranges.take()
         with self._rows_lock:
             rows, self._rows = self._rows, {}
+        if ranges:
+            rows.setdefault("range", []).extend(ranges)
         if rows:
             self.spool.write(rows=rows)
 
@@ -93,6 +104,9 @@ class Agent:
             except Exception as exc:  # noqa: BLE001
                 self._add_row("diagnostic", (self.now_ns(), "error", f"CUPTI stop failed: {exc}"))
             self._add_row("collector", self._collector_row())
+        for row in self.ranges.close_open():
+            self._add_row("range", row)
+        self._report_range_counts()
         self._add_row("process_end", (self.now_ns(),))
         self.flush_rows()
 
@@ -107,6 +121,46 @@ class Agent:
         self.cupti = collector
         self.clock = "cupti"
         self.clock_offset_ns = _offset(collector.now)
+
+    def _hook_libraries(self) -> None:
+        hooks: dict[str, list[Any]] = {}
+        if "nvtx" in self.trace:
+            hooks["nvtx"] = [self._install_nvtx_python]
+        if "torch" in self.trace:
+            hooks["torch"] = [self._install_torch]
+        imports.when_imported(hooks, lambda name, exc: self.diag(
+            "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
+
+    def _install_nvtx_python(self, module: Any) -> None:
+        from . import nvtx_python  # noqa: PLC0415
+
+        nvtx_python.install(module, self.ranges)
+
+    def _install_torch(self, module: Any) -> None:
+        from .torch_hooks import TorchHooks  # noqa: PLC0415
+
+        hooks = TorchHooks(self.ranges, self.diag)
+        hooks.install(module)
+        self.torch_hooks = hooks
+
+    def _report_range_counts(self) -> None:
+        counts = dict(self.ranges.counts)
+        if self.torch_hooks is not None:
+            counts.update(self.torch_hooks.counts)
+        self._add_row("collector", ("ranges", counts["ranges"], 0, 0, counts["hook_errors"] if
+                                    "hook_errors" in counts else 0, json.dumps(counts, sort_keys=True)))
+        said = {
+            "unbalanced_pops": "range pops without an open range (ignored)",
+            "unknown_ends": "range ends of unknown or already ended ranges (ignored)",
+            "open_at_exit": "ranges still open when the process ended (kept without an end)",
+            "ended_on_other_thread": "ranges ended on another thread than the one that started them",
+            "reentrant_calls": "re-entrant calls of a module already running (ranges nested)",
+            "modules_with_own_hooks": "modules that already had hooks (theirs run as before)",
+            "backward_closed_at_pass_end": "module backward ranges ended at the end of the backward pass",
+        }
+        for key, text in said.items():
+            if counts.get(key):
+                self._add_row("diagnostic", (self.now_ns(), "info", f"{counts[key]} {text}"))
 
     def _process_row(self) -> tuple[Any, ...]:
         return (

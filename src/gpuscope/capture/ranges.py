@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import deque
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ class RangeRecorder:
 
     def __init__(self, clock_offset_ns: int = 0) -> None:
         self.offset = clock_offset_ns
-        self.rows: list[Row] = []
+        self.rows: deque[Row] = deque()  # appended by any thread, drained by the flush thread
         self.counts = {"ranges": 0, "unbalanced_pops": 0, "unknown_ends": 0, "open_at_exit": 0,
                        "ended_on_other_thread": 0}
         self._local = threading.local()
@@ -104,8 +105,8 @@ class RangeRecorder:
     # -- delivery ----------------------------------------------------------------------------
     def take(self) -> list[Row]:
         """Return the finished rows recorded since the last call."""
-        rows, self.rows = self.rows, []
-        return rows
+        rows = self.rows
+        return [rows.popleft() for _ in range(len(rows))]
 
     def close_open(self) -> list[Row]:
         """Deliver every range still open (end NULL) and forget them; for the process's exit."""

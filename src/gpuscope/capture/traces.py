@@ -8,9 +8,10 @@ KNOWN_TRACES = {
     "cuda": "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
     "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
     "nvtx": "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
+    "torch": "PyTorch module forward/backward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
     "none": "no collector: run the program and record only its process",
 }
-DEFAULT_TRACE = ["cuda", "nvtx"]
+DEFAULT_TRACE = ["cuda", "nvtx", "torch"]
 
 
 def parse_trace(spec: str | None) -> list[str]:

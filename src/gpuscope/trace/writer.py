@@ -195,6 +195,9 @@ class ReportWriter:
     def _ingest_rows(self, pid: int, rows: dict[str, list[tuple[Any, ...]]]) -> list[Diagnostic]:
         diagnostics: list[Diagnostic] = []
         for table, items in rows.items():
+            if table == "range":
+                self._insert_python_ranges(pid, items)
+                continue
             if table == "process_end":
                 for (end_ns,) in items:
                     self.con.execute("UPDATE process SET end_ns = ? WHERE pid = ?", [end_ns, pid])
@@ -208,6 +211,16 @@ class ReportWriter:
             if table == "diagnostic":
                 diagnostics += [(pid, level, msg) for _, level, msg in items]
         return diagnostics
+
+    def _insert_python_ranges(self, pid: int, rows: list[tuple[Any, ...]]) -> None:
+        """Store ranges recorded by Python code in the program (names not yet interned)."""
+        frame = pd.DataFrame(rows, columns=["start_ns", "end_ns", "tid", "id", "domain", "name", "kind",
+                                            "source", "category", "color"])
+        frame["domain_id"] = [self.intern(v) for v in frame.pop("domain")]
+        frame["name_id"] = [self.intern(v) for v in frame.pop("name")]
+        frame["end_ns"] = frame["end_ns"].astype("Int64")
+        frame["pid"] = pid
+        self._insert("nvtx_range", frame)
 
     def _insert(self, table: str, frame: pd.DataFrame) -> None:
         if frame.empty:

@@ -1,0 +1,204 @@
+"""PyTorch ranges without code changes: every module's forward and backward, optimizer steps,
+``zero_grad``, ``loss.backward()``, the wait for a DataLoader batch, and step boundaries.
+
+Installed right after the program imports torch. Forward ranges come from global module hooks.
+A module's backward starts when the gradient of its output is ready (a tensor hook on the output)
+and ends when the gradients of its inputs are (tensor hooks on the inputs that require grad);
+a module whose inputs need no gradient (the first layer, an embedding) ends its backward range
+when the backward pass returns, which for such input-side modules is when their backward work
+ends. Tensor hooks leave the autograd graph as it is, so in-place ops on module outputs keep
+working. Inside code that torch.compile traces, the hooks do nothing, so compiled graphs are not
+broken; the compiled module's own call is still a range.
+
+Nothing here may raise into the program: a failing hook is disabled and reported once.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Iterator
+
+from .ranges import RangeRecorder
+
+SOURCE = "torch"
+
+
+def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
+    """Yield the tensors in a module's inputs or outputs (tuples, lists, dicts, one level deep)."""
+    if hasattr(obj, "requires_grad") and hasattr(obj, "register_hook"):
+        yield obj
+    elif depth < 2 and isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from _tensors(item, depth + 1)
+    elif depth < 2 and isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item, depth + 1)
+
+
+class TorchHooks:
+    """Records PyTorch ranges in a RangeRecorder."""
+
+    def __init__(self, recorder: RangeRecorder, diag: Callable[[str, str], None]) -> None:
+        self.r = recorder
+        self.diag = diag
+        self.counts = {"reentrant_calls": 0, "modules_with_own_hooks": 0, "backward_closed_at_pass_end": 0,
+                       "hook_errors": 0}
+        self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._active: threading.local = threading.local()
+        self._open_backward: dict[int, str] = {}  # range id -> module name, of the running pass
+        self._step_optimizer: int | None = None
+        self._disabled = False
+        self._is_compiling: Callable[[], bool] = lambda: False
+
+    # -- installation ----------------------------------------------------------------------
+    def install(self, torch: Any) -> None:
+        """Register the global hooks and wrap the few functions that have no hook."""
+        import torch.nn.modules.module as module_mod  # noqa: PLC0415
+        import torch.optim.optimizer as optim_mod  # noqa: PLC0415
+        import torch.utils.data.dataloader as data_mod  # noqa: PLC0415
+
+        compiler = getattr(torch, "compiler", None)
+        if compiler is not None and hasattr(compiler, "is_compiling"):
+            self._is_compiling = compiler.is_compiling
+        self._torch = torch
+        module_mod.register_module_forward_pre_hook(self._guard(self._forward_pre))
+        module_mod.register_module_forward_hook(self._guard(self._forward_post), always_call=True)
+        optim_mod.register_optimizer_step_pre_hook(self._guard(self._step_pre))
+        optim_mod.register_optimizer_step_post_hook(self._guard(self._step_post))
+        optim_mod.Optimizer.zero_grad = self._ranged(  # type: ignore[method-assign]
+            optim_mod.Optimizer.zero_grad, "zero_grad", lambda a: f"{type(a[0]).__name__}.zero_grad")
+        data_mod._BaseDataLoaderIter.__next__ = self._ranged(  # type: ignore[method-assign]
+            data_mod._BaseDataLoaderIter.__next__, "dataloader", lambda a: "DataLoader.__next__")
+        torch.autograd.backward = self._backward_pass(torch.autograd.backward, "backward")
+        torch.autograd.grad = self._backward_pass(torch.autograd.grad, "grad")
+
+    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap a hook so that it never raises into the program, and is off while compiling."""
+
+        def guarded(*args: Any) -> Any:
+            if self._disabled or self._is_compiling():
+                return None
+            try:
+                hook(*args)
+            except Exception as exc:  # noqa: BLE001
+                self.counts["hook_errors"] += 1
+                if self.counts["hook_errors"] == 1:
+                    self.diag("warning", f"PyTorch ranges stopped after an error in a hook: {exc!r}")
+                self._disabled = True
+            return None
+
+        return guarded
+
+    def _ranged(self, func: Callable[..., Any], category: str, name: Callable[[tuple[Any, ...]], str]) -> Callable[..., Any]:
+        """Wrap ``func`` so that each call is a range."""
+        r = self.r
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self._disabled or self._is_compiling():
+                return func(*args, **kwargs)
+            r.push(name(args), "", SOURCE, category)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                r.pop()
+
+        wrapper.__wrapped__ = func  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(func, "__name__", "wrapper")
+        wrapper.__doc__ = func.__doc__
+        return wrapper
+
+    # -- modules ---------------------------------------------------------------------------
+    def name_of(self, module: Any) -> str:
+        """Return a module's qualified name: its root's class name, then the attribute path."""
+        name = self._names.get(module)
+        if name is None:
+            orig = getattr(module, "_orig_mod", None)  # torch.compile's wrapper: name the original
+            root = type(orig if orig is not None else module).__name__
+            for sub_name, sub in module.named_modules(prefix=root):
+                self._names.setdefault(sub, sub_name.replace("._orig_mod", ""))
+                if sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks:
+                    self.counts["modules_with_own_hooks"] += 1
+            name = self._names[module]
+        return name
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        name = self.name_of(module)
+        stack = getattr(self._active, "modules", None)
+        if stack is None:
+            stack = self._active.modules = []
+        if module in stack:
+            self.counts["reentrant_calls"] += 1
+        stack.append(module)
+        self.r.push(name, "", SOURCE, "forward")
+
+    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        stack = getattr(self._active, "modules", None)
+        if stack:
+            stack.pop()
+        self.r.pop()
+        if self._torch.is_grad_enabled():
+            self._arm_backward(self._names.get(module, "?"), args, output)
+
+    def _arm_backward(self, name: str, args: Any, output: Any) -> None:
+        """Hook the module's output and input gradients to bracket its backward."""
+        outs = [t for t in _tensors(output) if t.requires_grad]
+        if not outs:
+            return
+        ins = [t for t in _tensors(args) if t.requires_grad]
+        state = {"rid": 0, "inputs_left": len(ins)}
+        r, open_backward = self.r, self._open_backward
+
+        # These run inside autograd: they must not raise, whatever happens.
+        def output_ready(grad: Any) -> None:
+            try:
+                if state["rid"] == 0:
+                    rid = r.start(name, "", SOURCE, "backward")
+                    state["rid"] = rid
+                    open_backward[rid] = name
+            except Exception:  # noqa: BLE001,S110
+                pass
+
+        def input_ready(grad: Any) -> None:
+            try:
+                state["inputs_left"] -= 1
+                rid = state["rid"]
+                if state["inputs_left"] == 0 and rid > 0 and open_backward.pop(rid, None) is not None:
+                    r.end(rid)
+            except Exception:  # noqa: BLE001,S110
+                pass
+
+        for t in outs:
+            t.register_hook(output_ready)
+        for t in ins:
+            t.register_hook(input_ready)
+
+    def _backward_pass(self, func: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """Wrap torch.autograd.backward/grad: a range, and the end of module backward ranges left open."""
+        ranged = self._ranged(func, "autograd", lambda a: name)
+        open_backward = self._open_backward
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return ranged(*args, **kwargs)
+            finally:
+                for rid in list(open_backward):
+                    if open_backward.pop(rid, None) is not None:
+                        self.r.end(rid)
+                        self.counts["backward_closed_at_pass_end"] += 1
+
+        wrapper.__wrapped__ = func  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(func, "__name__", name)
+        wrapper.__doc__ = func.__doc__
+        return wrapper
+
+    # -- optimizer and steps -------------------------------------------------------------
+    def _step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.r.push(f"{type(optimizer).__name__}.step", "", SOURCE, "optimizer")
+
+    def _step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.r.pop()
+        if self._step_optimizer is None:
+            self._step_optimizer = id(optimizer)
+        if id(optimizer) == self._step_optimizer:  # with several optimizers, the first one's steps count
+            self.r.mark("step", "", SOURCE, "step")

@@ -1,0 +1,115 @@
+"""PyTorch ranges from an unmodified CPU training script, through ``gpuscope profile``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import gpuscope
+
+from .conftest import Gpuscope
+
+pytest.importorskip("torch")
+
+TRAIN = """
+import torch
+torch.manual_seed(0)
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.act = torch.nn.ReLU(inplace=True)  # in-place on a module output: hooks must not break it
+
+    def forward(self, x):
+        return x + self.act(self.lin(x))
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16)
+        self.blocks = torch.nn.Sequential(Block(), Block())
+        self.out = torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.out(self.blocks(self.inp(x)))
+
+model = Net()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+data = torch.utils.data.DataLoader(
+    torch.utils.data.TensorDataset(torch.randn(48, 8), torch.randn(48, 2)), batch_size=16)
+for x, y in data:
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    model(torch.randn(4, 8))  # inference: forward ranges, no backward
+{extra}
+print("trained")
+"""
+
+COMPILED = """
+import torch._dynamo
+from torch._dynamo.utils import counters
+compiled = torch.compile(model, backend="eager")
+for _ in range(2):
+    compiled(torch.randn(4, 8)).sum().backward()
+print("graph breaks:", sum(counters["graph_break"].values()))
+"""
+
+
+def _ranges(gs: Gpuscope, extra: str = "") -> tuple[object, str]:
+    gs.script("train.py", TRAIN.replace("{extra}", extra))
+    res = gs.profile("-t", "torch", "-o", "r", "train.py")
+    assert res.returncode == 0 and "trained" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "r.gpuscope")) as report:
+        return report.ranges(), res.stdout
+
+
+def test_modules_optimizer_data_and_steps(gs: Gpuscope) -> None:
+    r, _ = _ranges(gs)
+    torch_r = r[r["source"] == "torch"]
+    count = Counter(zip(torch_r["category"], torch_r["name"]))
+    batches = 3
+    for name in ("Net", "Net.inp", "Net.blocks", "Net.blocks.0", "Net.blocks.0.lin",
+                 "Net.blocks.0.act", "Net.blocks.1.lin", "Net.out"):
+        assert count[("forward", name)] == batches + 1, name  # + the no-grad inference call
+        assert count[("backward", name)] == batches, name
+    assert count[("optimizer", "AdamW.step")] == batches
+    assert count[("zero_grad", "AdamW.zero_grad")] == batches
+    assert count[("autograd", "backward")] == batches
+    assert count[("dataloader", "DataLoader.__next__")] == batches + 1  # + the StopIteration
+    steps = torch_r[torch_r["category"] == "step"]
+    assert len(steps) == batches and set(steps["kind"]) == {"mark"}
+    assert r["end_ns"].notna().all()
+
+
+def test_ranges_nest(gs: Gpuscope) -> None:
+    r, _ = _ranges(gs)
+    r = r[r["source"] == "torch"]
+
+    def first(category: str, name: str) -> tuple[int, int]:
+        row = r[(r["category"] == category) & (r["name"] == name)].iloc[0]
+        return row["start_ns"], row["end_ns"]
+
+    for category in ("forward", "backward"):
+        block = first(category, "Net.blocks.0")
+        lin = first(category, "Net.blocks.0.lin")
+        assert block[0] <= lin[0] <= lin[1] <= block[1], category
+    fwd, bwd = first("forward", "Net"), first("backward", "Net.out")
+    call = first("autograd", "backward")
+    assert fwd[1] <= call[0] <= bwd[0] <= bwd[1] <= call[1]  # module backward inside loss.backward()
+    # backward runs last layer first
+    assert first("backward", "Net.out")[0] < first("backward", "Net.blocks.1")[0] < first("backward", "Net.inp")[0]
+
+
+def test_compiled_module_without_graph_breaks(gs: Gpuscope) -> None:
+    r, out = _ranges(gs, COMPILED)
+    assert "graph breaks: 0" in out
+    fwd = r[(r["source"] == "torch") & (r["category"] == "forward")]
+    # the compiled wrapper's call is one range, named after the original module; nothing inside it
+    assert Counter(fwd["name"])["Net"] == 3 + 1 + 2
+    assert Counter(fwd["name"])["Net.inp"] == 3 + 1
