@@ -26,8 +26,9 @@ WORKLOADS = ROOT / "tests" / "device" / "workloads"
 WORKLOAD_ARGS = {
     "mlp": ["mlp.py", "--steps", "300", "--warmup", "30"],
     "gemm": ["gemm.py", "--steps", "30", "--warmup", "5"],
+    "gpt": ["transformer.py", "--steps", "50", "--warmup", "5"],
 }
-MODES = ["untraced", "gpuscope", "gpuscope-api", "torch-profiler"]
+MODES = ["untraced", "gpuscope", "gpuscope-notorch", "gpuscope-api", "torch-profiler"]
 
 
 def command(mode: str, workload: str, timing: str, scratch: str) -> list[str]:
@@ -38,8 +39,11 @@ def command(mode: str, workload: str, timing: str, scratch: str) -> list[str]:
         return [py, *wl]
     if mode == "gpuscope":
         return [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite", *wl]
+    if mode == "gpuscope-notorch":
+        return [py, "-m", "gpuscope", "profile", "-t", "cuda,nvtx", "-o", report, "--force-overwrite", *wl]
     if mode == "gpuscope-api":
-        return [py, "-m", "gpuscope", "profile", "-t", "cuda,cuda-api", "-o", report, "--force-overwrite", *wl]
+        return [py, "-m", "gpuscope", "profile", "-t", "cuda,cuda-api,nvtx,torch", "-o", report,
+                "--force-overwrite", *wl]
     if mode == "torch-profiler":
         return [py, *wl, "--torch-profiler", report + ".json"]
     raise ValueError(mode)

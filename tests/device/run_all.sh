@@ -5,7 +5,7 @@
 #
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
-#     bash tests/device/run_all.sh [sections...]     sections: env fixtures nvtx events torchprof crash frameworks overhead
+#     bash tests/device/run_all.sh [sections...]     sections: env fixtures nvtx layers events torchprof crash frameworks overhead
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
 mkdir -p "$OUT/fixtures" "$OUT/work"
@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx events torchprof crash frameworks overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -32,7 +32,7 @@ fi
 
 if has fixtures; then
   step "fixture: MLP training, every CUDA record kind incl. API calls"
-  gs profile -t cuda,cuda-api,nvtx -o "$OUT/fixtures/mlp_api" --force-overwrite $WL/mlp.py --steps 3 --warmup 1 --nvtx
+  gs profile -t cuda,cuda-api,nvtx,torch -o "$OUT/fixtures/mlp_api" --force-overwrite $WL/mlp.py --steps 3 --warmup 1 --nvtx
   step "fixture: MLP training, default collectors"
   gs profile -o "$OUT/fixtures/mlp_default" --force-overwrite $WL/mlp.py --steps 3 --warmup 1 --nvtx
   gs stats "$OUT/fixtures/mlp_api.gpuscope" > "$OUT/stats_mlp_api.txt"
@@ -45,6 +45,13 @@ if has nvtx; then
   step "NVTX from several sources"
   gs profile -o "$OUT/fixtures/nvtx_sources" --force-overwrite $WL/nvtx_sources.py --out "$OUT/nvtx_findings.json"
   $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print(r.ranges()[['name','domain','kind','tid','duration_ns']].to_string())" "$OUT/fixtures/nvtx_sources.gpuscope"
+fi
+
+if has layers; then
+  step "layers: small GPT eager (all collectors) and compiled (default), and under torch.profiler"
+  gs profile -t cuda,cuda-api,nvtx,torch -o "$OUT/fixtures/gpt_eager" --force-overwrite $WL/transformer.py --steps 5 --warmup 3
+  gs profile -o "$OUT/fixtures/gpt_compiled" --force-overwrite $WL/transformer.py --compile --steps 5 --warmup 3
+  $PY $WL/transformer.py --steps 5 --warmup 3 --torch-profiler "$W/gpt_torch.json" && gzip -c "$W/gpt_torch.json" > "$OUT/gpt_torch.json.gz"
 fi
 
 if has events; then
@@ -79,6 +86,6 @@ fi
 
 if has overhead; then
   step "overhead"
-  $PY bench/overhead.py --workloads mlp,gemm --rounds 4 --out "$OUT/overhead.json"
+  $PY bench/overhead.py --workloads ${OVERHEAD_WORKLOADS:-mlp,gemm,gpt} --rounds ${OVERHEAD_ROUNDS:-4} --out "$OUT/overhead.json"
 fi
 step done

@@ -23,13 +23,14 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def maybe_torch_profiler(path: str | None) -> Iterator[None]:
+def maybe_torch_profiler(path: str | None, with_stack: bool = False) -> Iterator[None]:
+    """Run the block under torch.profiler (CPU + CUDA) and export its trace to ``path``."""
     if not path:
         yield
         return
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=with_stack) as prof:
         yield
     prof.export_chrome_trace(path)
 
