@@ -76,7 +76,8 @@ def test_modules_optimizer_data_and_steps(gs: Gpuscope) -> None:
     for name in ("Net", "Net.inp", "Net.blocks", "Net.blocks.0", "Net.blocks.0.lin",
                  "Net.blocks.0.act", "Net.blocks.1.lin", "Net.out"):
         assert count[("forward", name)] == batches + 1, name  # + the no-grad inference call
-        assert count[("backward", name)] == batches, name
+        # parameterless leaves (the activations) have no backward range of their own
+        assert count[("backward", name)] == (0 if name.endswith(".act") else batches), name
     assert count[("optimizer", "AdamW.step")] == batches
     assert count[("zero_grad", "AdamW.zero_grad")] == batches
     assert count[("autograd", "backward")] == batches
