@@ -5,10 +5,10 @@ Installed right after the program imports torch. Forward ranges come from wrappi
 ``nn.Module.__call__`` (global module hooks would force every module call onto PyTorch's slow
 hook path: 7.5 µs more per call on the CPU machine, against nearly nothing for the wrapper).
 A module's backward starts when the gradient of its output is ready (a tensor hook on the output)
-and ends when the gradients of its inputs are (tensor hooks on the inputs that require grad);
-a module whose inputs need no gradient (the first layer, an embedding) ends its backward range
-when the backward pass returns, which for such input-side modules is when their backward work
-ends. Parameterless leaf modules (activations, dropout) get no backward range of their own: their
+and ends when the gradients of its inputs are (tensor hooks on the inputs that require grad).
+A module whose inputs need no gradient (the first layer, an embedding) ends it when its own
+weights' gradients have been accumulated (a hook on those parameters, registered once); a
+container of such modules (the root) ends it when the backward pass returns. Parameterless leaf modules (activations, dropout) get no backward range of their own: their
 few backward kernels count to the module around them, which saves two tensor hooks a call.
 Tensor hooks leave the autograd graph as it is, so in-place ops on module outputs keep working.
 Inside code that torch.compile traces, the wrapper does nothing, so compiled graphs are not
@@ -51,6 +51,8 @@ class TorchHooks:
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._active: threading.local = threading.local()
         self._open_backward: dict[int, str] = {}  # range id -> module name, of the running pass
+        self._waiting: dict[Any, list[Callable[[Any], None]]] = {}  # parameter -> ends to signal
+        self._accumulate_hooked: set[int] = set()
         self._step_optimizer: int | None = None
         self._disabled = False
         self._is_compiling: Callable[[], bool] = lambda: False
@@ -151,7 +153,7 @@ class TorchHooks:
                     running.discard(module)
             if torch.is_grad_enabled() and (module._parameters or module._modules):
                 try:
-                    self._arm_backward(name, args, output)
+                    self._arm_backward(module, name, args, output)
                 except Exception as exc:  # noqa: BLE001
                     self._fail(exc)
             return output
@@ -165,7 +167,7 @@ class TorchHooks:
             self.diag("warning", f"PyTorch ranges stopped after an error in gpuscope's hook: {exc!r}")
         self._disabled = True
 
-    def _arm_backward(self, name: str, args: Any, output: Any) -> None:
+    def _arm_backward(self, module: Any, name: str, args: Any, output: Any) -> None:
         """Hook the module's output and input gradients to bracket its backward."""
         tensor = self._torch.Tensor
         if type(output) is tensor:  # the usual case, without the generic walk
@@ -178,7 +180,8 @@ class TorchHooks:
             ins = [a for a in args if a.requires_grad]
         else:
             ins = [t for t in _tensors(args) if t.requires_grad]
-        state = {"rid": 0, "inputs_left": len(ins)}
+        params = [] if ins else self._own_grad_params(module)
+        state = {"rid": 0, "inputs_left": len(ins) or len(params)}
         r, open_backward = self.r, self._open_backward
 
         # These run inside autograd: they must not raise, whatever happens.
@@ -204,6 +207,27 @@ class TorchHooks:
             t.register_hook(output_ready)
         for t in ins:
             t.register_hook(input_ready)
+        for p in params:  # no input needs a gradient: the module's own weights say when it is done
+            self._waiting.setdefault(p, []).append(input_ready)
+
+    def _own_grad_params(self, module: Any) -> list[Any]:
+        """Return the module's own trainable parameters, each hooked (once) to say when its
+        gradient has been accumulated; [] where the hook is not available or not needed."""
+        params = [p for p in module._parameters.values() if p is not None and p.requires_grad]
+        for p in params:
+            if id(p) not in self._accumulate_hooked:
+                if not hasattr(p, "register_post_accumulate_grad_hook"):
+                    return []
+                p.register_post_accumulate_grad_hook(self._accumulated)
+                self._accumulate_hooked.add(id(p))
+        return params
+
+    def _accumulated(self, param: Any) -> None:
+        try:
+            for done in self._waiting.pop(param, ()):
+                done(None)
+        except Exception:  # noqa: BLE001,S110  (inside autograd: never raise)
+            pass
 
     def _backward_pass(self, func: Callable[..., Any], name: str) -> Callable[..., Any]:
         """Wrap torch.autograd.backward/grad: a range, and the end of module backward ranges left open."""
@@ -218,6 +242,7 @@ class TorchHooks:
                     if open_backward.pop(rid, None) is not None:
                         self.r.end(rid)
                         self.counts["backward_closed_at_pass_end"] += 1
+                self._waiting.clear()
 
         wrapper.__wrapped__ = func  # type: ignore[attr-defined]
         wrapper.__name__ = getattr(func, "__name__", name)
