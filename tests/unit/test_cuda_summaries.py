@@ -145,9 +145,12 @@ def test_reports_without_api_calls_say_how_to_get_them(recorded) -> None:
 
 
 def test_every_report_is_registered() -> None:
-    from gpuscope.analysis import STATS_REPORTS
+    from gpuscope.analysis import STATS_REPORTS, stats_reports
+    from gpuscope.analysis.range_summaries import REPORTS as RANGE_REPORTS
 
-    assert tuple(REPORTS) == STATS_REPORTS == (
+    assert tuple(REPORTS) == (
         "cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
         "cuda_gpu_sum", "cuda_kern_exec_sum",
     )
+    assert tuple(RANGE_REPORTS) == ("nvtx_sum", "nvtx_gpu_proj_sum", "layer_sum", "step_sum")
+    assert STATS_REPORTS == tuple(REPORTS) + tuple(RANGE_REPORTS) == tuple(stats_reports())

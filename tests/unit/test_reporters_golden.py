@@ -1,4 +1,5 @@
-"""Every reporter over the same recorded report, against golden output kept beside the tests.
+"""Every reporter over every report of ``gpuscope stats`` on the same recorded report, against golden
+output kept beside the tests.
 
 Set GPUSCOPE_UPDATE_GOLDEN=1 to rewrite the golden files after a deliberate change; review the diff.
 """
@@ -13,7 +14,7 @@ import os
 import pytest
 
 from conftest import GOLDEN
-from gpuscope.analysis.cuda_summaries import REPORTS
+from gpuscope.analysis import stats_reports
 from gpuscope.reporters import FORMATS
 from gpuscope.reporters import terminal
 from gpuscope.trace.report import Report
@@ -22,7 +23,7 @@ SUFFIX = {"table": "txt", "csv": "csv", "json": "json"}
 
 
 def _render(fmt: str, report: Report) -> str:
-    tables = [fn(report) for fn in REPORTS.values()]
+    tables = [fn(report) for fn in stats_reports().values()]
     if fmt == "table":
         return terminal.render(tables)
     return FORMATS[fmt](tables)
@@ -43,7 +44,7 @@ def test_machine_formats_carry_integer_nanoseconds(mlp_api: Report) -> None:
     assert isinstance(row["Total Time (ns)"], int) and isinstance(row["Med (ns)"], int)
     assert row["Time (%)"] == round(row["Time (%)"], 1)
     blocks = _render("csv", mlp_api).split("\n\n")
-    assert len(blocks) == len(REPORTS)
+    assert len(blocks) == len(stats_reports())
     first = list(csv.reader(io.StringIO(blocks[0])))
     assert first[0] == ["# cuda_gpu_kern_sum"]
     assert first[1][:3] == ["Time (%)", "Total Time (ns)", "Instances"]

@@ -1,7 +1,17 @@
 """Analyses: a report in, tables or findings out; no printing."""
 
-# The reports of ``gpuscope stats``, in order (functions of cuda_summaries.REPORTS). Kept here so
-# the command line can list them without importing the analyses.
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..trace.report import Report
+    from .table import Table
+
+# The reports of ``gpuscope stats``, in order (functions of cuda_summaries.REPORTS and
+# range_summaries.REPORTS). Kept here so the command line can list them without importing the
+# analyses.
 STATS_REPORTS = (
     "cuda_gpu_kern_sum",
     "cuda_api_sum",
@@ -9,4 +19,17 @@ STATS_REPORTS = (
     "cuda_gpu_mem_size_sum",
     "cuda_gpu_sum",
     "cuda_kern_exec_sum",
+    "nvtx_sum",
+    "nvtx_gpu_proj_sum",
+    "layer_sum",
+    "step_sum",
 )
+
+
+def stats_reports() -> dict[str, Callable[[Report], Table]]:
+    """Return the function of every report of ``gpuscope stats`` by name, in STATS_REPORTS order."""
+    from .cuda_summaries import REPORTS as CUDA
+    from .range_summaries import REPORTS as RANGES
+
+    found = {**CUDA, **RANGES}
+    return {name: found[name] for name in STATS_REPORTS}

@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..analysis import STATS_REPORTS
+from ..analysis import STATS_REPORTS, stats_reports
 from ..errors import GpuscopeError
 
 FORMAT_NAMES = ("table", "csv", "json")
 
 NAME = "stats"
-HELP = "Print summary reports (kernels, API calls, memory operations) of a report file."
+HELP = "Print summary reports (kernels, API calls, memory operations, ranges, layers, steps) of a report file."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in STATS_REPORTS]
     if unknown:
         raise GpuscopeError(f"unknown report {', '.join(unknown)}; choose from {', '.join(STATS_REPORTS)}")
-    from ..analysis.cuda_summaries import REPORTS
     from ..reporters import FORMATS
     from ..trace.report import Report
 
@@ -38,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "showing what was recorded", file=sys.stderr)
-        text = FORMATS[args.format]([REPORTS[n](report) for n in names])
+        reports = stats_reports()
+        text = FORMATS[args.format]([reports[n](report) for n in names])
     if args.output:
         try:
             Path(args.output).write_text(text)

@@ -1,0 +1,339 @@
+"""Where each GPU operation was launched, and which ranges enclose that launch.
+
+A GPU operation (kernel, memcpy, memset) is attributed to ranges by its *launch point*:
+
+- With CUDA API records (``--trace cuda-api``): the API call that launched it (same ``pid`` and
+  ``correlation_id``); the thread is the call's ``tid``, the time its ``start_ns``.
+- Without them: a kernel's ``queued_ns`` (the host time CUPTI saw the launch queued), on an unknown
+  thread of its process. A memcpy or memset has no queued time, so its GPU ``start_ns`` stands in:
+  that is later than the launch, so an asynchronous copy queued just before a range ended can be
+  attributed to a range that started after it.
+
+A range *encloses* a launch at time ``t`` when it belongs to the same process, to the same thread
+when the launch thread is known (to any thread of the process when it is not), and
+``start_ns <= t <= end_ns``. A range that never ended (``end_ns`` NULL) encloses every later
+launch. The *innermost* enclosing range is the one that started last (Nsight Systems' definition;
+among ranges that started at the same time, the one that ends first).
+
+Everything is computed in DuckDB with sorts, window functions and equality or as-of joins, so the
+cost grows with the number of operations and ranges (and, for :func:`op_ranges`, with the number of
+operation-range pairs), never with their product. Results are kept as temporary tables on the
+report's connection, so several reports share one computation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..trace.report import Report
+from .cuda_summaries import COPY_LABEL
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FOREVER = 9_223_372_036_854_775_807  # the end of a range that never ended
+ANY_THREAD = -1  # the thread key of a launch whose thread is unknown
+
+OPS = "gpuscope_op"
+RANGES = "gpuscope_range"
+
+
+def _exists(report: Report, name: str) -> bool:
+    return bool(report.sql("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]))
+
+
+def temp_table(report: Report, name: str, query: str) -> str:
+    """Create temp table ``name`` from ``query`` unless this connection already has it; return ``name``."""
+    if not _exists(report, name):
+        report.sql(f"CREATE TEMP TABLE {name} AS {query}")
+    return name
+
+
+def ops_table(report: Report) -> str:
+    """Create the table of every GPU operation with its launch point; return its name.
+
+    Columns: ``op_id``, ``kind`` (kernel, memcpy, memset), ``pid``, ``tid`` (the launching thread,
+    NULL when unknown), ``launch_ns``, ``start_ns``, ``end_ns``, ``device_id``, ``name_id`` (the
+    kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only). A kernel
+    with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
+    GPU start, like a memory operation.
+    """
+    query = """
+        WITH ops AS (
+            SELECT 'kernel' AS kind, k.pid, a.tid,
+                   coalesce(a.start_ns, nullif(k.queued_ns, 0), k.start_ns) AS launch_ns,
+                   k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind
+            FROM kernel k JOIN kernel_config c ON c.id = k.config_id
+            LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
+            UNION ALL
+            SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
+                   m.device_id, NULL, m.copy_kind
+            FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
+            UNION ALL
+            SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
+                   m.device_id, NULL, NULL
+            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id)
+        SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""
+    return temp_table(report, OPS, query)
+
+
+def ranges_table(report: Report) -> str:
+    """Create the table of every range (marks left out) with a report-wide id; return its name.
+
+    Columns: ``rid``, ``pid``, ``tid``, ``start_ns``, ``end_ns`` (NULL if it never ended),
+    ``end_eff`` (``end_ns``, or :data:`FOREVER`), ``name_id``, ``domain_id``, ``source``,
+    ``category``.
+    """
+    query = f"""
+        SELECT row_number() OVER (ORDER BY pid, tid, start_ns, id) AS rid, pid, tid, start_ns,
+               end_ns, coalesce(end_ns, {FOREVER}) AS end_eff, name_id, domain_id, source, category
+        FROM nvtx_range WHERE kind = 'range'"""
+    return temp_table(report, RANGES, query)
+
+
+def _where(sources: Sequence[str] | None, categories: Sequence[str] | None) -> str:
+    parts = ["TRUE"]
+    for column, values in (("source", sources), ("category", categories)):
+        if values is not None:
+            quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+            parts.append(f"r.{column} IN ({quoted})" if values else "FALSE")
+    return " AND ".join(parts)
+
+
+def _selects_all(report: Report, where: str) -> bool:
+    (selected, total) = report.sql(
+        f"SELECT count(*) FILTER (WHERE {where}), count(*) FROM {ranges_table(report)} r"
+    )[0]
+    return bool(selected == total)
+
+
+def _name(kind: str, *params: object) -> str:
+    digest = hashlib.sha1(repr(params).encode()).hexdigest()[:10]
+    return f"gpuscope_{kind}_{digest}"
+
+
+def _keyed(report: Report, where: str, same_thread: bool) -> tuple[str, str]:
+    """SQL of the operations and of the selected ranges, each with a thread key ``ktid``.
+
+    An operation whose thread is known has ``ktid = tid`` (if ``same_thread``); otherwise
+    :data:`ANY_THREAD`. Ranges appear once under their thread's key and once under the process's
+    ANY_THREAD key, each only if some operation has that key.
+    """
+    ktid = f"coalesce(tid, {ANY_THREAD})" if same_thread else str(ANY_THREAD)
+    ops = f"SELECT op_id, pid, {ktid} AS ktid, launch_ns, start_ns, end_ns FROM {ops_table(report)}"
+    ranges = f"""
+        SELECT k.pid, k.ktid, r.rid, r.start_ns, r.end_eff
+        FROM {ranges_table(report)} r
+        JOIN (SELECT DISTINCT pid, ktid FROM ({ops})) k
+          ON k.pid = r.pid AND (k.ktid = {ANY_THREAD} OR k.ktid = r.tid)
+        WHERE {where}"""
+    return ops, ranges
+
+
+def _levels(report: Report, where: str) -> int:
+    """The largest ``j`` with ``2**j`` at most the number of selected ranges of one process (the
+    most that one thread key can hold): the levels of :func:`_last_covering`."""
+    (most,) = report.sql(
+        f"SELECT coalesce(max(n), 1) FROM (SELECT count(*) AS n FROM {ranges_table(report)} r "
+        f"WHERE {where} GROUP BY pid)"
+    )[0]
+    return max(int(most), 1).bit_length() - 1
+
+
+def _last_covering(indexed: str, queries: str, levels: int) -> str:
+    """SQL: per query, the largest index ``i <= p`` in ``indexed`` with ``end_eff >= c`` (0: none).
+
+    ``indexed`` has ``pid, ktid, i`` and ``m0 .. m{levels}``, where ``m{j}`` is the latest end among
+    the ``2**j`` ranges ending at index ``i``; ``queries`` has ``pid, ktid, qid, c`` and ``cur = p``.
+    Going down from ``p``, blocks of ``2**j`` ranges that all end before ``c`` are skipped, largest
+    blocks first (binary lifting), so each query takes ``levels + 1`` equality joins.
+    """
+    q = f"SELECT pid, ktid, qid, c, cur FROM ({queries})"
+    for j in range(levels, -1, -1):
+        q = f"""
+            SELECT q.pid, q.ktid, q.qid, q.c,
+                   CASE WHEN q.cur >= {2**j} AND s.m{j} < q.c THEN q.cur - {2**j} ELSE q.cur END AS cur
+            FROM ({q}) q LEFT JOIN {indexed} s ON s.pid = q.pid AND s.ktid = q.ktid AND s.i = q.cur"""
+    return q
+
+
+def _indexed(ranges: str, levels: int) -> str:
+    """SQL: ``ranges`` numbered per thread key by start (ties: the longer first), with the
+    block maxima of their ends that :func:`_last_covering` needs (each level from the one below)."""
+    q = f"""
+        SELECT *, end_eff AS m0,
+               row_number() OVER (PARTITION BY pid, ktid ORDER BY start_ns, end_eff DESC, rid) AS i
+        FROM ({ranges})"""
+    for j in range(levels):
+        q = f"""
+            SELECT *, greatest(m{j}, coalesce(lag(m{j}, {2**j}) OVER (PARTITION BY pid, ktid ORDER BY i),
+                                               m{j})) AS m{j + 1}
+            FROM ({q})"""
+    return q
+
+
+def innermost_table(
+    report: Report,
+    sources: Sequence[str] | None = None,
+    categories: Sequence[str] | None = None,
+    same_thread: bool = True,
+) -> str:
+    """Create the table ``(op_id, rid)`` of each operation's innermost enclosing range; return its name.
+
+    Only ranges of the given ``sources`` and ``categories`` (None: all) take part; operations that
+    no such range encloses have no row. With ``same_thread=False`` the launching thread is ignored.
+
+    Per thread key, the innermost range is a step function of time that can change only where a
+    range starts or just after one ends; it is computed at those points, and each launch takes the
+    value of the last point at or before it (an as-of join).
+    """
+    where = _where(sources, categories)
+    if (sources, categories) != (None, None) and _selects_all(report, where):
+        return innermost_table(report, same_thread=same_thread)
+    name = _name("innermost", sources, categories, same_thread)
+    if _exists(report, name):
+        return name
+    levels = _levels(report, where)
+    ops, ranges = _keyed(report, where, same_thread)
+    query = f"""
+        WITH op AS MATERIALIZED ({ops}),
+        kr AS MATERIALIZED ({_indexed(ranges, levels)}),
+        ev AS (
+            SELECT pid, ktid, start_ns AS t, 1 AS is_start FROM kr
+            UNION ALL SELECT pid, ktid, start_ns, 0 FROM kr
+            UNION ALL SELECT pid, ktid, end_eff + 1, 0 FROM kr WHERE end_eff < {FOREVER}),
+        points AS (  -- each point, with the number of ranges started by then
+            SELECT DISTINCT pid, ktid, t AS c, t AS qid, started AS cur FROM (
+                SELECT *, count(CASE WHEN is_start = 1 THEN 1 END) OVER (
+                    PARTITION BY pid, ktid ORDER BY t, is_start DESC ROWS UNBOUNDED PRECEDING) AS started
+                FROM ev)
+            WHERE is_start = 0),
+        seg AS MATERIALIZED (
+            SELECT q.pid, q.ktid, q.c, kr.rid
+            FROM ({_last_covering('kr', 'SELECT * FROM points', levels)}) q
+            LEFT JOIN kr ON kr.pid = q.pid AND kr.ktid = q.ktid AND kr.i = q.cur)
+        SELECT op.op_id, seg.rid
+        FROM op ASOF JOIN seg ON seg.pid = op.pid AND seg.ktid = op.ktid AND op.launch_ns >= seg.c
+        WHERE seg.rid IS NOT NULL"""
+    return temp_table(report, name, query)
+
+
+def enclosing_table(
+    report: Report,
+    sources: Sequence[str] | None = None,
+    categories: Sequence[str] | None = None,
+    same_thread: bool = True,
+) -> str:
+    """Create the table ``(op_id, rid)`` of every (operation, enclosing range) pair; return its name.
+
+    Per thread key, launches are numbered in time order; the launches inside a range are then the
+    consecutive numbers between two counts, which are expanded and joined by equality.
+    """
+    where = _where(sources, categories)
+    if (sources, categories) != (None, None) and _selects_all(report, where):
+        return enclosing_table(report, same_thread=same_thread)
+    name = _name("enclosing", sources, categories, same_thread)
+    if _exists(report, name):
+        return name
+    ops, ranges = _keyed(report, where, same_thread)
+    query = f"""
+        WITH op AS MATERIALIZED (
+            SELECT *, row_number() OVER (PARTITION BY pid, ktid ORDER BY launch_ns, op_id) AS pos
+            FROM ({ops})),
+        kr AS MATERIALIZED ({ranges}),
+        ev AS (  -- at equal times: range starts, then launches, then range ends
+            SELECT pid, ktid, start_ns AS t, 0 AS f, rid FROM kr
+            UNION ALL SELECT pid, ktid, launch_ns, 1, NULL FROM op
+            UNION ALL SELECT pid, ktid, end_eff, 2, rid FROM kr),
+        counted AS (
+            SELECT *, count(CASE WHEN f = 1 THEN 1 END) OVER (
+                PARTITION BY pid, ktid ORDER BY t, f ROWS UNBOUNDED PRECEDING) AS n
+            FROM ev),
+        bounds AS (
+            SELECT pid, ktid, rid, max(n) FILTER (WHERE f = 0) + 1 AS lo, max(n) FILTER (WHERE f = 2) AS hi
+            FROM counted WHERE f <> 1 GROUP BY pid, ktid, rid),
+        spans AS (
+            SELECT pid, ktid, rid, unnest(range(lo, hi + 1)) AS pos FROM bounds WHERE hi >= lo)
+        SELECT op.op_id, spans.rid FROM spans JOIN op USING (pid, ktid, pos)"""
+    return temp_table(report, name, query)
+
+
+def range_tree_table(report: Report) -> str:
+    """Create the table ``(rid, parent, level)`` of every range's place among the ranges of its
+    thread (all sources); return its name.
+
+    The parent is the tightest range of the same thread that encloses the whole range (the latest
+    started; of equal ranges, the one listed first); ``level`` is 0 for a range without parent.
+    """
+    name = "gpuscope_range_tree"
+    if _exists(report, name):
+        return name
+    levels = _levels(report, "TRUE")
+    ranges = f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}"
+    # the parent is the last range before this one (in start order) that ends no earlier
+    queries = "SELECT pid, ktid, rid AS qid, end_eff AS c, i - 1 AS cur FROM kr"
+    query = f"""
+        WITH RECURSIVE kr AS MATERIALIZED ({_indexed(ranges, levels)}),
+        q AS ({_last_covering('kr', queries, levels)}),
+        parents AS MATERIALIZED (
+            SELECT q.qid AS rid, p.rid AS parent
+            FROM q LEFT JOIN kr p ON p.pid = q.pid AND p.ktid = q.ktid AND p.i = q.cur),
+        tree(rid, parent, level) AS (
+            SELECT rid, parent, 0 FROM parents WHERE parent IS NULL
+            UNION ALL
+            SELECT c.rid, c.parent, tree.level + 1 FROM parents c JOIN tree ON c.parent = tree.rid)
+        SELECT * FROM tree"""
+    return temp_table(report, name, query)
+
+
+def _op_name() -> str:
+    cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in COPY_LABEL.items())
+    return f"""CASE o.kind WHEN 'kernel' THEN kn.value WHEN 'memset' THEN '[CUDA memset]'
+               ELSE '[CUDA memcpy ' || (CASE o.copy_kind {cases} ELSE o.copy_kind END) || ']' END"""
+
+
+def _frame(report: Report, pairs: str) -> pd.DataFrame:
+    return report.df(
+        f"""
+        SELECT o.op_id, o.kind, {_op_name()} AS name, o.pid, o.tid, o.launch_ns, o.start_ns, o.end_ns,
+               r.rid AS range_id, rn.value AS range_name, r.source AS range_source,
+               r.category AS range_category, r.tid AS range_tid, r.start_ns AS range_start_ns,
+               r.end_ns AS range_end_ns
+        FROM {ops_table(report)} o
+        LEFT JOIN {pairs} p ON p.op_id = o.op_id
+        LEFT JOIN {ranges_table(report)} r ON r.rid = p.rid
+        LEFT JOIN string kn ON kn.id = o.name_id
+        LEFT JOIN string rn ON rn.id = r.name_id
+        ORDER BY o.op_id, r.start_ns"""
+    )
+
+
+def innermost(
+    report: Report,
+    sources: Sequence[str] | None = None,
+    categories: Sequence[str] | None = None,
+    same_thread: bool = True,
+) -> pd.DataFrame:
+    """Every GPU operation with its launch point and its innermost enclosing range.
+
+    Returns one row per operation: ``op_id, kind, name, pid, tid, launch_ns, start_ns, end_ns`` and
+    the range's ``range_id, range_name, range_source, range_category, range_tid, range_start_ns,
+    range_end_ns`` (NULL when no range encloses the launch).
+    """
+    return _frame(report, innermost_table(report, sources, categories, same_thread))
+
+
+def op_ranges(
+    report: Report,
+    sources: Sequence[str] | None = None,
+    categories: Sequence[str] | None = None,
+    same_thread: bool = True,
+) -> pd.DataFrame:
+    """Every GPU operation with each range that encloses its launch, at any depth.
+
+    Returns the columns of :func:`innermost`, one row per (operation, enclosing range) pair, and
+    one row with NULL range columns for an operation that no range encloses.
+    """
+    return _frame(report, enclosing_table(report, sources, categories, same_thread))

@@ -1,0 +1,127 @@
+"""GPU and CPU time per PyTorch module (layer), from the ranges of gpuscope's PyTorch hooks.
+
+Each GPU operation belongs to its innermost enclosing PyTorch range (source ``torch``) on the thread
+that launched it. Module forward ranges run on the calling thread and backward ranges on
+autograd's worker thread; an operation launched by a thread that has no PyTorch range open (the
+autograd worker between module backward ranges) belongs to the ``loss.backward()`` call
+(category ``autograd``) open at that time on any thread of its process. Modules without
+parameters of their own (activations, dropout) have no backward range, so their backward kernels
+count to the module around them. Without CUDA API records the launching thread is unknown and
+ranges of every thread of the process count (:mod:`.attribution`).
+"""
+
+from __future__ import annotations
+
+from ..trace.report import Report
+from .attribution import enclosing_table, innermost_table, ops_table, ranges_table
+from .steps import op_steps_table, step_source
+from .table import Column, Table
+
+MODULE = ("forward", "backward")
+OUTSIDE = "(not in a module)"
+
+COLUMNS = [
+    Column("Name"), Column("Kind"), Column("Calls", "count"), Column("GPU Self", "ns"),
+    Column("Share", "percent"), Column("Kernels", "count"), Column("Fwd GPU Self", "ns"),
+    Column("Fwd GPU Total", "ns"), Column("Bwd GPU Self", "ns"), Column("Bwd GPU Total", "ns"),
+    Column("Fwd CPU", "ns"), Column("Bwd CPU", "ns"), Column("Top Kernel"),
+]  # fmt: skip
+
+
+def _no_torch(report: Report) -> list[str]:
+    hint = report.not_recorded().get("torch")
+    if hint:
+        return [f"No PyTorch ranges in this report: {hint}."]
+    return ["No PyTorch ranges in this report: record module, optimizer and step ranges with --trace torch."]
+
+
+def layer_sum(report: Report) -> Table:
+    """Per module: calls, GPU time it launched itself (forward, backward) and with its submodules,
+    CPU time of its ranges, kernels and top kernel; then one row per other PyTorch range (optimizer,
+    zero_grad, autograd outside modules, dataloader) and one for operations outside them all.
+
+    GPU Self adds up, over all rows, to the GPU time (sum of durations) of all operations. Share is
+    a row's GPU Self over the GPU time of all operations, both counting only operations launched
+    within steps when the report has steps (:mod:`.steps`). Totals include submodules; CPU times are
+    sums of range durations (ranges that never ended are left out).
+    """
+    name, title = "layer_sum", "PyTorch Layer Summary"
+    if not report.count("nvtx_range") or not report.sql(
+        "SELECT count(*) FROM nvtx_range WHERE source = 'torch' AND kind = 'range'"
+    )[0][0]:
+        return Table(name, title, COLUMNS, [], _no_torch(report))
+    ops, ranges = ops_table(report), ranges_table(report)
+    own = innermost_table(report, sources=("torch",))
+    backward_call = innermost_table(report, sources=("torch",), categories=("autograd",), same_thread=False)
+    total = enclosing_table(report, sources=("torch",), categories=MODULE)
+    source = step_source(report)
+    if source.kind:
+        in_step = f"o.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})"
+    else:
+        in_step = "TRUE"
+    rows = report.sql(
+        f"""
+        WITH owned AS (
+            SELECT o.op_id, o.kind, o.name_id, o.end_ns - o.start_ns AS d, {in_step} AS in_step,
+                   r.category,
+                   CASE WHEN r.rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
+                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind
+            FROM {ops} o
+            LEFT JOIN {own} a ON a.op_id = o.op_id
+            LEFT JOIN {backward_call} b ON b.op_id = o.op_id
+            LEFT JOIN {ranges} r ON r.rid = coalesce(a.rid, b.rid)
+            LEFT JOIN string n ON n.id = r.name_id),
+        self AS (
+            SELECT row_kind, row_name, sum(d) AS gpu, sum(d) FILTER (WHERE in_step) AS step_gpu,
+                   count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+                   sum(d) FILTER (WHERE category = 'forward') AS fwd,
+                   sum(d) FILTER (WHERE category = 'backward') AS bwd
+            FROM owned GROUP BY ALL),
+        top AS (
+            SELECT row_kind, row_name, arg_max(name_id, t) AS top_id FROM (
+                SELECT row_kind, row_name, name_id, sum(d) AS t FROM owned WHERE kind = 'kernel' GROUP BY ALL)
+            GROUP BY ALL),
+        inclusive AS (  -- distinct: an operation counts once even where instances overlap
+            SELECT n.value AS row_name, sum(o.end_ns - o.start_ns) FILTER (WHERE forward) AS fwd,
+                   sum(o.end_ns - o.start_ns) FILTER (WHERE NOT forward) AS bwd
+            FROM (SELECT DISTINCT p.op_id, r.name_id, r.category = 'forward' AS forward
+                  FROM {total} p JOIN {ranges} r USING (rid)) p
+            JOIN {ops} o USING (op_id) JOIN string n ON n.id = p.name_id
+            GROUP BY ALL),
+        calls AS (
+            SELECT CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
+                   n.value AS row_name, count(*) FILTER (WHERE r.category = 'forward') AS fwd_n,
+                   count(*) AS n, sum(r.end_ns - r.start_ns) FILTER (WHERE r.category = 'forward') AS fwd_cpu,
+                   sum(r.end_ns - r.start_ns) FILTER (WHERE r.category = 'backward') AS bwd_cpu
+            FROM {ranges} r JOIN string n ON n.id = r.name_id
+            WHERE r.source = 'torch' GROUP BY ALL),
+        all_rows AS (
+            SELECT row_kind, row_name FROM self UNION SELECT row_kind, row_name FROM calls)
+        SELECT a.row_name, a.row_kind,
+               CASE WHEN c.row_kind = 'module' AND c.fwd_n > 0 THEN c.fwd_n ELSE c.n END,
+               coalesce(s.gpu, 0), 100.0 * coalesce(s.step_gpu, 0) / nullif(sum(s.step_gpu) OVER (), 0),
+               coalesce(s.kernels, 0),
+               CASE WHEN a.row_kind = 'module' THEN coalesce(s.fwd, 0) END,
+               CASE WHEN a.row_kind = 'module' THEN coalesce(i.fwd, 0) END,
+               CASE WHEN a.row_kind = 'module' THEN coalesce(s.bwd, 0) END,
+               CASE WHEN a.row_kind = 'module' THEN coalesce(i.bwd, 0) END,
+               c.fwd_cpu, c.bwd_cpu, k.value
+        FROM all_rows a
+        LEFT JOIN self s ON s.row_kind IS NOT DISTINCT FROM a.row_kind AND s.row_name = a.row_name
+        LEFT JOIN calls c ON c.row_kind IS NOT DISTINCT FROM a.row_kind AND c.row_name = a.row_name
+        LEFT JOIN inclusive i ON a.row_kind = 'module' AND i.row_name = a.row_name
+        LEFT JOIN top t ON t.row_kind IS NOT DISTINCT FROM a.row_kind AND t.row_name = a.row_name
+        LEFT JOIN string k ON k.id = t.top_id
+        ORDER BY 4 DESC, a.row_name, a.row_kind"""
+    )
+    share = f"within steps ({source.description})" if source.kind else "(no steps were found)"
+    notes = [
+        (
+            "GPU Self: GPU time of the operations launched while this was the innermost PyTorch range; "
+            f"over all rows it adds up to the GPU time of all operations. Share: of GPU time {share}."
+        ),
+    ]
+    if not report.count("api_call"):
+        notes.append("No CUDA API calls in this report: operations are placed by their queued time "
+                     "on any thread of their process; add --trace cuda-api to place them on their thread.")
+    return Table(name, title, COLUMNS, rows, notes)
