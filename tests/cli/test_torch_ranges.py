@@ -113,3 +113,14 @@ def test_compiled_module_without_graph_breaks(gs: Gpuscope) -> None:
     # the compiled wrapper's call is one range, named after the original module; nothing inside it
     assert Counter(fwd["name"])["Net"] == 3 + 1 + 2
     assert Counter(fwd["name"])["Net.inp"] == 3 + 1
+
+
+def test_a_container_and_its_last_child_start_backward_together(gs: Gpuscope) -> None:
+    r, _ = _ranges(gs)
+    bwd = r[(r["source"] == "torch") & (r["category"] == "backward")]
+    # Net.out's output is Net's output; Net.blocks.1 (a Block) returns what Net.blocks returns
+    for outer, inner in (("Net", "Net.out"), ("Net.blocks", "Net.blocks.1")):
+        o = bwd[bwd["name"] == outer].reset_index(drop=True)
+        i = bwd[bwd["name"] == inner].reset_index(drop=True)
+        assert list(o["start_ns"]) == list(i["start_ns"]), (outer, inner)
+        assert (i["end_ns"] <= o["end_ns"]).all()

@@ -72,11 +72,12 @@ class RangeRecorder:
 
     # -- start/end (may cross threads) ---------------------------------------------------
     def start(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
-              color: str | None = None) -> int:
-        """Open a range that any thread may end; return its id."""
+              color: str | None = None, at_ns: int | None = None) -> int:
+        """Open a range that any thread may end (at ``at_ns``, CLOCK_MONOTONIC, if given); return its id."""
         self._stack()
         rid = next(self._ids)
-        self._started[rid] = (time.monotonic_ns(), self._local.tid, name, domain, source, category, color)
+        start = time.monotonic_ns() if at_ns is None else at_ns
+        self._started[rid] = (start, self._local.tid, name, domain, source, category, color)
         return rid
 
     def end(self, rid: int) -> bool:

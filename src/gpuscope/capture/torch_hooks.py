@@ -20,6 +20,7 @@ Nothing here may raise into the program: a failing hook is disabled and reported
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -184,11 +185,21 @@ class TorchHooks:
         state = {"rid": 0, "inputs_left": len(ins) or len(params)}
         r, open_backward = self.r, self._open_backward
 
+        # Modules that return the same tensor (a container and its last child) must start their
+        # backward at the same instant, or the one whose hook runs last would look innermost.
+        ready = getattr(outs[0], "_gpuscope_grad_ready", None)
+        if ready is None:
+            ready = [None]
+            for t in outs:
+                t._gpuscope_grad_ready = ready
+
         # These run inside autograd: they must not raise, whatever happens.
         def output_ready(grad: Any) -> None:
             try:
                 if state["rid"] == 0:
-                    rid = r.start(name, "", SOURCE, "backward")
+                    if ready[0] is None:
+                        ready[0] = time.monotonic_ns()
+                    rid = r.start(name, "", SOURCE, "backward", at_ns=ready[0])
                     state["rid"] = rid
                     open_backward[rid] = name
             except Exception:  # noqa: BLE001,S110
