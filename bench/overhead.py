@@ -52,7 +52,7 @@ def command(mode: str, workload: str, timing: str, scratch: str) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--workloads", default="mlp,gemm")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=os.environ.get("OVERHEAD_MODES", ",".join(MODES)))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()

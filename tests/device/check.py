@@ -3,6 +3,7 @@
     python3 tests/device/check.py events REPORT TRUTH_JSON
     python3 tests/device/check.py torchprof REPORT TORCH_TRACE_JSON
     python3 tests/device/check.py crash REPORT MARKER_FILE
+    python3 tests/device/check.py layers REPORT TORCH_TRACE_JSON[.gz] [WARMUP_STEPS]
 
 Each prints a JSON result and exits non-zero when the check fails.
 """
@@ -10,11 +11,14 @@ Each prints a JSON result and exits non-zero when the check fails.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import defaultdict
 from typing import Any
 
 import gpuscope
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def events(report_path: str, truth_path: str) -> dict[str, Any]:
@@ -88,8 +92,76 @@ def crash(report_path: str, marker_path: str) -> dict[str, Any]:
             "status": meta.get("status")}
 
 
+def layers(report_path: str, trace_path: str, skip_steps: str = "3") -> dict[str, Any]:
+    """Kernels per module and phase, gpuscope vs torch.profiler (same program, separate runs).
+
+    torch.profiler's attribution (tests/device/torch_truth.py) comes from its Python module events
+    and autograd sequence numbers; its module instances are matched to gpuscope's qualified names
+    by the order of calls within a step. gpuscope counts the kernels launched after its first
+    ``skip_steps`` steps (the profiled run's warm-up), per step, like torch.profiler's window.
+    Parameterless modules have no backward range in gpuscope, so torch.profiler's backward kernels
+    of those are counted to their parent module.
+    """
+    import torch_truth
+
+    from gpuscope.analysis.attribution import ops_table
+    from gpuscope.analysis.layers import _owned
+    from gpuscope.analysis.steps import step_source
+
+    truth = torch_truth.kernel_counts(trace_path)
+    calls = torch_truth.module_calls(trace_path)
+    with gpuscope.load(report_path) as r:
+        marks = [t for (t,) in r.sql("SELECT start_ns FROM nvtx_range WHERE source = 'torch' "
+                                     "AND category = 'step' ORDER BY start_ns")]
+        cut = marks[int(skip_steps) - 1]
+        steps = len(marks) - int(skip_steps)
+        fwd = [n for (n,) in r.sql("SELECT s.value FROM nvtx_range g JOIN string s ON s.id = g.name_id "
+                                   "WHERE g.source = 'torch' AND g.category = 'forward' AND g.start_ns > ? "
+                                   "ORDER BY g.start_ns", [marks[-2]])]
+        has_backward = {n for (n,) in r.sql("SELECT DISTINCT s.value FROM nvtx_range g JOIN string s "
+                                            "ON s.id = g.name_id WHERE g.category = 'backward'")}
+        owned = _owned(r, step_source(r))
+        by_kind = dict(r.sql(f"SELECT coalesce(row_kind, 'outside'), sum(d) FROM ({owned}) WHERE in_step GROUP BY 1"))
+        from gpuscope.analysis.steps import step_sum
+
+        busy = sum(row[4] for row in step_sum(r).rows if row[1].isdigit())
+        ours = {(name, cat): n for name, cat, n in r.sql(
+            f"SELECT o.row_name, o.category, count(*) FROM ({owned}) o JOIN {ops_table(r)} l USING (op_id) "
+            f"WHERE o.kind = 'kernel' AND l.launch_ns > ? AND l.launch_ns <= ? GROUP BY ALL", [cut, marks[-1]])}
+    per_step = len(calls) // 5 if calls else 0
+    label_to_name = dict(zip(calls[:per_step], fwd))
+    profiled_steps = len(calls) // per_step if per_step else 0
+    theirs: dict[tuple[str, str], float] = defaultdict(float)
+    for phase in ("forward", "backward"):
+        for label, n in truth[phase].items():
+            name = label_to_name.get(label, label)
+            if phase == "backward":
+                while name not in has_backward and "." in name:
+                    name = name.rsplit(".", 1)[0]
+            theirs[(name, phase)] += n / profiled_steps
+    rows = []
+    for key in sorted(set(theirs) | {k for k in ours if k[1] in ("forward", "backward")}):
+        mine = ours.get(key, 0) / steps
+        rows.append({"module": key[0], "phase": key[1], "gpuscope_per_step": mine,
+                     "torch_per_step": theirs.get(key, 0.0)})
+    mismatched = [x for x in rows if abs(x["gpuscope_per_step"] - x["torch_per_step"]) > 1e-9]
+    in_modules = sum(x["gpuscope_per_step"] for x in rows)
+    layer_time = sum(by_kind.values())
+    return {"check": "layers",
+            "ok": not mismatched and len(label_to_name) == per_step > 0 and abs(layer_time / busy - 1) <= 0.05,
+            "step_gpu_busy_ns": busy, "layer_gpu_self_ns_by_kind": by_kind,
+            "layers_over_step_busy": layer_time / busy,
+            "modules_over_step_busy": by_kind.get("module", 0) / busy,
+            "modules_matched": len(label_to_name), "rows": rows, "mismatched": mismatched,
+            "gpuscope_kernels_per_step_in_modules": in_modules,
+            "torch_kernels_per_step_in_modules": sum(x["torch_per_step"] for x in rows),
+            "gpuscope_other_per_step": {f"{k[0]} [{k[1]}]": v / steps for k, v in ours.items()
+                                        if k[1] not in ("forward", "backward")},
+            "torch_unattributed_per_step": {k: v / profiled_steps for k, v in truth["unattributed"].items()}}
+
+
 if __name__ == "__main__":
     kind, *rest = sys.argv[1:]
-    result = {"events": events, "torchprof": torchprof, "crash": crash}[kind](*rest)
+    result = {"events": events, "torchprof": torchprof, "crash": crash, "layers": layers}[kind](*rest)
     print(json.dumps(result, indent=1, default=str))
     sys.exit(0 if result["ok"] else 1)

@@ -50,8 +50,10 @@ fi
 if has layers; then
   step "layers: small GPT eager (all collectors) and compiled (default), and under torch.profiler"
   gs profile -t cuda,cuda-api,nvtx,torch -o "$OUT/fixtures/gpt_eager" --force-overwrite $WL/transformer.py --steps 5 --warmup 3
-  gs profile -o "$OUT/fixtures/gpt_compiled" --force-overwrite $WL/transformer.py --compile --steps 5 --warmup 3
+  gs profile -o "$OUT/fixtures/gpt_compiled" --force-overwrite $WL/transformer.py --compile blocks --steps 5 --warmup 3
   $PY $WL/transformer.py --steps 5 --warmup 3 --torch-profiler "$W/gpt_torch.json" && gzip -c "$W/gpt_torch.json" > "$OUT/gpt_torch.json.gz"
+  $PY tests/device/check.py layers "$OUT/fixtures/gpt_eager.gpuscope" "$OUT/gpt_torch.json.gz" > "$OUT/check_layers.json"; echo "layers rc=$?"
+  gs stats -r layer_sum -r step_sum "$OUT/fixtures/gpt_compiled.gpuscope" > "$OUT/stats_gpt_compiled.txt"; head -40 "$OUT/stats_gpt_compiled.txt"
 fi
 
 if has events; then

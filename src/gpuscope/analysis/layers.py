@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..trace.report import Report
 from .attribution import enclosing_table, innermost_table, ops_table, ranges_table
-from .steps import op_steps_table, step_source
+from .steps import StepSource, op_steps_table, step_source
 from .table import Column, Table
 
 MODULE = ("forward", "backward")
@@ -34,6 +34,32 @@ def _no_torch(report: Report) -> list[str]:
         return [f"No PyTorch ranges in this report: {hint}."]
     return ["No PyTorch ranges in this report: record module, optimizer and step ranges with --trace torch."]
 
+def _owned(report: Report, source: StepSource) -> str:
+    """SQL: every operation with its duration, whether it was launched within a step, and the
+    PyTorch range that owns it (its innermost one on its thread, else the backward call open)."""
+    ops, ranges = ops_table(report), ranges_table(report)
+    own = innermost_table(report, sources=("torch",))
+    backward_call = innermost_table(report, sources=("torch",), categories=("autograd",), same_thread=False)
+    in_step = f"o.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})" if source.kind else "TRUE"
+    return f"""
+            SELECT o.op_id, o.kind, o.name_id, o.end_ns - o.start_ns AS d, {in_step} AS in_step,
+                   r.category,
+                   CASE WHEN r.rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
+                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind
+            FROM {ops} o
+            LEFT JOIN {own} a ON a.op_id = o.op_id
+            LEFT JOIN {backward_call} b ON b.op_id = o.op_id
+            LEFT JOIN {ranges} r ON r.rid = coalesce(a.rid, b.rid)
+            LEFT JOIN string n ON n.id = r.name_id"""
+
+
+def kernels_per_range(report: Report) -> dict[tuple[str, str | None], int]:
+    """Return the kernels each PyTorch range name owns, by (name, category): ``("GPT.head",
+    "forward")``; kernels outside them all under ``("(not in a module)", None)``."""
+    owned = _owned(report, step_source(report))
+    rows = report.sql(f"SELECT row_name, category, count(*) FROM ({owned}) WHERE kind = 'kernel' GROUP BY ALL")
+    return {(name, category): int(n) for name, category, n in rows}
+
 
 def layer_sum(report: Report) -> Table:
     """Per module: calls, GPU time it launched itself (forward, backward) and with its submodules,
@@ -51,26 +77,11 @@ def layer_sum(report: Report) -> Table:
     )[0][0]:
         return Table(name, title, COLUMNS, [], _no_torch(report))
     ops, ranges = ops_table(report), ranges_table(report)
-    own = innermost_table(report, sources=("torch",))
-    backward_call = innermost_table(report, sources=("torch",), categories=("autograd",), same_thread=False)
     total = enclosing_table(report, sources=("torch",), categories=MODULE)
     source = step_source(report)
-    if source.kind:
-        in_step = f"o.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})"
-    else:
-        in_step = "TRUE"
     rows = report.sql(
         f"""
-        WITH owned AS (
-            SELECT o.op_id, o.kind, o.name_id, o.end_ns - o.start_ns AS d, {in_step} AS in_step,
-                   r.category,
-                   CASE WHEN r.rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
-                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind
-            FROM {ops} o
-            LEFT JOIN {own} a ON a.op_id = o.op_id
-            LEFT JOIN {backward_call} b ON b.op_id = o.op_id
-            LEFT JOIN {ranges} r ON r.rid = coalesce(a.rid, b.rid)
-            LEFT JOIN string n ON n.id = r.name_id),
+        WITH owned AS ({_owned(report, source)}),
         self AS (
             SELECT row_kind, row_name, sum(d) AS gpu, sum(d) FILTER (WHERE in_step) AS step_gpu,
                    count(*) FILTER (WHERE kind = 'kernel') AS kernels,

@@ -2,7 +2,7 @@
 
 Token embedding and position embedding, N blocks (LayerNorm, causal self-attention through
 scaled_dot_product_attention, LayerNorm, MLP with GELU), final LayerNorm and head, AdamW.
-With --compile the model runs under torch.compile; with --torch-profiler the timed steps run
+With --compile model|blocks the model, or each block, runs under torch.compile; with --torch-profiler the timed steps run
 under torch.profiler with Python stacks (module events), as an independent attribution.
 """
 
@@ -69,7 +69,8 @@ class GPT(torch.nn.Module):
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile", choices=["none", "model", "blocks"], default="none",
+                   help="torch.compile the whole model, or each block (as per-block compilation does)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
@@ -77,8 +78,11 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)
     model = GPT(vocab=4096, dim=args.dim, heads=8, layers=args.layers, ctx=args.ctx).cuda()
-    if args.compile:
+    if args.compile == "model":
         model = torch.compile(model)
+    elif args.compile == "blocks":
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(block)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, 4096, (args.batch, args.ctx), device="cuda")
 
