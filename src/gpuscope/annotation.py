@@ -135,6 +135,8 @@ def make_api(backend: Callable[[], _Backend]) -> dict[str, Any]:
         recorded.
         """
 
+        __slots__ = ("message", "color", "domain", "category", "_b")
+
         def __init__(self, message: str | None = None, color: Any = None, domain: str | None = None,
                      category: Any = None, payload: Any = None) -> None:
             self.message = message
@@ -143,13 +145,13 @@ def make_api(backend: Callable[[], _Backend]) -> dict[str, Any]:
             self.category = category
 
         def __enter__(self) -> "annotate":
-            b = backend()
+            b = self._b = backend()
             if b.active:
                 b.push(self.message or "", self.color, self.domain, self.category)
             return self
 
         def __exit__(self, *exc: object) -> None:
-            b = backend()
+            b = self._b
             if b.active:
                 b.pop(self.domain)
 
