@@ -124,3 +124,41 @@ def test_a_container_and_its_last_child_start_backward_together(gs: Gpuscope) ->
         i = bwd[bwd["name"] == inner].reset_index(drop=True)
         assert list(o["start_ns"]) == list(i["start_ns"]), (outer, inner)
         assert (i["end_ns"] <= o["end_ns"]).all()
+
+
+EDGES = """
+import torch, gpuscope
+
+class Recursive(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, depth=2):
+        x = self.lin(x)
+        return self(x, depth - 1) if depth else x  # calls itself while running
+
+seen = []
+model = Recursive()
+model.lin.register_forward_hook(lambda m, i, o: seen.append("user hook"))
+model(torch.randn(2, 4)).sum().backward()
+gpuscope.pop_range()  # nothing open
+gpuscope.push_range("left open")
+print(len(seen), "user hooks ran")
+"""
+
+
+def test_reentrant_modules_user_hooks_and_misuse_are_counted(gs: Gpuscope) -> None:
+    gs.script("edges.py", EDGES)
+    res = gs.profile("-t", "torch", "-o", "e", "edges.py")
+    assert res.returncode == 0 and "3 user hooks ran" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "e.gpuscope")) as report:
+        r = report.ranges()
+        messages = " | ".join(report.diagnostics()["message"])
+    fwd = r[(r["category"] == "forward") & (r["name"] == "Recursive")]
+    assert len(fwd) == 3  # nested calls of the same module, each its own range
+    assert "2 re-entrant calls of a module already running" in messages
+    assert "1 modules that already had hooks" in messages
+    assert "1 range pops without an open range" in messages
+    assert "1 ranges still open when the process ended" in messages
+    assert r.loc[r["name"] == "left open", "end_ns"].isna().all()
