@@ -162,3 +162,26 @@ def test_reentrant_modules_user_hooks_and_misuse_are_counted(gs: Gpuscope) -> No
     assert "1 range pops without an open range" in messages
     assert "1 ranges still open when the process ended" in messages
     assert r.loc[r["name"] == "left open", "end_ns"].isna().all()
+
+
+def test_the_nvtx_package_is_recorded_while_profiling(gs: Gpuscope) -> None:
+    pytest.importorskip("nvtx")
+    gs.script("pkg.py", """
+import nvtx
+
+@nvtx.annotate(color="red")
+def work():
+    return 1
+
+with nvtx.annotate("default domain range"):
+    work()
+nvtx.push_range("named", domain="mine")
+nvtx.pop_range(domain="mine")
+""")
+    res = gs.profile("-t", "nvtx", "-o", "p", "pkg.py")
+    assert res.returncode == 0, res.describe()
+    with gpuscope.load(str(gs.cwd / "p.gpuscope")) as report:
+        r = report.ranges()
+    got = {(n, d, s) for n, d, s in zip(r["name"], r["domain"], r["source"])}
+    assert got == {("default domain range", "", "nvtx-python"), ("work", "", "nvtx-python"),
+                   ("named", "mine", "nvtx-python")}
