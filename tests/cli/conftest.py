@@ -106,6 +106,9 @@ class Gpuscope:
             text=True,
             env=base_env(),
             start_new_session=new_session,
+            # A test run started in the background inherits an ignored SIGINT, and so would the
+            # program: give gpuscope (and so the program) the default disposition a terminal gives.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
     def profile(self, *args: str, **kw: Any) -> Result:

@@ -389,7 +389,7 @@ def test_without_cupti_python(gs: Gpuscope) -> None:
     (fake / "cupti").mkdir(parents=True)
     (fake / "cupti" / "__init__.py").write_text("raise ImportError('cupti hidden by the test')\n")
     gs.script("four.py", "import sys\nprint('ran')\nsys.exit(4)\n")
-    res = gs.profile("four.py", env=base_env({"PYTHONPATH": str(fake)}))
+    res = gs.profile("-t", "cuda", "four.py", env=base_env({"PYTHONPATH": str(fake)}))
     assert res.returncode == 4, res.describe()
     assert res.stdout == "ran\n"
     assert "Traceback" not in res.stderr, res.describe()
@@ -402,7 +402,7 @@ def test_without_cuda_driver(gs: Gpuscope) -> None:
     """Without a CUDA driver (cupti-python installed), gpuscope says so in one line, no traceback."""
     pytest.importorskip("cupti")
     gs.script("ok.py", "print('ran')\n")
-    res = gs.profile("ok.py")
+    res = gs.profile("-t", "cuda", "ok.py")  # the default would skip CUDA on a machine without a GPU
     assert res.returncode == 0, res.describe()
     assert res.stdout == "ran\n"
     assert "Traceback" not in res.stderr, res.describe()

@@ -146,6 +146,7 @@ def test_reports_without_api_calls_say_how_to_get_them(recorded) -> None:
 
 def test_every_report_is_registered() -> None:
     from gpuscope.analysis import STATS_REPORTS, stats_reports
+    from gpuscope.analysis.cpu import REPORTS as CPU_REPORTS
     from gpuscope.analysis.range_summaries import REPORTS as RANGE_REPORTS
 
     assert tuple(REPORTS) == (
@@ -153,4 +154,5 @@ def test_every_report_is_registered() -> None:
         "cuda_gpu_sum", "cuda_kern_exec_sum",
     )
     assert tuple(RANGE_REPORTS) == ("nvtx_sum", "nvtx_gpu_proj_sum", "layer_sum", "step_sum")
-    assert STATS_REPORTS == tuple(REPORTS) + tuple(RANGE_REPORTS) == tuple(stats_reports())
+    assert tuple(CPU_REPORTS) == ("cpu_hotspots", "cpu_hotspots_lines", "cpu_thread_sum", "host_sum")
+    assert STATS_REPORTS == tuple(REPORTS) + tuple(RANGE_REPORTS) + tuple(CPU_REPORTS) == tuple(stats_reports())

@@ -9,8 +9,8 @@ if TYPE_CHECKING:
     from ..trace.report import Report
     from .table import Table
 
-# The reports of ``gpuscope stats``, in order (functions of cuda_summaries.REPORTS and
-# range_summaries.REPORTS). Kept here so the command line can list them without importing the
+# The reports of ``gpuscope stats``, in order (functions of the REPORTS of cuda_summaries,
+# range_summaries and cpu). Kept here so the command line can list them without importing the
 # analyses.
 STATS_REPORTS = (
     "cuda_gpu_kern_sum",
@@ -23,13 +23,18 @@ STATS_REPORTS = (
     "nvtx_gpu_proj_sum",
     "layer_sum",
     "step_sum",
+    "cpu_hotspots",
+    "cpu_hotspots_lines",
+    "cpu_thread_sum",
+    "host_sum",
 )
 
 
 def stats_reports() -> dict[str, Callable[[Report], Table]]:
     """Return the function of every report of ``gpuscope stats`` by name, in STATS_REPORTS order."""
+    from .cpu import REPORTS as CPU
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
 
-    found = {**CUDA, **RANGES}
+    found = {**CUDA, **RANGES, **CPU}
     return {name: found[name] for name in STATS_REPORTS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
+from .cpu import cpu_hotspots, host_summary
 from .cuda_summaries import cuda_gpu_kern_sum
 from .table import Table
 
@@ -38,6 +39,8 @@ class Overview:
     dropped: dict[str, int]
     collector_overhead_ns: int
     not_recorded: dict[str, str]
+    top_functions: Table | None = None
+    host_advice: str | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -100,5 +103,15 @@ def overview(report: Report, top: int = 5) -> Overview:
         dropped={str(k): int(v) for k, v in dropped.items()},
         collector_overhead_ns=int(overhead),
         not_recorded=report.not_recorded(),
+        top_functions=_top_functions(report, top),
+        host_advice=(lambda h: h.advice() if h else None)(host_summary(report)),
         warnings=warnings,
     )
+
+
+def _top_functions(report: Report, top: int) -> Table | None:
+    if not report.count("cpu_sample"):
+        return None
+    table = cpu_hotspots(report)
+    table.rows = table.rows[:top]
+    return table

@@ -23,6 +23,8 @@ from .ranges import RangeRecorder
 from .spool import SPOOL_ENV, SpoolWriter
 
 TRACE_ENV = "GPUSCOPE_TRACE"
+SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
+DEFAULT_SAMPLE_HZ = 1000
 FLUSH_INTERVAL_S = 0.5
 
 _agent: Agent | None = None
@@ -37,6 +39,7 @@ class Agent:
         self.cupti: CuptiCollector | None = None
         self.ranges = RangeRecorder()
         self.torch_hooks: Any = None
+        self.sampler: Any = None
         self.clock = "monotonic"
         self.clock_offset_ns = 0
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -54,6 +57,8 @@ class Agent:
         self.ranges.offset = self.clock_offset_ns
         annotation.use_recorder(self.ranges)
         self._hook_libraries()
+        if "cpu" in self.trace:
+            self._start_sampler()
         self._add_row("process", self._process_row())
         self.flush()
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
@@ -87,6 +92,9 @@ class Agent:
             rows, self._rows = self._rows, {}
         if ranges:
             rows.setdefault("range", []).extend(ranges)
+        if self.sampler is not None:
+            for table, items in self.sampler.take().items():
+                rows.setdefault(table, []).extend(items)
         if rows:
             self.spool.write(rows=rows)
 
@@ -96,6 +104,8 @@ class Agent:
             return
         self._stopped = True
         self._stop_event.set()
+        if self.sampler is not None:
+            self.sampler.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
         if self.cupti is not None:
@@ -121,6 +131,16 @@ class Agent:
         self.cupti = collector
         self.clock = "cupti"
         self.clock_offset_ns = _offset(collector.now)
+
+    def _start_sampler(self) -> None:
+        from .sampler import Sampler  # noqa: PLC0415
+
+        try:
+            hz = float(os.environ.get(SAMPLE_RATE_ENV, DEFAULT_SAMPLE_HZ))
+        except ValueError:
+            hz = DEFAULT_SAMPLE_HZ
+        self.sampler = Sampler(1.0 / max(hz, 1.0), self.clock_offset_ns)
+        self.sampler.start()
 
     def _hook_libraries(self) -> None:
         hooks: dict[str, list[Any]] = {}

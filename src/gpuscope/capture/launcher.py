@@ -138,8 +138,15 @@ class ExitStatus:
         return f"exited with code {self.returncode}"
 
 
-def run(argv: list[str], env: dict[str, str], on_poll: Callable[[], None], poll_s: float) -> ExitStatus:
-    """Run ``argv`` to its end, calling ``on_poll`` every ``poll_s`` seconds meanwhile.
+def run(
+    argv: list[str],
+    env: dict[str, str],
+    on_poll: Callable[[], None],
+    poll_s: float,
+    on_start: Callable[[int], None] = lambda pid: None,
+) -> ExitStatus:
+    """Run ``argv`` to its end, calling ``on_start`` with its pid, then ``on_poll`` every
+    ``poll_s`` seconds meanwhile.
 
     Ctrl-C reaches the child from the terminal, so the launcher ignores SIGINT and waits for the
     child to end; SIGTERM, SIGHUP and SIGQUIT sent to the launcher are passed to the child.
@@ -159,6 +166,7 @@ def run(argv: list[str], env: dict[str, str], on_poll: Callable[[], None], poll_
     previous = {s: signal.signal(s, forward) for s in forwarded}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        on_start(child.pid)
         while True:
             try:
                 code = child.wait(timeout=poll_s)

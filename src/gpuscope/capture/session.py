@@ -17,8 +17,10 @@ from typing import Callable
 from ..errors import GpuscopeError
 from ..trace.writer import Diagnostic, ReportWriter
 from . import launcher
+from .host import HostSampler
 
 INGEST_INTERVAL_S = 0.25
+HOST_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -62,9 +64,25 @@ def profile(
         )
         boot = launcher.prepare_bootstrap(spool)
         env = launcher.child_environment(spool, boot, trace)
+        host: list[HostSampler] = []
+
+        def start_host(pid: int) -> None:
+            if "host" in trace:
+                sampler = HostSampler(pid, HOST_INTERVAL_S, lambda m: on_diagnostic((0, "warning", m)))
+                if sampler.start():
+                    host.append(sampler)
+
+        def poll() -> None:
+            for sampler in host:
+                writer.add_host_counters(sampler.take())
+            ingest()
+
         t0 = time.monotonic_ns()
-        status = launcher.run(command.argv, env, ingest, INGEST_INTERVAL_S)
+        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host)
         wall = time.monotonic_ns() - t0
+        for sampler in host:
+            sampler.stop()
+            writer.add_host_counters(sampler.take())
         ingest(final=True)
         if not command.is_python and not writer.pids():
             on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
@@ -99,6 +117,10 @@ def _not_recorded(trace: list[str]) -> dict[str, str]:
         out["cuda_api"] = "CUDA API calls (cuda_api_sum, API time in cuda_kern_exec_sum): add --trace cuda-api"
     if "nvtx" not in trace:
         out["nvtx"] = "NVTX ranges: add --trace nvtx"
+    if "torch" not in trace:
+        out["torch"] = "PyTorch module, optimizer and step ranges: add --trace torch"
+    if "cpu" not in trace:
+        out["cpu"] = "Python stack samples (cpu_hotspots): add --trace cpu"
     return out
 
 

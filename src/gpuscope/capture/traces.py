@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 from ..errors import GpuscopeError
 
 KNOWN_TRACES = {
@@ -9,9 +11,20 @@ KNOWN_TRACES = {
     "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
     "nvtx": "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
     "torch": "PyTorch module forward/backward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
+    "cpu": "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
+    "host": "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
     "none": "no collector: run the program and record only its process",
 }
-DEFAULT_TRACE = ["cuda", "nvtx", "torch"]
+DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host"]
+
+
+def gpu_present() -> bool:
+    """Return whether this machine has an NVIDIA driver (libcuda loads); creates no CUDA context."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def parse_trace(spec: str | None) -> list[str]:

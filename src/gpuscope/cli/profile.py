@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     trace = traces.parse_trace(args.trace)
     command = launcher.resolve_command(list(args.program), args.module)
     output = output_path(args.output, args.force_overwrite)
-    from ..analysis.cuda_summaries import REPORTS
+    if args.trace is None and not traces.gpu_present():
+        trace = [t for t in trace if t not in ("cuda", "nvtx")] + ["cpu"]
+        _say("no NVIDIA GPU driver found: profiling the CPU side "
+             "(Python stacks, PyTorch ranges, host counters)")
+    from ..analysis import stats_reports
     from ..analysis.overview import overview
     from ..capture import session
     from ..reporters import overview as overview_text
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
         text = overview_text.render(ov)
         if args.stats:
-            text += terminal.render([fn(report) for fn in REPORTS.values()])
+            text += terminal.render([fn(report) for fn in stats_reports().values()])
     sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "

@@ -20,6 +20,10 @@ def render(ov: Overview) -> str:
                      f"from first to last GPU operation ({d.busy_percent:.1f}%), {d.kernels:,} kernels")
     if ov.top_kernels.rows:
         lines.append(format_table(ov.top_kernels).rstrip("\n"))
+    if ov.top_functions is not None and ov.top_functions.rows:
+        lines.append(format_table(ov.top_functions).rstrip("\n"))
+    if ov.host_advice:
+        lines.append(ov.host_advice)
     dropped = ", ".join(f"{k} {v:,}" for k, v in ov.dropped.items())
     lines.append(f"Dropped records: {dropped or 'none'}")
     if ov.collector_overhead_ns:

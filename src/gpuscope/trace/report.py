@@ -72,9 +72,8 @@ class Report:
                 f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope",
             )
         db = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-        for v in range(version, schema.SCHEMA_VERSION):
-            for stmt in schema.UPGRADES.get(v, []):
-                con.execute(stmt.format(db=db))
+        for stmt in schema.upgrade_statements(version, db):
+            con.execute(stmt)
         return cls(p, con, meta)
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -146,6 +146,34 @@ TABLES: dict[str, str] = {
         source VARCHAR,
         category VARCHAR,
         color VARCHAR""",
+    "cpu_frame": """
+        pid BIGINT,
+        id INTEGER,
+        file_id INTEGER,
+        line INTEGER,
+        function_id INTEGER""",
+    "cpu_stack": """
+        pid BIGINT,
+        id INTEGER,
+        parent_id INTEGER,
+        frame_id INTEGER""",
+    "cpu_sample": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        stack_id INTEGER,
+        weight_ns BIGINT""",
+    "thread_time": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        name VARCHAR,
+        cpu_ns BIGINT""",
+    "host_counter": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        name VARCHAR,
+        value DOUBLE""",
     "collector": """
         pid BIGINT,
         name VARCHAR,
@@ -176,6 +204,21 @@ UPGRADES: dict[int, list[str]] = {
            FROM "{db}".main.nvtx_range""",
     ],
 }
+
+
+# Tables that appeared in a version: a report of an older version reads them as empty.
+ADDED_IN: dict[int, list[str]] = {
+    3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
+}
+
+
+def upgrade_statements(version: int, db: str) -> list[str]:
+    """Return the statements that let a read-only report of ``version`` be read as this version."""
+    out = []
+    for v in range(version, SCHEMA_VERSION):
+        out += [stmt.format(db=db) for stmt in UPGRADES.get(v, [])]
+        out += [f"CREATE TEMP TABLE {t} ({TABLES[t]}\n)" for t in ADDED_IN.get(v + 1, [])]
+    return out
 
 
 def create_statements() -> list[str]:

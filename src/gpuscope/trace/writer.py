@@ -198,6 +198,8 @@ class ReportWriter:
             if table == "range":
                 self._insert_python_ranges(pid, items)
                 continue
+            if table == "cpu_frame":  # the sampler sends file and function names as text
+                items = [(fid, self.intern(file), line, self.intern(func)) for fid, file, line, func in items]
             if table == "process_end":
                 for (end_ns,) in items:
                     self.con.execute("UPDATE process SET end_ns = ? WHERE pid = ?", [end_ns, pid])
@@ -211,6 +213,11 @@ class ReportWriter:
             if table == "diagnostic":
                 diagnostics += [(pid, level, msg) for _, level, msg in items]
         return diagnostics
+
+    def add_host_counters(self, rows: list[tuple[Any, ...]]) -> None:
+        """Store host and process counters (times on CLOCK_MONOTONIC until ``close``)."""
+        if rows:
+            self._insert("host_counter", pd.DataFrame(rows, columns=["ts_ns", "pid", "name", "value"]))
 
     def _insert_python_ranges(self, pid: int, rows: list[tuple[Any, ...]]) -> None:
         """Store ranges recorded by Python code in the program (names not yet interned)."""
@@ -241,6 +248,11 @@ class ReportWriter:
         """Store the final meta items, mark the report complete and write it out."""
         self._insert_ranges(self._ranges.unfinished())
         self._store_strings()
+        # host counters were taken on CLOCK_MONOTONIC: move them to the session clock
+        self.con.execute(
+            """UPDATE host_counter SET ts_ns = ts_ns + coalesce(
+                   (SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1), 0)"""
+        )
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()
