@@ -66,3 +66,15 @@ def test_without_a_gpu_the_default_profiles_the_cpu_side(gs: Gpuscope) -> None:
     with gpuscope.load(str(gs.cwd / "d.gpuscope")) as report:
         assert set(report.meta["trace"]) == {"torch", "host", "cpu"}
         assert report.count("cpu_sample") > 100
+
+
+def test_counter_tracks_in_the_chrome_export(gs: Gpuscope) -> None:
+    import json
+
+    gs.script("hot.py", HOT)
+    assert gs.profile("-t", "host,nvml", "-o", "c", "hot.py").returncode == 0
+    res = gs.run("export", "c.gpuscope")
+    assert res.returncode == 0, res.describe()
+    events = json.loads((gs.cwd / "c.trace.json").read_text())["traceEvents"]
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"process.rss_bytes", "process.cpu_percent", "cpu0.util_percent"} <= counters

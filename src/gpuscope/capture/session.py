@@ -18,9 +18,11 @@ from ..errors import GpuscopeError
 from ..trace.writer import Diagnostic, ReportWriter
 from . import launcher
 from .host import HostSampler
+from .nvml import NvmlSampler
 
 INGEST_INTERVAL_S = 0.25
 HOST_INTERVAL_S = 0.1
+NVML_INTERVAL_S = 0.05
 
 
 @dataclass
@@ -64,13 +66,16 @@ def profile(
         )
         boot = launcher.prepare_bootstrap(spool)
         env = launcher.child_environment(spool, boot, trace)
-        host: list[HostSampler] = []
+        host: list[HostSampler | NvmlSampler] = []
 
         def start_host(pid: int) -> None:
+            say = lambda m: on_diagnostic((0, "warning", m))  # noqa: E731
+            samplers: list[HostSampler | NvmlSampler] = []
             if "host" in trace:
-                sampler = HostSampler(pid, HOST_INTERVAL_S, lambda m: on_diagnostic((0, "warning", m)))
-                if sampler.start():
-                    host.append(sampler)
+                samplers.append(HostSampler(pid, HOST_INTERVAL_S, say))
+            if "nvml" in trace:
+                samplers.append(NvmlSampler(NVML_INTERVAL_S, say))
+            host.extend(s for s in samplers if s.start())
 
         def poll() -> None:
             for sampler in host:

@@ -13,9 +13,10 @@ KNOWN_TRACES = {
     "torch": "PyTorch module forward/backward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
     "cpu": "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
     "host": "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
+    "nvml": "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz)",
     "none": "no collector: run the program and record only its process",
 }
-DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host"]
+DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host", "nvml"]
 
 
 def gpu_present() -> bool:

@@ -3,7 +3,8 @@
 Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX ranges)
 and a row for synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
 from each launching API call to its kernel or memory operation (when API calls were recorded).
-Times are microseconds from the start of the first profiled process (or the first event).
+Host, process and GPU (NVML) counters become counter tracks. Times are microseconds from the start
+of the first profiled process (or the first event).
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
     def us(ns: int) -> float:
         return round((ns - t0) / 1000.0, 3)
 
-    for pid, exe, argv in report.sql("SELECT pid, executable, argv FROM process ORDER BY start_ns"):
+    procs = report.sql("SELECT pid, executable, argv FROM process ORDER BY start_ns")
+    first_pid = procs[0][0] if procs else None
+    for pid, exe, argv in procs:
         label = " ".join(json.loads(argv)[:3]) if argv else exe
         yield {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{label} (pid {pid})"}}
     devices = dict(report.sql("SELECT id, any_value(name) FROM device GROUP BY id"))
@@ -126,6 +129,13 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
         elif e is not None:
             yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s),
                    "dur": round((e - s) / 1000.0, 3)}
+
+    for ts, pid, name, value in _batches(
+        report, "SELECT ts_ns, pid, name, value FROM host_counter ORDER BY ts_ns"
+    ):  # counter tracks: GPUs and the host's cores under the first process, each process under itself
+        owner = pid or first_pid
+        if owner is not None:
+            yield {"ph": "C", "name": name, "pid": owner, "ts": us(ts), "args": {"value": value}}
 
     for (pid,) in report.sql("SELECT DISTINCT pid FROM sync ORDER BY pid"):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID,

@@ -215,7 +215,7 @@ class ReportWriter:
         return diagnostics
 
     def add_host_counters(self, rows: list[tuple[Any, ...]]) -> None:
-        """Store host and process counters (times on CLOCK_MONOTONIC until ``close``)."""
+        """Store host, process and GPU counters (times on CLOCK_MONOTONIC until ``close``)."""
         if rows:
             self._insert("host_counter", pd.DataFrame(rows, columns=["ts_ns", "pid", "name", "value"]))
 
