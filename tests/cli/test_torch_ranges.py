@@ -185,3 +185,18 @@ nvtx.pop_range(domain="mine")
     got = {(n, d, s) for n, d, s in zip(r["name"], r["domain"], r["source"])}
     assert got == {("default domain range", "", "nvtx-python"), ("work", "", "nvtx-python"),
                    ("named", "mine", "nvtx-python")}
+
+
+def test_forked_dataloader_workers_are_skipped_not_hung(gs: Gpuscope) -> None:
+    gs.script("workers.py", """
+import torch
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=8,
+                                   num_workers=2, multiprocessing_context="fork")
+print(sum(len(b[0]) for b in data), "rows")
+""")
+    res = gs.profile("-t", "torch,cpu", "-o", "w", "workers.py", timeout=120)
+    assert res.returncode == 0 and "64 rows" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "w.gpuscope")) as report:
+        assert report.count("process") == 1  # the forked workers are not traced
+        r = report.ranges()
+    assert (r["category"] == "dataloader").sum() == 8 + 1
