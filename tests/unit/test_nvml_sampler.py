@@ -31,7 +31,7 @@ def test_counters_of_every_gpu() -> None:
     s = NvmlSampler(0.05, lambda m: None, nvml=_fake_nvml())
     assert s.start()
     s.stop()
-    rows = {name: value for _, pid, name, value in s.sample(set())}
+    rows = {name: value for _, pid, name, value in s.sample()}
     assert rows["gpu0.util_percent"] == 87 and rows["gpu1.sm_clock_mhz"] == 1980
     assert rows["gpu0.power_watts"] == 250.0 and rows["gpu0.memory_used_bytes"] == 3e9
     assert rows["gpu1.pcie_rx_bytes_per_s"] == 200 * 1024
@@ -42,9 +42,8 @@ def test_an_unsupported_counter_is_dropped_not_fatal() -> None:
     s = NvmlSampler(0.05, lambda m: None, nvml=_fake_nvml(fail_power=True))
     assert s.start()
     s.stop()
-    failed: set[str] = set()
-    names = {name for _, _, name, _ in s.sample(failed)}
-    assert "gpu0.power_watts" not in names and "gpu0.power_watts" in failed
+    names = {name for _, _, name, _ in s.sample()}
+    assert "gpu0.power_watts" not in names and "gpu0.power_watts" in s._failed
     assert "gpu0.util_percent" in names
 
 

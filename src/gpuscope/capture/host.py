@@ -7,25 +7,21 @@ memory and thread count. Times are CLOCK_MONOTONIC; the writer moves them to the
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
-Row = tuple[int, int, str, float]  # ts_ns, pid (0 for the host), counter name, value
+from .periodic import PeriodicSampler, Row
 
 
-class HostSampler:
-    """A thread that samples host and process-tree counters until stopped."""
+class HostSampler(PeriodicSampler):
+    """Samples host and process-tree counters until stopped."""
+
+    name = "host"
 
     def __init__(self, root_pid: int, interval_s: float, diag: Callable[[str], None]) -> None:
+        super().__init__(interval_s, diag)
         self.root_pid = root_pid
-        self.interval = interval_s
-        self.diag = diag
-        self.rows: list[Row] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._procs: dict[int, Any] = {}
-        self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
         """Start sampling; return False (after saying why, once) if psutil cannot be used."""
@@ -38,31 +34,9 @@ class HostSampler:
         except Exception as exc:  # noqa: BLE001
             self.diag(f"host counters are off: {type(exc).__name__}: {exc}")
             return False
-        self._thread = threading.Thread(target=self._run, name="gpuscope-host", daemon=True)
-        self._thread.start()
-        return True
+        return super().start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-
-    def take(self) -> list[Row]:
-        with self._lock:
-            rows, self.rows = self.rows, []
-        return rows
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                rows = self._sample()
-            except Exception as exc:  # noqa: BLE001
-                self.diag(f"host counters stopped: {type(exc).__name__}: {exc}")
-                return
-            with self._lock:
-                self.rows += rows
-
-    def _sample(self) -> list[Row]:
+    def sample(self) -> list[Row]:
         ps = self._psutil
         now = time.monotonic_ns()
         rows: list[Row] = [(now, 0, f"cpu{i}.util_percent", v) for i, v in enumerate(ps.cpu_percent(percpu=True))]

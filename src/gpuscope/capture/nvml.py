@@ -8,25 +8,22 @@ nvidia-ml-py) turns the sampler off with one line; the run goes on.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
-Row = tuple[int, int, str, float]
+from .periodic import PeriodicSampler, Row
 
 
-class NvmlSampler:
-    """A thread that samples NVML counters of every GPU until stopped."""
+class NvmlSampler(PeriodicSampler):
+    """Samples NVML counters of every GPU until stopped."""
+
+    name = "nvml"
 
     def __init__(self, interval_s: float, diag: Callable[[str], None], nvml: Any = None) -> None:
-        self.interval = interval_s
-        self.diag = diag
+        super().__init__(interval_s, diag)
         self._nvml = nvml
-        self.rows: list[Row] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._handles: list[Any] = []
+        self._failed: set[str] = set()
 
     def start(self) -> bool:
         """Initialize NVML and start sampling; return False (after saying why) if it cannot."""
@@ -41,34 +38,18 @@ class NvmlSampler:
         except Exception as exc:  # noqa: BLE001  (ImportError or NVMLError_*)
             self.diag(f"GPU counters (NVML) are off: {type(exc).__name__}: {str(exc) or 'no detail'}")
             return False
-        self._thread = threading.Thread(target=self._run, name="gpuscope-nvml", daemon=True)
-        self._thread.start()
-        return True
+        return super().start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001,S110  (shutting down; nothing to report to)
-                pass
+        super().stop()
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001,S110  (shutting down; nothing to report to)
+            pass
 
-    def take(self) -> list[Row]:
-        with self._lock:
-            rows, self.rows = self.rows, []
-        return rows
-
-    def _run(self) -> None:
-        failed: set[str] = set()
-        while not self._stop.wait(self.interval):
-            rows = self.sample(failed)
-            with self._lock:
-                self.rows += rows
-
-    def sample(self, failed: set[str]) -> list[Row]:
+    def sample(self) -> list[Row]:
         """Read every counter of every GPU once; a counter that fails is not asked again."""
-        n = self._nvml
+        n, failed = self._nvml, self._failed
         now = time.monotonic_ns()
         readers: dict[str, Callable[[Any], float]] = {
             "util_percent": lambda h: n.nvmlDeviceGetUtilizationRates(h).gpu,
