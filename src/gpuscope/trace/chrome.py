@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import IO, Any, Iterator
 
-import duckdb
 
-from .report import Report
+from .report import DAMAGED, Report
 
 GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
 SYNC_TID = (1 << 31) - 1  # pseudo thread of each process that holds its synchronization records
@@ -49,7 +48,7 @@ def _batches(report: Report, query: str, size: int = 100_000) -> Iterator[tuple[
             if not rows:
                 return
             yield from rows
-    except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+    except DAMAGED as exc:
         raise report.damaged(exc) from None
 
 

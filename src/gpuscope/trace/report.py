@@ -34,6 +34,10 @@ _API_CALLS = """
     ORDER BY a.start_ns"""
 
 
+# What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
+DAMAGED = (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException)
+
+
 class Report:
     """An opened report file. Query it with :meth:`sql`, or get tables as DataFrames."""
 
@@ -103,7 +107,7 @@ class Report:
         """Run a SQL query on the report and return its rows."""
         try:
             return self.con.execute(query, params or []).fetchall()
-        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+        except DAMAGED as exc:
             raise self.damaged(exc) from None
 
     def damaged(self, exc: BaseException) -> ReportError:
@@ -115,7 +119,7 @@ class Report:
         """Run a SQL query on the report and return a pandas DataFrame."""
         try:
             return self.con.execute(query, params or []).df()
-        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as exc:
+        except DAMAGED as exc:
             raise self.damaged(exc) from None
 
     def kernels(self) -> pd.DataFrame:
