@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -186,6 +186,30 @@ TABLES: dict[str, str] = {
         pid BIGINT,
         source VARCHAR,
         count BIGINT""",
+    "torch_op": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        name_id INTEGER,
+        seq BIGINT,
+        shapes VARCHAR,
+        dtypes VARCHAR,
+        out_shapes VARCHAR,
+        scalars VARCHAR""",
+    "sync_site": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        api_name_id INTEGER,
+        correlation_id BIGINT,
+        stack_id INTEGER""",
+    "capture_window": """
+        pid BIGINT,
+        start_ns BIGINT,
+        end_ns BIGINT,
+        reason VARCHAR""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -209,6 +233,7 @@ UPGRADES: dict[int, list[str]] = {
 # Tables that appeared in a version: a report of an older version reads them as empty.
 ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
+    4: ["torch_op", "sync_site", "capture_window"],
 }
 
 

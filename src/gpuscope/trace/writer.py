@@ -25,6 +25,13 @@ from .ranges import RangeBuilder
 
 Diagnostic = tuple[int, str, str]  # pid, level, message
 
+# Rows that collectors in the program send with text where the table holds a string id: the
+# positions (in the row as sent, without ``pid``) of the values to intern.
+INTERNED_FIELDS: dict[str, tuple[int, ...]] = {
+    "torch_op": (3,),  # start_ns, end_ns, tid, name, ...
+    "sync_site": (3,),  # start_ns, end_ns, tid, api_name, ...
+}
+
 
 @dataclass
 class _Process:
@@ -200,6 +207,8 @@ class ReportWriter:
                 continue
             if table == "cpu_frame":  # the sampler sends file and function names as text
                 items = [(fid, self.intern(file), line, self.intern(func)) for fid, file, line, func in items]
+            if table in INTERNED_FIELDS:
+                items = [_interned(row, INTERNED_FIELDS[table], self.intern) for row in items]
             if table == "process_end":
                 for (end_ns,) in items:
                     self.con.execute("UPDATE process SET end_ns = ? WHERE pid = ?", [end_ns, pid])
@@ -256,6 +265,10 @@ class ReportWriter:
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()
+
+
+def _interned(row: tuple[Any, ...], fields: tuple[int, ...], intern: Any) -> tuple[Any, ...]:
+    return tuple(intern(v) if i in fields else v for i, v in enumerate(row))
 
 
 def _text(exc: BaseException) -> str:
