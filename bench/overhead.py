@@ -27,25 +27,46 @@ WORKLOAD_ARGS = {
     "mlp": ["mlp.py", "--steps", "300", "--warmup", "30"],
     "gemm": ["gemm.py", "--steps", "30", "--warmup", "5"],
     "gpt": ["transformer.py", "--steps", "50", "--warmup", "5"],
+    "gpt-compiled": ["transformer.py", "--compile", "model", "--steps", "50", "--warmup", "10"],
+    "cnn": ["cnn.py", "--steps", "100", "--warmup", "10"],
+    "sync": ["sync_loop.py", "--steps", "100", "--warmup", "10"],
 }
 MODES = ["untraced", "gpuscope", "gpuscope-notorch", "gpuscope-api", "torch-profiler"]
+# Modes that split the default's cost into its parts: (--trace value, environment).
+PARTS: dict[str, tuple[str, dict[str, str]]] = {
+    "gpuscope-all": ("cuda,cuda-api,nvtx,torch,cpu,host,nvml", {}),
+    "gs-torch-only": ("torch", {}),
+    "gs-kernel": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0",
+                           "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}),
+    "gs-kernel-latency": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-kernel-mem": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset",
+                               "GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-kernel-mem-sync": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset,sync",
+                                    "GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-cuda-nosites": ("cuda", {"GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-cuda": ("cuda", {}),
+}
 
 
-def command(mode: str, workload: str, timing: str, scratch: str) -> list[str]:
+def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[str], dict[str, str]]:
+    """Return the command line and the extra environment of one run."""
     py = sys.executable
     wl = [str(WORKLOADS / WORKLOAD_ARGS[workload][0]), *WORKLOAD_ARGS[workload][1:], "--timing-out", timing]
     report = os.path.join(scratch, f"{workload}-{mode}")
+    gs = [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite"]
     if mode == "untraced":
-        return [py, *wl]
+        return [py, *wl], {}
     if mode == "gpuscope":
-        return [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite", *wl]
+        return [*gs, *wl], {}
     if mode == "gpuscope-notorch":
-        return [py, "-m", "gpuscope", "profile", "-t", "cuda,nvtx", "-o", report, "--force-overwrite", *wl]
+        return [*gs, "-t", "cuda,nvtx", *wl], {}
     if mode == "gpuscope-api":
-        return [py, "-m", "gpuscope", "profile", "-t", "cuda,cuda-api,nvtx,torch", "-o", report,
-                "--force-overwrite", *wl]
+        return [*gs, "-t", "cuda,cuda-api,nvtx,torch", *wl], {}
     if mode == "torch-profiler":
-        return [py, *wl, "--torch-profiler", report + ".json"]
+        return [py, *wl, "--torch-profiler", report + ".json"], {}
+    if mode in PARTS:
+        trace, env = PARTS[mode]
+        return [*gs, "-t", trace, *wl], env
     raise ValueError(mode)
 
 
@@ -67,7 +88,8 @@ def main() -> None:
                     if os.path.exists(timing):
                         os.unlink(timing)
                     t = time.perf_counter()
-                    proc = subprocess.run(command(mode, wl, timing, scratch), capture_output=True, text=True)
+                    argv, env = command(mode, wl, timing, scratch)
+                    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
                     wall = time.perf_counter() - t
                     if proc.returncode != 0 or not os.path.exists(timing):
                         print(f"FAILED {wl} {mode}: rc={proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)

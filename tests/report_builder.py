@@ -154,3 +154,26 @@ def torch_training(path: Path, api: bool = True) -> Report:
     for t in TORCH_STEP_MARKS:
         b.mark("step", t, 1)
     return b.open()
+
+
+def add_stack(builder: ReportBuilder, frames: list[tuple[str, int, str]], pid: int | None = None) -> int:
+    """Add a Python stack (outermost frame first, each (file, line, function)); return its node id."""
+    con = builder.writer.con
+    pid = pid or builder.pid
+    node = 0
+    for file, line, func in frames:
+        fid = con.execute("SELECT coalesce(max(id), 0) + 1 FROM cpu_frame WHERE pid = ?", [pid]).fetchone()[0]
+        con.execute("INSERT INTO cpu_frame VALUES (?, ?, ?, ?, ?)",
+                    [pid, fid, builder.writer.intern(file), line, builder.writer.intern(func)])
+        nid = con.execute("SELECT coalesce(max(id), 0) + 1 FROM cpu_stack WHERE pid = ?", [pid]).fetchone()[0]
+        con.execute("INSERT INTO cpu_stack VALUES (?, ?, ?, ?)", [pid, nid, node, fid])
+        node = nid
+    return node
+
+
+def add_sync_site(builder: ReportBuilder, start: int, end: int, stack: int, api: str = "cudaStreamSynchronize",
+                  tid: int = 1, correlation_id: int = 0) -> None:
+    """Add a synchronizing CUDA call made from Python stack node ``stack``."""
+    builder.writer.con.execute(
+        "INSERT INTO sync_site VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [start, end, builder.pid, tid, builder.writer.intern(api), correlation_id, stack])

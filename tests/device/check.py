@@ -4,6 +4,8 @@
     python3 tests/device/check.py torchprof REPORT TORCH_TRACE_JSON
     python3 tests/device/check.py crash REPORT MARKER_FILE
     python3 tests/device/check.py layers REPORT TORCH_TRACE_JSON[.gz] [WARMUP_STEPS]
+    python3 tests/device/check.py sync REPORT LINES_JSON
+    python3 tests/device/check.py graphs REPORT FACTS_JSON
 
 Each prints a JSON result and exits non-zero when the check fails.
 """
@@ -160,8 +162,75 @@ def layers(report_path: str, trace_path: str, skip_steps: str = "3") -> dict[str
             "torch_unattributed_per_step": {k: v / profiled_steps for k, v in truth["unattributed"].items()}}
 
 
+def sync(report_path: str, lines_path: str) -> dict[str, Any]:
+    """sync_sum shows the ``.item()`` and ``nonzero`` lines; their waits match the GPU timeline.
+
+    For each synchronizing call, the GPU work it waited for is the time from the call's start to
+    the end of the last GPU operation that finished before the call returned (0 when the GPU was
+    already idle). Per line, the host waits must add up to that GPU time within 5%. The GPU idle
+    time after each call (until the next GPU operation starts) is reported too: it is what the
+    synchronization costs the GPU.
+    """
+    from gpuscope.analysis.sync import sync_site_frame, sync_sum
+
+    lines = json.load(open(lines_path))
+    base = os.path.basename(lines["file"])
+    want = {f"{base}:{lines['item']}": "item", f"{base}:{lines['nonzero']}": "nonzero"}
+    with gpuscope.load(report_path) as r:
+        table = sync_sum(r)
+        sites = sync_site_frame(r)
+        ends = r.df("SELECT start_ns, end_ns FROM kernel UNION ALL SELECT start_ns, end_ns FROM memcpy "
+                    "UNION ALL SELECT start_ns, end_ns FROM memset ORDER BY end_ns")
+    import numpy as np
+
+    end_sorted = ends["end_ns"].to_numpy()
+    starts_sorted = np.sort(ends["start_ns"].to_numpy())
+    per_line: dict[str, dict[str, float]] = {}
+    for loc, start, end, wait in zip(sites["location"], sites["start_ns"], sites["end_ns"], sites["wait_ns"]):
+        key = os.path.basename(loc.rsplit(":", 1)[0]) + ":" + loc.rsplit(":", 1)[1]
+        if key not in want:
+            continue
+        i = np.searchsorted(end_sorted, end, side="right") - 1
+        drained = max(int(end_sorted[i]) - int(start), 0) if i >= 0 else 0
+        j = np.searchsorted(starts_sorted, end, side="left")
+        idle_after = int(starts_sorted[j]) - int(end) if j < len(starts_sorted) else 0
+        d = per_line.setdefault(want[key], {"calls": 0, "wait_ns": 0, "gpu_drain_ns": 0, "gpu_idle_after_ns": 0})
+        d["calls"] += 1
+        d["wait_ns"] += int(wait)
+        d["gpu_drain_ns"] += drained
+        d["gpu_idle_after_ns"] += idle_after
+    for d in per_line.values():
+        d["wait_over_drain"] = d["wait_ns"] / d["gpu_drain_ns"] if d["gpu_drain_ns"] else None
+    shown = {rec["Location"] for rec in table.records()}
+    ok = (all(any(s.endswith(k) for s in shown) for k in want) and set(per_line) == {"item", "nonzero"}
+          and sum(d["wait_ns"] for d in per_line.values()) > 0
+          and abs(sum(d["wait_ns"] for d in per_line.values())
+                  / max(sum(d["gpu_drain_ns"] for d in per_line.values()), 1) - 1) <= 0.05)
+    return {"check": "sync", "ok": ok, "lines": want, "per_line": per_line, "sync_sum": table.records()[:8]}
+
+
+def graphs(report_path: str, facts_path: str) -> dict[str, Any]:
+    """Kernels of CUDA graph replays are attributed to the range around the replay."""
+    from gpuscope.analysis.attribution import innermost
+
+    facts = json.load(open(facts_path))
+    with gpuscope.load(report_path) as r:
+        ops = innermost(r)
+        graph_ids = r.df("SELECT correlation_id, graph_id, queued_ns FROM kernel")
+    in_graph = graph_ids["graph_id"].fillna(0) != 0
+    n_graph = int(in_graph.sum())
+    kernels = ops[ops["kind"] == "kernel"]
+    by_range = kernels.groupby(kernels["range_name"].fillna("(none)")).size().to_dict()
+    expected = facts["kernels_per_replay"] * facts["steps"]
+    queued_zero = int((graph_ids.loc[in_graph, "queued_ns"].fillna(0) == 0).sum())
+    ok = n_graph == expected and by_range.get("replay", 0) == expected
+    return {"check": "graphs", "ok": ok, "graph_kernels": n_graph, "expected": expected,
+            "kernels_by_innermost_range": by_range, "graph_kernels_without_queued_time": queued_zero}
+
+
 if __name__ == "__main__":
     kind, *rest = sys.argv[1:]
-    result = {"events": events, "torchprof": torchprof, "crash": crash, "layers": layers}[kind](*rest)
+    result = {"events": events, "torchprof": torchprof, "crash": crash, "layers": layers, "sync": sync,
+              "graphs": graphs}[kind](*rest)
     print(json.dumps(result, indent=1, default=str))
     sys.exit(0 if result["ok"] else 1)

@@ -5,7 +5,8 @@
 #
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
-#     bash tests/device/run_all.sh [sections...]     sections: env fixtures nvtx layers events torchprof crash frameworks overhead
+#     bash tests/device/run_all.sh [sections...]
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs overhead
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
 mkdir -p "$OUT/fixtures" "$OUT/work"
@@ -84,6 +85,23 @@ if has frameworks; then
   step "frameworks: CuPy, Triton, Numba, JAX"
   gs profile -o "$W/fw" --force-overwrite $WL/frameworks.py
   gs stats -r cuda_gpu_kern_sum "$W/fw.gpuscope" > "$OUT/stats_frameworks.txt"; head -40 "$OUT/stats_frameworks.txt"
+fi
+
+if has sync; then
+  step "sync sites: .item() and nonzero per step"
+  gs profile -o "$OUT/fixtures/sync_loop" --force-overwrite $WL/sync_loop.py --steps 20 --warmup 3 --lines-out "$OUT/fixtures/sync_loop.lines.json"
+  $PY tests/device/check.py sync "$OUT/fixtures/sync_loop.gpuscope" "$OUT/fixtures/sync_loop.lines.json" > "$OUT/check_sync.json"; echo "sync rc=$?"
+  gs stats -r sync_sum "$OUT/fixtures/sync_loop.gpuscope" | head -20
+fi
+
+if has graphs; then
+  step "CUDA graphs: replays attributed to the range around them (kernel nodes; then whole graphs)"
+  gs profile -o "$OUT/fixtures/cuda_graph" --force-overwrite $WL/cuda_graph.py --steps 20 --warmup 2 --facts-out "$W/graph_facts.json"
+  $PY tests/device/check.py graphs "$OUT/fixtures/cuda_graph.gpuscope" "$W/graph_facts.json" > "$OUT/check_graphs.json"; echo "graphs rc=$?"
+  gs profile -t cuda,cuda-api,nvtx -o "$W/cuda_graph_api" --force-overwrite $WL/cuda_graph.py --steps 20 --warmup 2 --facts-out "$W/graph_facts.json"
+  $PY tests/device/check.py graphs "$W/cuda_graph_api.gpuscope" "$W/graph_facts.json" > "$OUT/check_graphs_api.json"; echo "graphs api rc=$?"
+  gs profile -t cuda,cuda-graph,nvtx -o "$OUT/fixtures/cuda_graph_whole" --force-overwrite $WL/cuda_graph.py --steps 20 --warmup 2
+  $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print('graph launches', r.count('graph_launch'), 'kernels', r.count('kernel'), 'in graphs', r.sql('SELECT count(*) FROM kernel WHERE graph_id <> 0')[0][0])" "$OUT/fixtures/cuda_graph_whole.gpuscope"
 fi
 
 if has overhead; then

@@ -27,6 +27,7 @@ STATS_REPORTS = (
     "cpu_hotspots_lines",
     "cpu_thread_sum",
     "host_sum",
+    "sync_sum",
 )
 
 
@@ -35,6 +36,7 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .cpu import REPORTS as CPU
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
+    from .sync import REPORTS as SYNC
 
-    found = {**CUDA, **RANGES, **CPU}
+    found = {**CUDA, **RANGES, **CPU, **SYNC}
     return {name: found[name] for name in STATS_REPORTS}

@@ -54,7 +54,8 @@ def temp_table(report: Report, name: str, query: str) -> str:
 def ops_table(report: Report) -> str:
     """Create the table of every GPU operation with its launch point; return its name.
 
-    Columns: ``op_id``, ``kind`` (kernel, memcpy, memset), ``pid``, ``tid`` (the launching thread,
+    Columns: ``op_id``, ``kind`` (kernel, memcpy, memset, graph: a whole CUDA graph launch, recorded
+    with ``--trace cuda-graph``), ``pid``, ``tid`` (the launching thread,
     NULL when unknown), ``launch_ns``, ``start_ns``, ``end_ns``, ``device_id``, ``name_id`` (the
     kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only). A kernel
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
@@ -74,7 +75,11 @@ def ops_table(report: Report) -> str:
             UNION ALL
             SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
                    m.device_id, NULL, NULL
-            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id)
+            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
+            UNION ALL
+            SELECT 'graph', g.pid, a.tid, coalesce(a.start_ns, g.start_ns), g.start_ns, g.end_ns,
+                   g.device_id, NULL, NULL
+            FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id)
         SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""
     return temp_table(report, OPS, query)
 
@@ -291,6 +296,7 @@ def range_tree_table(report: Report) -> str:
 def _op_name() -> str:
     cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in COPY_LABEL.items())
     return f"""CASE o.kind WHEN 'kernel' THEN kn.value WHEN 'memset' THEN '[CUDA memset]'
+               WHEN 'graph' THEN '[CUDA graph]'
                ELSE '[CUDA memcpy ' || (CASE o.copy_kind {cases} ELSE o.copy_kind END) || ']' END"""
 
 

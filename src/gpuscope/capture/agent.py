@@ -18,12 +18,14 @@ from typing import Any
 
 from .. import annotation
 from . import imports
-from .cupti_collector import CollectorUnavailable, CuptiCollector
+from .cupti_collector import CollectorUnavailable, CuptiCollector, _explain
 from .ranges import RangeRecorder
 from .spool import SPOOL_ENV, SpoolWriter
+from .stacks import StackTable
 
 TRACE_ENV = "GPUSCOPE_TRACE"
 SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
+SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites (for measuring their cost)
 DEFAULT_SAMPLE_HZ = 1000
 FLUSH_INTERVAL_S = 0.5
 
@@ -37,6 +39,9 @@ class Agent:
         self.trace = trace
         self.spool = SpoolWriter(spool_dir)
         self.cupti: CuptiCollector | None = None
+        self.callbacks: Any = None  # the CUPTI callback subscriber (cupti_callbacks.CallbackHub)
+        self.sync_sites: Any = None
+        self.stacks = StackTable()
         self.ranges = RangeRecorder()
         self.torch_hooks: Any = None
         self.sampler: Any = None
@@ -95,6 +100,12 @@ class Agent:
         if self.sampler is not None:
             for table, items in self.sampler.take().items():
                 rows.setdefault(table, []).extend(items)
+        if self.sync_sites is not None:
+            sites = self.sync_sites.take()
+            if sites:
+                rows.setdefault("sync_site", []).extend(sites)
+        for table, items in self.stacks.take().items():  # after the rows that refer to them
+            rows.setdefault(table, []).extend(items)
         if rows:
             self.spool.write(rows=rows)
 
@@ -108,6 +119,11 @@ class Agent:
             self.sampler.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
+        if self.callbacks is not None:
+            try:
+                self.callbacks.stop()
+            except Exception as exc:  # noqa: BLE001
+                self._add_row("diagnostic", (self.now_ns(), "warning", f"CUPTI callbacks did not stop: {exc}"))
         if self.cupti is not None:
             try:
                 self.cupti.stop()
@@ -131,6 +147,23 @@ class Agent:
         self.cupti = collector
         self.clock = "cupti"
         self.clock_offset_ns = _offset(collector.now)
+        self._start_callbacks(collector)
+
+    def _start_callbacks(self, collector: CuptiCollector) -> None:
+        """Subscribe to CUPTI's callback API, and record synchronization sites with ``cuda``."""
+        from .cupti_callbacks import CallbackHub  # noqa: PLC0415
+
+        hub = CallbackHub(collector.cupti_module, self.diag)
+        try:
+            hub.start()
+        except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+            self.diag("warning", f"synchronization sites are not recorded: {_explain(exc)}")
+            return
+        self.callbacks = hub
+        if "cuda" in self.trace and os.environ.get(SYNC_SITES_ENV) != "0":
+            from .sync_sites import SyncSites  # noqa: PLC0415
+
+            self.sync_sites = SyncSites(hub, self.stacks, self.clock_offset_ns)
 
     def _start_sampler(self) -> None:
         from .sampler import Sampler  # noqa: PLC0415
@@ -139,7 +172,7 @@ class Agent:
             hz = float(os.environ.get(SAMPLE_RATE_ENV, DEFAULT_SAMPLE_HZ))
         except ValueError:
             hz = DEFAULT_SAMPLE_HZ
-        self.sampler = Sampler(1.0 / max(hz, 1.0), self.clock_offset_ns)
+        self.sampler = Sampler(1.0 / max(hz, 1.0), self.clock_offset_ns, self.stacks)
         self.sampler.start()
 
     def _hook_libraries(self) -> None:

@@ -18,6 +18,9 @@ from typing import Any, Callable
 from .spool import SpoolWriter
 
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
+# Knobs for measuring what each part of the collection costs (bench/overhead.py); not for users.
+KINDS_ENV = "GPUSCOPE_CUPTI_KINDS"  # comma-separated labels of _kinds() to keep
+LATENCY_ENV = "GPUSCOPE_LATENCY_TIMESTAMPS"  # "0": no kernel queued/submitted timestamps
 BUFFER_SIZE = 8 * 1024 * 1024
 # Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
 MAX_RECORD_GAP = 4096
@@ -55,10 +58,15 @@ def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
             ("sync", k.SYNCHRONIZATION),
             ("overhead", k.OVERHEAD),
         ]
+    if "cuda-graph" in trace:
+        kinds += [("graph", k.GRAPH_TRACE)]
     if "cuda-api" in trace:
         kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER)]
     if "nvtx" in trace:
         kinds += [("nvtx", k.MARKER)]
+    keep = os.environ.get(KINDS_ENV)
+    if keep:
+        kinds = [kd for kd in kinds if kd[0] in keep.split(",")]
     return kinds
 
 
@@ -125,7 +133,7 @@ class CuptiCollector:
                 continue
             self._enabled_kinds.append(kind)
             self.enabled.append(label)
-        if "cuda" in self.trace:
+        if "cuda" in self.trace and os.environ.get(LATENCY_ENV) != "0":
             try:
                 cupti.activity_enable_latency_timestamps(1)
             except Exception as exc:  # noqa: BLE001
@@ -179,6 +187,11 @@ class CuptiCollector:
                 cupti.finalize()
             except Exception as exc:  # noqa: BLE001
                 self.diag("warning", f"CUPTI did not detach cleanly: {_explain(exc)}")
+
+    @property
+    def cupti_module(self) -> Any:
+        """The ``cupti`` module this collector is bound to."""
+        return self._cupti
 
     def now(self) -> int:
         """Return CUPTI's current timestamp (ns)."""

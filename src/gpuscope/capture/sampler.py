@@ -4,8 +4,8 @@ A thread wakes every ``interval`` (1 ms by default), takes every thread's Python
 ``sys._current_frames()``, and records one sample per thread: its stack, as a node of a prefix
 tree of frames, and the wall time since that thread's previous sample (a sample stands for the
 time the sampler could not look; it may wake late while another thread holds the GIL).
-Frames are (file, line, function); both frames and stack nodes are interned here and defined
-once in the spool, so a sample is three integers. Every 0.1 s, and when sampling stops, the
+Frames and stack nodes are interned in the process's shared :class:`~.stacks.StackTable`, so a
+sample is three integers. Every 0.1 s, and when sampling stops, the
 threads' CPU times are read from /proc, for CPU time against wall time per thread.
 
 Standard library only.
@@ -19,23 +19,22 @@ import threading
 import time
 from typing import Any
 
-THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times
-MAX_DEPTH = 256
+from .stacks import MAX_DEPTH, StackTable
 
+THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times
 Rows = dict[str, list[tuple[Any, ...]]]
 
 
 class Sampler:
     """Samples the stacks of every thread of this process into rows for the report."""
 
-    def __init__(self, interval_s: float, offset_ns: int) -> None:
+    def __init__(self, interval_s: float, offset_ns: int, stacks: StackTable | None = None) -> None:
         self.interval = interval_s
         self.offset = offset_ns
         self.samples = 0
-        self._frames: dict[tuple[Any, int], int] = {}  # (code, line) -> frame id
-        self._codes: list[Any] = []  # keeps code objects alive, so their ids are not reused
-        self._nodes: dict[tuple[int, int], int] = {}  # (parent node, frame) -> node id
-        self._rows: Rows = {"cpu_frame": [], "cpu_stack": [], "cpu_sample": [], "thread_time": []}
+        self.stacks = stacks if stacks is not None else StackTable()
+        self._own_stacks = stacks is None
+        self._rows: Rows = {"cpu_sample": [], "thread_time": []}
         self._last: dict[int, int] = {}  # thread ident -> time of its previous sample
         self._prev: dict[int, tuple[Any, int, int]] = {}  # id(frame) -> (frame, line, node), last sample
         self._native: dict[int, tuple[int, str]] = {}  # thread ident -> (native id, name)
@@ -58,10 +57,15 @@ class Sampler:
             pass
 
     def take(self) -> Rows:
-        """Return the rows recorded since the last call (frames and nodes before their samples)."""
+        """Return the rows recorded since the last call (frames and nodes before their samples).
+
+        Frames and nodes of a shared stack table are left to its owner to hand over.
+        """
         with self._lock:
             rows, self._rows = self._rows, {k: [] for k in self._rows}
-        return {k: v for k, v in rows.items() if v}
+        out = self.stacks.take() if self._own_stacks else {}
+        out.update({k: v for k, v in rows.items() if v})
+        return out
 
     # -- sampling --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -124,31 +128,12 @@ class Sampler:
             fresh.append(f)
             f = f.f_back
         node = base
-        nodes, frames = self._nodes, self._frames
+        stacks = self.stacks
         for f in reversed(fresh):
             line = f.f_lineno
-            key = (f.f_code, line)
-            fid = frames.get(key)
-            if fid is None:
-                fid = self._new_frame(key)
-            child = nodes.get((node, fid))
-            if child is None:
-                child = len(nodes) + 1
-                nodes[(node, fid)] = child
-                with self._lock:
-                    self._rows["cpu_stack"].append((child, node, fid))
-            node = child
+            node = stacks.child(node, stacks.frame(f.f_code, line))
             seen[id(f)] = (f, line, node)
         return node
-
-    def _new_frame(self, key: tuple[Any, int]) -> int:
-        code, line = key
-        fid = len(self._frames) + 1
-        self._frames[key] = fid
-        self._codes.append(code)
-        with self._lock:
-            self._rows["cpu_frame"].append((fid, code.co_filename, line, code.co_name))
-        return fid
 
     def _refresh_threads(self) -> None:
         for t in threading.enumerate():

@@ -8,6 +8,7 @@ from ..errors import GpuscopeError
 
 KNOWN_TRACES = {
     "cuda": "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
+    "cuda-graph": "each CUDA graph launch as one operation, instead of one per kernel of the graph (less overhead)",
     "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
     "nvtx": "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
     "torch": "PyTorch module forward/backward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
@@ -39,6 +40,6 @@ def parse_trace(spec: str | None) -> list[str]:
         raise GpuscopeError(f"unknown --trace value {','.join(unknown) or spec!r}; choose from {known}")
     if "none" in names:
         return []
-    if "cuda-api" in names and "cuda" not in names:
+    if ("cuda-api" in names or "cuda-graph" in names) and "cuda" not in names:
         names.insert(0, "cuda")
     return names

@@ -56,6 +56,7 @@ _TABLE_BY_PREFIX = (
     ("ActivityDevice", "device"),
     ("ActivityContext", "context"),
     ("ActivityMarker", "nvtx_event"),
+    ("ActivityGraphTrace", "graph_launch"),
 )
 
 
@@ -255,7 +256,20 @@ def _nvtx_event(r: np.ndarray, resolve: Resolve) -> Columns:
     }
 
 
+def _graph_launch(r: np.ndarray, resolve: Resolve) -> Columns:
+    return {
+        "start_ns": _i64(r["start"]),
+        "end_ns": _i64(r["end"]),
+        "device_id": r["device_id"],
+        "context_id": r["context_id"],
+        "stream_id": r["stream_id"],
+        "correlation_id": _i64(r["correlation_id"]),
+        "graph_id": _i64(r["graph_id"]),
+    }
+
+
 _DECODERS: dict[str, Callable[[np.ndarray, Resolve], Columns]] = {
+    "graph_launch": _graph_launch,
     "kernel": _kernel,
     "memcpy": _memcpy,
     "memset": _memset,

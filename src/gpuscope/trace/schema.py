@@ -205,6 +205,15 @@ TABLES: dict[str, str] = {
         api_name_id INTEGER,
         correlation_id BIGINT,
         stack_id INTEGER""",
+    "graph_launch": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        device_id INTEGER,
+        context_id INTEGER,
+        stream_id INTEGER,
+        correlation_id BIGINT,
+        graph_id BIGINT""",
     "capture_window": """
         pid BIGINT,
         start_ns BIGINT,
@@ -233,7 +242,7 @@ UPGRADES: dict[int, list[str]] = {
 # Tables that appeared in a version: a report of an older version reads them as empty.
 ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
-    4: ["torch_op", "sync_site", "capture_window"],
+    4: ["torch_op", "sync_site", "graph_launch", "capture_window"],
 }
 
 

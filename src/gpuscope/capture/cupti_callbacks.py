@@ -1,0 +1,106 @@
+"""CUPTI's callback API inside the profiled process: one subscriber, handlers per API function.
+
+CUPTI allows one callback subscriber per process, so every collector that needs to run code at
+the entry or exit of a CUDA API call (synchronization sites, capture ranges) registers a handler
+here by function name. Only the callback ids of those functions are enabled: a program pays for
+a Python callback on those calls alone, never on kernel launches.
+
+A runtime API call is usually carried out by driver API calls; when handlers watch both layers,
+a driver call made inside a watched runtime call of the same thread is not reported again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[str, int], None]  # (api name, correlation id), on the calling thread
+Diag = Callable[[str, str], None]
+
+_VERSION = re.compile(r"(_v\d+)?(_ptsz|_ptds)?(_v\d+)?$")
+
+
+def base_name(cbid_name: str) -> str:
+    """Return the API function a CUPTI callback-id name stands for: ``cudaStreamSynchronize_ptsz_v7000``
+    and ``cuStreamSynchronize_ptsz`` give ``cudaStreamSynchronize`` and ``cuStreamSynchronize``."""
+    return _VERSION.sub("", cbid_name)
+
+
+class CallbackHub:
+    """Subscribes to CUPTI once and calls the handlers registered for API functions."""
+
+    def __init__(self, cupti: Any, diag: Diag) -> None:
+        self._cupti = cupti
+        self._diag = diag
+        self._subscriber: int | None = None
+        # (domain, cbid) -> (api name, enter handlers, exit handlers)
+        self._table: dict[tuple[int, int], tuple[str, list[Handler], list[Handler]]] = {}
+        self._runtime = int(cupti.CallbackDomain.RUNTIME_API)
+        self._driver = int(cupti.CallbackDomain.DRIVER_API)
+        self._enter_site = int(cupti.ApiCallbackSite.API_ENTER)
+        self._local = threading.local()
+        self.calls = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        """Subscribe to CUPTI; raises when another subscriber holds the process."""
+        self._subscriber = int(self._cupti.subscribe(self._callback, None))
+
+    def stop(self) -> None:
+        """Unsubscribe: no handler runs after this returns."""
+        if self._subscriber is not None:
+            sub, self._subscriber = self._subscriber, None
+            self._cupti.unsubscribe(sub)
+
+    def on_api(self, names: list[str], enter: Handler | None = None, exit: Handler | None = None) -> list[str]:
+        """Call ``enter``/``exit`` at the entry/exit of the runtime or driver API functions named;
+        return the names no callback id was found for."""
+        wanted = set(names)
+        found: set[str] = set()
+        for domain, enum in ((self._runtime, self._cupti.runtime_api_trace_cbid),
+                             (self._driver, self._cupti.driver_api_trace_cbid)):
+            for member in enum:
+                name = base_name(member.name)
+                if name not in wanted:
+                    continue
+                key = (domain, int(member.value))
+                entry = self._table.setdefault(key, (name, [], []))
+                if enter is not None:
+                    entry[1].append(enter)
+                if exit is not None:
+                    entry[2].append(exit)
+                if self._subscriber is not None:
+                    self._cupti.enable_callback(1, self._subscriber, domain, key[1])
+                found.add(name)
+        return sorted(wanted - found)
+
+    # -- CUPTI's call, on the thread that made the API call ----------------------------------
+    def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
+        try:
+            entry = self._table.get((int(domain), int(cbid)))
+            if entry is None:
+                return
+            data = cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+            enter = int(data.callback_site) == self._enter_site
+            local = self._local
+            depth = getattr(local, "depth", 0)
+            if enter:
+                local.depth = depth + 1
+                if depth:
+                    return  # a driver call inside a watched runtime call
+                handlers = entry[1]
+            else:
+                local.depth = max(depth - 1, 0)
+                if depth > 1:
+                    return
+                handlers = entry[2]
+            self.calls += 1
+            corr = int(data.correlation_id)
+            for h in handlers:
+                h(entry[0], corr)
+        except BaseException as exc:  # noqa: BLE001  (nothing may reach the program's CUDA call)
+            self.failures += 1
+            if self.failures == 1:
+                self._diag("warning", f"a CUDA API callback failed: {type(exc).__name__}: {exc}")
