@@ -34,15 +34,16 @@ WORKLOAD_ARGS = {
 MODES = ["untraced", "gpuscope", "gpuscope-notorch", "gpuscope-api", "torch-profiler"]
 # Modes that split the default's cost into its parts: (--trace value, environment).
 PARTS: dict[str, tuple[str, dict[str, str]]] = {
-    "gpuscope-all": ("cuda,cuda-api,nvtx,torch,cpu,host,nvml", {}),
+    "gpuscope-all": ("cuda,cuda-api,nvtx,torch,torch-backward,cpu,host,nvml", {}),
     "gs-torch-only": ("torch", {}),
     "gs-kernel": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0",
                            "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}),
     "gs-kernel-latency": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0"}),
     "gs-kernel-mem": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset",
                                "GPUSCOPE_SYNC_SITES": "0"}),
-    "gs-kernel-mem-sync": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset,sync",
-                                    "GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-kernel-mem-sync": ("cuda,cuda-api", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset,sync",
+                                             "GPUSCOPE_SYNC_SITES": "0"}),
+    "gs-torch-backward": ("cuda,nvtx,torch,torch-backward,host,nvml", {}),
     "gs-cuda-nosites": ("cuda", {"GPUSCOPE_SYNC_SITES": "0"}),
     "gs-cuda": ("cuda", {}),
 }
@@ -61,7 +62,7 @@ def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[s
     if mode == "gpuscope-notorch":
         return [*gs, "-t", "cuda,nvtx", *wl], {}
     if mode == "gpuscope-api":
-        return [*gs, "-t", "cuda,cuda-api,nvtx,torch", *wl], {}
+        return [*gs, "-t", "cuda,cuda-api,nvtx,torch,torch-backward", *wl], {}
     if mode == "torch-profiler":
         return [py, *wl, "--torch-profiler", report + ".json"], {}
     if mode in PARTS:

@@ -177,3 +177,13 @@ def add_sync_site(builder: ReportBuilder, start: int, end: int, stack: int, api:
     builder.writer.con.execute(
         "INSERT INTO sync_site VALUES (?, ?, ?, ?, ?, ?, ?)",
         [start, end, builder.pid, tid, builder.writer.intern(api), correlation_id, stack])
+
+
+def add_torch_op(builder: ReportBuilder, name: str, start: int, end: int, tid: int, *, shapes: str = "[]",
+                 dtypes: str = "[]", out_shapes: str = "[]", scalars: str = "{}", seq: int | None = None,
+                 pid: int | None = None) -> None:
+    """Add a PyTorch operator call (``shapes`` and the like as the JSON text the recorder stores)."""
+    builder.writer.con.execute(
+        "INSERT INTO torch_op VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [start, end, pid or builder.pid, tid, builder.writer.intern(name), seq, shapes, dtypes, out_shapes,
+         scalars])

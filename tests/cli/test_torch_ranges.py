@@ -62,7 +62,7 @@ print("graph breaks:", sum(counters["graph_break"].values()))
 
 def _ranges(gs: Gpuscope, extra: str = "") -> tuple[object, str]:
     gs.script("train.py", TRAIN.replace("{extra}", extra))
-    res = gs.profile("-t", "torch", "-o", "r", "train.py")
+    res = gs.profile("-t", "torch-backward", "-o", "r", "train.py")  # torch-backward implies torch
     assert res.returncode == 0 and "trained" in res.stdout, res.describe()
     with gpuscope.load(str(gs.cwd / "r.gpuscope")) as report:
         return report.ranges(), res.stdout
@@ -150,7 +150,7 @@ print(len(seen), "user hooks ran")
 
 def test_reentrant_modules_user_hooks_and_misuse_are_counted(gs: Gpuscope) -> None:
     gs.script("edges.py", EDGES)
-    res = gs.profile("-t", "torch", "-o", "e", "edges.py")
+    res = gs.profile("-t", "torch,torch-backward", "-o", "e", "edges.py")
     assert res.returncode == 0 and "3 user hooks ran" in res.stdout, res.describe()
     with gpuscope.load(str(gs.cwd / "e.gpuscope")) as report:
         r = report.ranges()
@@ -200,3 +200,17 @@ print(sum(len(b[0]) for b in data), "rows")
         assert report.count("process") == 1  # the forked workers are not traced
         r = report.ranges()
     assert (r["category"] == "dataloader").sum() == 8 + 1
+
+
+def test_module_backward_ranges_only_when_asked(gs: Gpuscope) -> None:
+    gs.script("train.py", TRAIN.replace("{extra}", ""))
+    res = gs.profile("-t", "torch", "-o", "f", "train.py")
+    assert res.returncode == 0 and "trained" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "f.gpuscope")) as report:
+        r = report.ranges()
+        hint = report.not_recorded().get("torch_backward", "")
+    torch_r = r[r["source"] == "torch"]
+    assert (torch_r["category"] == "forward").sum() > 0
+    assert (torch_r["category"] == "backward").sum() == 0  # no per-module backward ranges
+    assert (torch_r["category"] == "autograd").sum() == 3  # the backward() calls still are ranges
+    assert "--trace torch-backward" in hint

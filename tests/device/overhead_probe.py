@@ -24,7 +24,13 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
 from gpuscope.capture.cupti_collector import CuptiCollector  # noqa: E402
+from gpuscope.capture.cupti_callbacks import CallbackHub  # noqa: E402
+from gpuscope.capture.graph_launches import GraphLaunches  # noqa: E402
+from gpuscope.capture.ranges import RangeRecorder  # noqa: E402
 from gpuscope.capture.spool import SpoolWriter  # noqa: E402
+from gpuscope.capture.stacks import StackTable  # noqa: E402
+from gpuscope.capture.sync_sites import SyncSites  # noqa: E402
+from gpuscope.capture.torch_hooks import TorchHooks  # noqa: E402
 
 
 def build(width: int = 1024, layers: int = 8, batch: int = 256):
@@ -58,6 +64,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=150)
     args = p.parse_args()
+    recorder = RangeRecorder()
+    hooks = TorchHooks(recorder, lambda lvl, m: print("diag", lvl, m))
+    hooks.install(torch)  # installed before the model is built, as under gpuscope
+    hooks._disabled = True
     step = build()
     for _ in range(30):
         step()
@@ -90,6 +100,12 @@ def main() -> None:
 
     threading.Thread(target=flush_loop, daemon=True).start()
 
+    hub = CallbackHub(cupti, lambda lvl, m: print("diag", lvl, m))
+    hub.start()
+    sites = SyncSites(hub, StackTable(), 0)
+    GraphLaunches(hub, 0)
+    hub.set_enabled(False)
+
     base = [K.CONCURRENT_KERNEL]
     mem = base + [K.MEMCPY, K.MEMSET]
     configs = {
@@ -102,6 +118,14 @@ def main() -> None:
         "kernel_mem_overhead": dict(kinds=mem + [K.OVERHEAD]),
         "default_no_flush": dict(kinds=mem + [K.SYNCHRONIZATION, K.OVERHEAD], latency=True),
         "default": dict(kinds=mem + [K.SYNCHRONIZATION, K.OVERHEAD], latency=True, flush=True),
+        "new_default": dict(kinds=mem + [K.OVERHEAD], latency=True, flush=True, callbacks=True),
+        "callbacks_only": dict(kinds=[], callbacks=True),
+        "hooks_only": dict(kinds=[], hooks="backward"),
+        "hooks_forward_only": dict(kinds=[], hooks="forward"),
+        "new_default_hooks": dict(kinds=mem + [K.OVERHEAD], latency=True, flush=True, callbacks=True,
+                                  hooks="backward"),
+        "new_default_hooks_forward": dict(kinds=mem + [K.OVERHEAD], latency=True, flush=True, callbacks=True,
+                                          hooks="forward"),
         "default_plus_api": dict(kinds=mem + [K.SYNCHRONIZATION, K.OVERHEAD, K.RUNTIME, K.DRIVER],
                                  latency=True, flush=True),
     }
@@ -118,6 +142,11 @@ def main() -> None:
             cupti.activity_enable_latency_timestamps(1 if cfg.get("latency") else 0)
             mode["cb"] = cfg.get("cb", "ship")
             flusher["on"] = bool(cfg.get("flush"))
+            hub.set_enabled(bool(cfg.get("callbacks")))
+            hooks._disabled = "hooks" not in cfg
+            hooks.backward = cfg.get("hooks") == "backward"
+            recorder.take()
+            sites.take()
             block(step, 20)  # settle
             results[name].append(block(step, args.steps))
         print(f"round {rnd}: " + ", ".join(f"{n} {v[-1] * 1e3:.3f}" for n, v in results.items()), flush=True)

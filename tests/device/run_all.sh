@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis overhead
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
 mkdir -p "$OUT/fixtures" "$OUT/work"
@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis probe memory overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -50,8 +50,8 @@ fi
 
 if has layers; then
   step "layers: small GPT eager (all collectors) and compiled (default), and under torch.profiler"
-  gs profile -t cuda,cuda-api,nvtx,torch -o "$OUT/fixtures/gpt_eager" --force-overwrite $WL/transformer.py --steps 5 --warmup 3
-  gs profile -o "$OUT/fixtures/gpt_compiled" --force-overwrite $WL/transformer.py --compile blocks --steps 5 --warmup 3
+  gs profile -t cuda,cuda-api,nvtx,torch,torch-backward -o "$OUT/fixtures/gpt_eager" --force-overwrite $WL/transformer.py --steps 5 --warmup 3
+  gs profile -t cuda,nvtx,torch,torch-backward,host,nvml -o "$OUT/fixtures/gpt_compiled" --force-overwrite $WL/transformer.py --compile blocks --steps 5 --warmup 3
   $PY $WL/transformer.py --steps 5 --warmup 3 --torch-profiler "$W/gpt_torch.json" && gzip -c "$W/gpt_torch.json" > "$OUT/gpt_torch.json.gz"
   $PY tests/device/check.py layers "$OUT/fixtures/gpt_eager.gpuscope" "$OUT/gpt_torch.json.gz" > "$OUT/check_layers.json"; echo "layers rc=$?"
   gs stats -r layer_sum -r step_sum "$OUT/fixtures/gpt_compiled.gpuscope" > "$OUT/stats_gpt_compiled.txt"; head -40 "$OUT/stats_gpt_compiled.txt"
@@ -102,6 +102,48 @@ if has graphs; then
   $PY tests/device/check.py graphs "$W/cuda_graph_api.gpuscope" "$W/graph_facts.json" > "$OUT/check_graphs_api.json"; echo "graphs api rc=$?"
   gs profile -t cuda,cuda-graph,nvtx -o "$OUT/fixtures/cuda_graph_whole" --force-overwrite $WL/cuda_graph.py --steps 20 --warmup 2
   $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print('graph launches', r.count('graph_launch'), 'kernels', r.count('kernel'), 'in graphs', r.sql('SELECT count(*) FROM kernel WHERE graph_id <> 0')[0][0])" "$OUT/fixtures/cuda_graph_whole.gpuscope"
+fi
+
+if has torchops; then
+  step "PyTorch operators: every kernel in a step inside an operator; cost per operator"
+  gs profile -t cuda,nvtx,torch,torch-ops -o "$OUT/fixtures/mlp_ops" --force-overwrite $WL/mlp.py --steps 30 --warmup 5 --timing-out "$W/ops_with.json"
+  gs profile -t cuda,nvtx,torch -o "$W/mlp_noops" --force-overwrite $WL/mlp.py --steps 30 --warmup 5 --timing-out "$W/ops_without.json"
+  $PY tests/device/check_torch_ops.py "$OUT/fixtures/mlp_ops.gpuscope" --timing-with "$W/ops_with.json" --timing-without "$W/ops_without.json" > "$OUT/check_torch_ops.json"; echo "torch_ops rc=$?"
+  gs profile -t cuda,cuda-api,nvtx,torch,torch-ops -o "$W/gpt_ops" --force-overwrite $WL/transformer.py --steps 5 --warmup 3
+  $PY tests/device/check_torch_ops.py "$W/gpt_ops.gpuscope" > "$OUT/check_torch_ops_gpt.json"; echo "torch_ops gpt rc=$?"
+  gs stats -r op_sum "$OUT/fixtures/mlp_ops.gpuscope" | head -30
+fi
+
+if has roofline; then
+  step "roofline: ceilings against a CUDA-event-timed copy and a large matmul; work-model FLOPs against ncu"
+  $PY tests/device/roofline_check.py "$OUT/roofline"; echo "roofline rc=$?"
+fi
+
+if has probe; then
+  step "overhead parts, inside one process (CUPTI kinds, callbacks, PyTorch hooks toggled between blocks)"
+  $PY tests/device/overhead_probe.py --rounds ${PROBE_ROUNDS:-7} --out "$OUT/overhead_probe.json" | grep -v '^ '
+fi
+
+if has capture; then
+  step "capture ranges: --steps 10-20, cudaProfilerApi, torch.cuda.nvtx, gpuscope.profile(), against a full run"
+  $PY tests/device/check_capture_range.py --out "$OUT/capture" > "$OUT/check_capture.json"; echo "capture rc=$?"
+  head -c 4000 "$OUT/check_capture.json"
+fi
+
+if has memory; then
+  step "memory of the target while kernel records leave it (untraced, then traced)"
+  $PY $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_untraced.json" | tail -2
+  timeout 400 $PY -m gpuscope profile -t cuda -o "$W/many" --force-overwrite $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_traced.json" | tail -3
+  $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print('kernel records', r.count('kernel'), 'dropped', r.sql('SELECT source, count FROM dropped'), r.sql('SELECT * FROM collector'))" "$W/many.gpuscope"
+  GPUSCOPE_LATENCY_TIMESTAMPS=0 timeout 400 $PY -m gpuscope profile -t cuda -o "$W/many_nolatency" --force-overwrite $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_traced_nolatency.json" | tail -2
+fi
+
+if has diagnosis; then
+  step "diagnosis: planted bottlenecks (tests/workloads), planted vs fixed, top finding vs measured gain"
+  $PY bench/diagnosis.py --out "$OUT/diagnosis"; echo "diagnosis rc=$?"
+  for r in "$OUT"/diagnosis/reports/*.gpuscope; do
+    [ -e "$r" ] && gzip -c "$r" > "$OUT/fixtures/diagnosis_$(basename "$r").gz"
+  done
 fi
 
 if has overhead; then

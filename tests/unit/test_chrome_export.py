@@ -61,3 +61,15 @@ def test_times_are_microseconds_from_the_start_of_the_program(mlp_api: Report) -
     kern = [e for e in events if e.get("cat") == "kernel"]
     assert kern[0]["ts"] == round((first["start_ns"] - origin) / 1000, 3)
     assert kern[0]["dur"] == round(first["duration_ns"] / 1000, 3)
+
+
+def test_host_waits_are_slices_on_the_waiting_thread(recorded) -> None:
+    from gpuscope.trace import chrome
+    from gpuscope.trace.report import Report
+
+    with Report.open(recorded("sync_loop")) as r:
+        waits = [e for e in chrome.events(r) if e.get("cat") == "sync"]
+        n = r.count("sync_site")
+    assert len(waits) == n > 0
+    assert sum(1 for e in waits if e["args"]["source"].endswith("sync_loop.py:35")) == 23
+    assert all(e["dur"] >= 0 and e["name"].startswith("cu") for e in waits)

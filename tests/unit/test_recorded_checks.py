@@ -54,3 +54,35 @@ def test_busy_time_is_the_union_of_gpu_intervals(mlp_api: Report) -> None:
     assert dev.busy_ns == busy
     assert dev.span_ns == max(e for _, e in ops) - ops[0][0]
     assert dev.name == "NVIDIA H200" and dev.kernels == 246
+
+
+def test_host_waits_match_the_gpu_work_they_waited_for(recorded) -> None:
+    # H100 run of tests/device/workloads/sync_loop.py: .item() and nonzero() each step
+    result = check.sync(str(recorded("sync_loop")), str(FIXTURES / "sync_loop.lines.json"))
+    assert result["ok"]
+    item, nonzero = result["per_line"]["item"], result["per_line"]["nonzero"]
+    assert item["calls"] == nonzero["calls"] == 23  # 20 steps + 3 warm-up
+    assert abs(item["wait_over_drain"] - 1) < 0.05
+    assert nonzero["gpu_drain_ns"] == 0  # .item() had already drained the queue
+    top = result["sync_sum"][0]
+    assert top["Location"].endswith("sync_loop.py:35") and top["API"] == "cudaStreamSynchronize"
+
+
+def test_cuda_graph_kernels_belong_to_the_range_around_the_replay(recorded) -> None:
+    # without API tracing: the graph's launch call, recorded through the callback API, places them
+    result = check.graphs(str(recorded("cuda_graph")), str(FIXTURES / "cuda_graph.facts.json"))
+    assert result["ok"] and result["kernels_per_replay"] == 18
+    with Report.open(recorded("cuda_graph")) as r:
+        assert r.count("api_call") == 0 and r.count("launch_call") == 22
+
+
+def test_whole_graph_launches_are_one_operation_each(recorded) -> None:
+    from gpuscope.analysis.attribution import innermost
+
+    with Report.open(recorded("cuda_graph_whole")) as r:
+        assert r.count("graph_launch") == 22
+        assert r.sql("SELECT count(*) FROM kernel WHERE graph_id <> 0")[0][0] == 0
+        ops = innermost(r)
+    graphs = ops[ops["kind"] == "graph"]
+    assert len(graphs) == 22 and set(graphs["range_name"]) == {"replay"}
+    assert set(graphs["name"]) == {"[CUDA graph]"}

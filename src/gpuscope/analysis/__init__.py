@@ -27,7 +27,9 @@ STATS_REPORTS = (
     "cpu_hotspots_lines",
     "cpu_thread_sum",
     "host_sum",
+    "op_sum",
     "sync_sum",
+    "roofline_sum",
 )
 
 
@@ -36,7 +38,9 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .cpu import REPORTS as CPU
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
+    from .roofline import REPORTS as ROOFLINE
     from .sync import REPORTS as SYNC
+    from .torch_ops import REPORTS as TORCH_OPS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **TORCH_OPS, **ROOFLINE}
     return {name: found[name] for name in STATS_REPORTS}

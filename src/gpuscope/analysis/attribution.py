@@ -4,8 +4,9 @@ A GPU operation (kernel, memcpy, memset) is attributed to ranges by its *launch 
 
 - With CUDA API records (``--trace cuda-api``): the API call that launched it (same ``pid`` and
   ``correlation_id``); the thread is the call's ``tid``, the time its ``start_ns``.
-- Without them: a kernel's ``queued_ns`` (the host time CUPTI saw the launch queued), on an unknown
-  thread of its process. A memcpy or memset has no queued time, so its GPU ``start_ns`` stands in:
+- Without them: a kernel of a CUDA graph, the graph's launch call (``launch_call``, recorded by
+  default); any other kernel its ``queued_ns`` (the host time CUPTI saw the launch queued), on an
+  unknown thread of its process. A memcpy or memset has no queued time, so its GPU ``start_ns`` stands in:
   that is later than the launch, so an asynchronous copy queued just before a range ended can be
   attributed to a range that started after it.
 
@@ -63,11 +64,12 @@ def ops_table(report: Report) -> str:
     """
     query = """
         WITH ops AS (
-            SELECT 'kernel' AS kind, k.pid, a.tid,
-                   coalesce(a.start_ns, nullif(k.queued_ns, 0), k.start_ns) AS launch_ns,
+            SELECT 'kernel' AS kind, k.pid, coalesce(a.tid, g.tid) AS tid,
+                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0), k.start_ns) AS launch_ns,
                    k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind
             FROM kernel k JOIN kernel_config c ON c.id = k.config_id
             LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
+            LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id
             UNION ALL
             SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
                    m.device_id, NULL, m.copy_kind
@@ -77,9 +79,10 @@ def ops_table(report: Report) -> str:
                    m.device_id, NULL, NULL
             FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
             UNION ALL
-            SELECT 'graph', g.pid, a.tid, coalesce(a.start_ns, g.start_ns), g.start_ns, g.end_ns,
-                   g.device_id, NULL, NULL
-            FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id)
+            SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
+                   g.start_ns, g.end_ns, g.device_id, NULL, NULL
+            FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
+            LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
         SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""
     return temp_table(report, OPS, query)
 
@@ -200,11 +203,18 @@ def innermost_table(
     name = _name("innermost", sources, categories, same_thread)
     if _exists(report, name):
         return name
-    levels = _levels(report, where)
     ops, ranges = _keyed(report, where, same_thread)
-    query = f"""
+    return temp_table(report, name, innermost_query(ops, ranges, _levels(report, where)))
+
+
+def innermost_query(ops: str, intervals: str, levels: int) -> str:
+    """SQL of ``(op_id, rid)``: for each operation of ``ops`` (``op_id, pid, ktid, launch_ns``),
+    the innermost interval of ``intervals`` (``pid, ktid, rid, start_ns, end_eff``) under the same
+    ``(pid, ktid)`` that contains its launch; no row where none does. ``levels``: as
+    :func:`_levels`, for the most intervals under one key."""
+    return f"""
         WITH op AS MATERIALIZED ({ops}),
-        kr AS MATERIALIZED ({_indexed(ranges, levels)}),
+        kr AS MATERIALIZED ({_indexed(intervals, levels)}),
         ev AS (
             SELECT pid, ktid, start_ns AS t, 1 AS is_start FROM kr
             UNION ALL SELECT pid, ktid, start_ns, 0 FROM kr
@@ -222,7 +232,6 @@ def innermost_table(
         SELECT op.op_id, seg.rid
         FROM op ASOF JOIN seg ON seg.pid = op.pid AND seg.ktid = op.ktid AND op.launch_ns >= seg.c
         WHERE seg.rid IS NOT NULL"""
-    return temp_table(report, name, query)
 
 
 def enclosing_table(

@@ -7,13 +7,13 @@ sample; total time to every function on its stack (once per sample, even when re
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..trace.report import Report
+from ..trace.stacks import short_path
 from .table import Column, Table
 
 HOTSPOT_COLUMNS = [
@@ -77,22 +77,13 @@ def _rows(items: dict[Any, list[int]], total: int, location: Callable[[Any], str
     return rows
 
 
-def _short(path: str) -> str:
-    """A file path relative to the working directory when inside it, else as recorded."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
-
-
 def cpu_hotspots(report: Report) -> Table:
     """Per Python function: wall time with it innermost (self) and on the stack (total)."""
     cols = [*HOTSPOT_COLUMNS, Column("Function"), Column("File")]
     if not report.count("cpu_sample"):
         return Table("cpu_hotspots", "Python CPU Hotspots by Function", cols, [], _no_samples(report))
     p = _profile(report)
-    rows = _rows(p.by_function, p.total_ns, lambda k: _short(k[1]))
+    rows = _rows(p.by_function, p.total_ns, lambda k: short_path(k[1]))
     notes = ["Wall time of sampled Python stacks of every thread; % of the sampled time."]
     return Table("cpu_hotspots", "Python CPU Hotspots by Function", cols, rows, notes)
 
@@ -103,7 +94,7 @@ def cpu_hotspots_lines(report: Report) -> Table:
     if not report.count("cpu_sample"):
         return Table("cpu_hotspots_lines", "Python CPU Hotspots by Line", cols, [], _no_samples(report))
     p = _profile(report)
-    rows = _rows(p.by_line, p.total_ns, lambda k: f"{_short(k[1])}:{k[2]}")
+    rows = _rows(p.by_line, p.total_ns, lambda k: f"{short_path(k[1])}:{k[2]}")
     return Table("cpu_hotspots_lines", "Python CPU Hotspots by Line", cols, rows,
                  ["Wall time of sampled Python stacks of every thread; % of the sampled time."])
 

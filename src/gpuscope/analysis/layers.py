@@ -53,6 +53,16 @@ def _owned(report: Report, source: StepSource) -> str:
             LEFT JOIN string n ON n.id = r.name_id"""
 
 
+def op_owners_sql(report: Report) -> str:
+    """SQL: every GPU operation with the PyTorch range that owns it, as ``layer_sum`` counts it.
+
+    Columns: ``op_id, kind, name_id, d`` (duration), ``in_step``, ``category`` (of the owning
+    range), ``row_name`` (its name, or ``(not in a module)``) and ``row_kind`` (``module``,
+    ``optimizer``, ``autograd``, ...; NULL outside every range).
+    """
+    return _owned(report, step_source(report))
+
+
 def kernels_per_range(report: Report) -> dict[tuple[str, str | None], int]:
     """Return the kernels each PyTorch range name owns, by (name, category): ``("GPT.head",
     "forward")``; kernels outside them all under ``("(not in a module)", None)``."""
@@ -132,6 +142,9 @@ def layer_sum(report: Report) -> Table:
             f"over all rows it adds up to the GPU time of all operations. Share: of GPU time {share}."
         ),
     ]
+    hint = report.not_recorded().get("torch_backward")
+    if hint:
+        notes.append(f"Not recorded: {hint}; the kernels of the backward pass count to the backward() call.")
     if not report.count("api_call"):
         notes.append("No CUDA API calls in this report: operations are placed by their queued time "
                      "on any thread of their process; add --trace cuda-api to place them on their thread.")

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
+from .capture import CaptureSummary, capture_summary
 from .cpu import cpu_hotspots, host_summary
 from .cuda_summaries import cuda_gpu_kern_sum
+from .overhead import CollectionOverhead, collection_overhead
 from .table import Table
 
 
@@ -42,6 +44,8 @@ class Overview:
     top_functions: Table | None = None
     host_advice: str | None = None
     warnings: list[str] = field(default_factory=list)
+    capture: CaptureSummary | None = None  # None: the whole run was recorded
+    overhead: CollectionOverhead | None = None
 
 
 def busy_time(report: Report) -> list[DeviceBusy]:
@@ -80,7 +84,9 @@ def overview(report: Report, top: int = 5) -> Overview:
     kern = cuda_gpu_kern_sum(report)
     kern.rows = kern.rows[:top]
     meta = report.meta
-    if meta.get("exit_signal"):
+    if meta.get("in_process"):
+        exit_description = "a block of the program, gpuscope.profile()"
+    elif meta.get("exit_signal"):
         exit_description = f"killed by signal {meta['exit_signal']}"
     elif meta.get("exit_code") is not None:
         exit_description = f"exit code {meta['exit_code']}"
@@ -92,6 +98,9 @@ def overview(report: Report, top: int = 5) -> Overview:
     warnings = [m for (m,) in report.sql("SELECT DISTINCT message FROM diagnostic ORDER BY message")]
     if not report.complete:
         warnings.insert(0, "the report was not finished (the profiler was stopped); it holds what was recorded")
+    capture = capture_summary(report)
+    if capture is not None:
+        warnings += capture.problems
     return Overview(
         command=list(meta.get("command") or []),
         wall_ns=meta.get("wall_ns"),
@@ -106,6 +115,8 @@ def overview(report: Report, top: int = 5) -> Overview:
         top_functions=_top_functions(report, top),
         host_advice=(lambda h: h.advice() if h else None)(host_summary(report)),
         warnings=warnings,
+        capture=capture,
+        overhead=collection_overhead(report),
     )
 
 

@@ -8,7 +8,9 @@ Steps come from the first of these that the report has:
 
 With marks, step *k* runs from mark *k-1* to mark *k* in its process, and step 1 from the process's
 first range or first GPU-operation launch to the first mark; work after the last mark belongs to
-no step. With ranges, each range that ended is a step. A GPU operation belongs to the step in which
+no step. With ranges, each range that ended is a step. In a report limited by a capture range,
+step marks are kept for the whole run, so steps keep their numbers, and only the steps that lie
+inside a capture window are listed. A GPU operation belongs to the step in which
 it was launched (on any thread of the process; see :mod:`.attribution` for launch points).
 """
 
@@ -19,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..trace.report import Report
+from ..trace.trim import capture_limited
 from .attribution import ops_table, temp_table
+from .capture import windows_table
 from .table import Column, Table
 
 STEPS = "gpuscope_step"
@@ -84,12 +88,17 @@ def steps_table(report: Report, source: StepSource) -> str:
                     UNION ALL SELECT pid, launch_ns FROM {ops_table(report)})
                 GROUP BY pid),
             bounds AS (
-                SELECT m.pid, coalesce(lag(m.t) OVER (PARTITION BY m.pid ORDER BY m.t), f.t) AS start_ns,
+                SELECT m.pid, row_number() OVER (PARTITION BY m.pid ORDER BY m.t) AS step,
+                       coalesce(lag(m.t) OVER (PARTITION BY m.pid ORDER BY m.t), f.t) AS start_ns,
                        m.t AS end_ns
                 FROM marks m LEFT JOIN first f USING (pid))
-            SELECT pid, row_number() OVER (PARTITION BY pid ORDER BY start_ns) AS step, start_ns, end_ns,
-                   end_ns AS stop_ns
+            SELECT pid, step, start_ns, end_ns, end_ns AS stop_ns
             FROM bounds WHERE start_ns < end_ns"""
+    if report.count("capture_window") or capture_limited(report.meta):
+        query = f"""
+            SELECT s.* FROM ({query}) s WHERE EXISTS (
+                SELECT 1 FROM {windows_table(report)} w
+                WHERE w.pid = s.pid AND s.start_ns >= w.start_ns AND s.end_ns <= w.end_ns)"""
     return temp_table(report, f"{STEPS}_{source.kind}", query)
 
 
@@ -167,6 +176,9 @@ def step_sum(report: Report) -> Table:
     )
     out: list[tuple[object, ...]] = []
     notes = [f"Steps: {source.description}."]
+    capture = report.meta.get("capture_range")
+    if isinstance(capture, dict) and capture.get("description"):
+        notes.append(f"Capture range: {capture['description']}; only the steps inside it are listed.")
     for pid in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == pid]
         warm = _warmup([r[3] for r in mine])
@@ -177,7 +189,8 @@ def step_sum(report: Report) -> Table:
         ]
         out += table + _summary_rows(pid, table[warm:])
         if warm:
-            which = "step 1 is" if warm == 1 else f"steps 1-{warm} are"
+            first, last = mine[0][1], mine[warm - 1][1]
+            which = f"step {first} is" if warm == 1 else f"steps {first}-{last} are"
             notes.append(f"Process {pid}: {which} warm-up (each longer than {WARMUP_FACTOR}x the median "
                          "step); the summary rows leave warm-up out.")
     return Table("step_sum", "Step Summary", cols, out, notes)

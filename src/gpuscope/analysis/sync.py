@@ -9,57 +9,13 @@ line inside torch that made the call), with the innermost frame beside it.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from dataclasses import dataclass
 
 import pandas as pd
 
 from ..trace.report import Report
-from .cpu import _short
+from ..trace.stacks import is_library, stack_sites  # noqa: F401  (is_library: part of this module's API)
 from .table import Column, Table
-
-_LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python3\.\d+[/\\]|^<")
-
-
-def is_library(path: str) -> bool:
-    """Return whether ``path`` is a file of an installed package or the standard library."""
-    return bool(_LIBRARY.search(path))
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where a stack points: the program line and the innermost frame (``file:line`` and function)."""
-
-    location: str
-    function: str
-    innermost: str
-
-
-def stack_sites(report: Report, pids_stacks: set[tuple[int, int]]) -> dict[tuple[int, int], Site]:
-    """Return the :class:`Site` of each (pid, stack id) asked for."""
-    if not pids_stacks:
-        return {}
-    frames = {(pid, fid): (func, file, line) for pid, fid, func, file, line in report.sql(
-        """SELECT f.pid, f.id, fn.value, fl.value, f.line FROM cpu_frame f
-           JOIN string fn ON fn.id = f.function_id JOIN string fl ON fl.id = f.file_id""")}
-    parents = {(pid, sid): (parent, fid) for pid, sid, parent, fid in report.sql(
-        "SELECT pid, id, parent_id, frame_id FROM cpu_stack")}
-    out = {}
-    for pid, sid in pids_stacks:
-        path = []  # innermost first
-        node = sid
-        while node and (pid, node) in parents:
-            node, fid = parents[(pid, node)]
-            path.append(frames[(pid, fid)])
-        if not path:
-            out[(pid, sid)] = Site("(no Python code)", "", "")
-            continue
-        func0, file0, line0 = path[0]
-        user = next((f for f in path if not is_library(f[1])), path[0])
-        out[(pid, sid)] = Site(f"{_short(user[1])}:{user[2]}", user[0], f"{_short(file0)}:{line0} {func0}")
-    return out
-
 
 def sync_site_frame(report: Report) -> pd.DataFrame:
     """Return every synchronization site: start_ns, end_ns, pid, tid, api, correlation_id, wait_ns,

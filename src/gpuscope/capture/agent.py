@@ -1,8 +1,10 @@
 """The in-process agent: started by the bootstrap before any user code of a profiled Python process.
 
 It reads its settings from the environment the launcher prepared, starts the collectors, flushes
-what they hold to the spool every ``FLUSH_INTERVAL_S``, and delivers everything at exit, on SIGTERM
-and at ``gpuscope.stop()``. Standard library only, apart from the collectors' own optional imports.
+what they hold to the spool every ``FLUSH_INTERVAL_S`` (and soon after a capture window closes), and
+delivers everything at exit and on SIGTERM. A capture range (``GPUSCOPE_CAPTURE``) turns collection
+on and off meanwhile (capture_control.py). Standard library only, apart from the collectors' own
+optional imports.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import time
 from typing import Any
 
 from .. import annotation
-from . import imports
+from . import calibrate, imports
+from .capture_control import CaptureControl
+from .capture_range import CAPTURE_ENV, CaptureSpec
 from .cupti_collector import CollectorUnavailable, CuptiCollector, _explain
 from .ranges import RangeRecorder
 from .spool import SPOOL_ENV, SpoolWriter
@@ -35,15 +39,17 @@ _agent: Agent | None = None
 class Agent:
     """Owns the spool writer and the collectors of one process."""
 
-    def __init__(self, spool_dir: str, trace: set[str]) -> None:
+    def __init__(self, spool_dir: str, trace: set[str], capture: CaptureSpec | None = None) -> None:
         self.trace = trace
         self.spool = SpoolWriter(spool_dir)
         self.cupti: CuptiCollector | None = None
         self.callbacks: Any = None  # the CUPTI callback subscriber (cupti_callbacks.CallbackHub)
         self.sync_sites: Any = None
+        self.graph_launches: Any = None
         self.stacks = StackTable()
         self.ranges = RangeRecorder()
         self.torch_hooks: Any = None
+        self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops
         self.sampler: Any = None
         self.clock = "monotonic"
         self.clock_offset_ns = 0
@@ -53,6 +59,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._pid = os.getpid()
+        self.capture = CaptureControl(self, capture or CaptureSpec())
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -64,6 +71,7 @@ class Agent:
         self._hook_libraries()
         if "cpu" in self.trace:
             self._start_sampler()
+        self.capture.start()
         self._add_row("process", self._process_row())
         self.flush()
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
@@ -100,10 +108,18 @@ class Agent:
         if self.sampler is not None:
             for table, items in self.sampler.take().items():
                 rows.setdefault(table, []).extend(items)
+        if self.torch_ops is not None:
+            ops = self.torch_ops.take()
+            if ops:
+                rows.setdefault("torch_op", []).extend(ops)
         if self.sync_sites is not None:
             sites = self.sync_sites.take()
             if sites:
                 rows.setdefault("sync_site", []).extend(sites)
+        if self.graph_launches is not None:
+            launches = self.graph_launches.take()
+            if launches:
+                rows.setdefault("launch_call", []).extend(launches)
         for table, items in self.stacks.take().items():  # after the rows that refer to them
             rows.setdefault(table, []).extend(items)
         if rows:
@@ -114,9 +130,12 @@ class Agent:
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
+        self.capture.finish()
         self._stop_event.set()
+        self.capture.flush_soon.set()
         if self.sampler is not None:
             self.sampler.stop()
+            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0, ""))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
         if self.callbacks is not None:
@@ -132,6 +151,8 @@ class Agent:
             self._add_row("collector", self._collector_row())
         for row in self.ranges.close_open():
             self._add_row("range", row)
+        if self.torch_ops is not None:
+            self._add_row("collector", self.torch_ops.stop())
         self._report_range_counts()
         self._add_row("process_end", (self.now_ns(),))
         self.flush_rows()
@@ -164,6 +185,9 @@ class Agent:
             from .sync_sites import SyncSites  # noqa: PLC0415
 
             self.sync_sites = SyncSites(hub, self.stacks, self.clock_offset_ns)
+            from .graph_launches import GraphLaunches  # noqa: PLC0415
+
+            self.graph_launches = GraphLaunches(hub, self.clock_offset_ns)
 
     def _start_sampler(self) -> None:
         from .sampler import Sampler  # noqa: PLC0415
@@ -181,6 +205,8 @@ class Agent:
             hooks["nvtx"] = [self._install_nvtx_python]
         if "torch" in self.trace:
             hooks["torch"] = [self._install_torch]
+        if "torch-ops" in self.trace:
+            hooks.setdefault("torch", []).append(self._install_torch_ops)
         imports.when_imported(hooks, lambda name, exc: self.diag(
             "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
 
@@ -192,14 +218,25 @@ class Agent:
     def _install_torch(self, module: Any) -> None:
         from .torch_hooks import TorchHooks  # noqa: PLC0415
 
-        hooks = TorchHooks(self.ranges, self.diag)
+        hooks = TorchHooks(self.ranges, self.diag, backward="torch-backward" in self.trace)
+        self.capture.apply_to(hooks)
         hooks.install(module)
         self.torch_hooks = hooks
+
+    def _install_torch_ops(self, module: Any) -> None:
+        from .torch_ops import TorchOps  # noqa: PLC0415
+
+        ops = TorchOps(self.clock_offset_ns, self.diag)
+        ops.install(module)
+        self.capture.apply_to(ops)
+        self.torch_ops = ops
 
     def _report_range_counts(self) -> None:
         counts = dict(self.ranges.counts)
         if self.torch_hooks is not None:
             counts.update(self.torch_hooks.counts)
+        if counts["ranges"]:  # per-call costs, for the overhead estimate (calibrate.py)
+            counts.update(calibrate.costs(self.torch_hooks, self.diag))
         self._add_row("collector", ("ranges", counts["ranges"], 0, 0, counts["hook_errors"] if
                                     "hook_errors" in counts else 0, json.dumps(counts, sort_keys=True)))
         said = {
@@ -238,7 +275,12 @@ class Agent:
             self._rows.setdefault(table, []).append(row)
 
     def _flush_loop(self) -> None:
-        while not self._stop_event.wait(FLUSH_INTERVAL_S):
+        soon = self.capture.flush_soon
+        while True:
+            soon.wait(FLUSH_INTERVAL_S)
+            soon.clear()
+            if self._stop_event.is_set():
+                return
             self.flush()
 
     def _hook_sigterm(self) -> None:
@@ -301,6 +343,6 @@ def start_from_env() -> Agent | None:
     if not os.path.isdir(spool):
         return None  # a process that outlived its profiling session
     trace = {t for t in os.environ.get(TRACE_ENV, "cuda").split(",") if t}
-    _agent = Agent(spool, trace)
+    _agent = Agent(spool, trace, CaptureSpec.from_env(os.environ.get(CAPTURE_ENV)))
     _agent.start()
     return _agent

@@ -76,6 +76,13 @@ class CallbackHub:
                 found.add(name)
         return sorted(wanted - found)
 
+    def set_enabled(self, on: bool) -> None:
+        """Turn every registered callback on or off (the subscription stays)."""
+        if self._subscriber is None:
+            return
+        for domain, cbid in self._table:
+            self._cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+
     # -- CUPTI's call, on the thread that made the API call ----------------------------------
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         try:

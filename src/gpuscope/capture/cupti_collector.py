@@ -26,6 +26,8 @@ BUFFER_SIZE = 8 * 1024 * 1024
 MAX_RECORD_GAP = 4096
 # Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
 STRING_FIELDS = ("name", "domain")
+# Record kinds left on outside a capture window: few records, and needed whatever the window.
+ALWAYS_ON = ("device", "context", "overhead")
 
 Diag = Callable[[str, str], None]
 
@@ -55,13 +57,14 @@ def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
             ("context", k.CONTEXT),
             ("memcpy", k.MEMCPY),
             ("memset", k.MEMSET),
-            ("sync", k.SYNCHRONIZATION),
             ("overhead", k.OVERHEAD),
         ]
     if "cuda-graph" in trace:
         kinds += [("graph", k.GRAPH_TRACE)]
     if "cuda-api" in trace:
-        kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER)]
+        # CUPTI's synchronization records cost as much as API tracing in launch-bound programs
+        # (bench/RESULTS.md); host waits are recorded by default as synchronization sites instead.
+        kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER), ("sync", k.SYNCHRONIZATION)]
     if "nvtx" in trace:
         kinds += [("nvtx", k.MARKER)]
     keep = os.environ.get(KINDS_ENV)
@@ -166,6 +169,24 @@ class CuptiCollector:
         """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
         if self._enabled_kinds and not self._stopped:
             self._cupti.activity_flush_all(1 if forced else 0)
+
+    def set_collecting(self, on: bool) -> None:
+        """Enable (``on``) or disable the record kinds a capture range limits (all but ALWAYS_ON).
+
+        Records of work started while they were enabled may still arrive after they are disabled;
+        the report is trimmed to the capture windows when written.
+        """
+        if self._stopped:
+            return
+        switch = self._cupti.activity_enable if on else self._cupti.activity_disable
+        for label, kind in zip(self.enabled, self._enabled_kinds):
+            if label in ALWAYS_ON:
+                continue
+            try:
+                switch(kind)
+            except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+                self.diag("warning", f"CUPTI could not turn {label} records {'on' if on else 'off'}: "
+                          f"{_explain(exc)}")
 
     def stop(self) -> None:
         """Deliver everything CUPTI still holds and detach from CUPTI."""
@@ -335,12 +356,20 @@ def _api_name(cupti: Any, domain: str, cbid: int) -> str:
 
 
 def _gather(np: Any, raw: Any, offsets: Any, size: int) -> Any:
-    """Return the ``size``-byte records at ``offsets`` of ``raw``, packed back to back."""
+    """Return the ``size``-byte records at ``offsets`` of ``raw``, packed back to back.
+
+    Records of one kind mostly follow each other at a stride of their size; each such run is
+    one slice, so the cost grows with the number of runs, not of records.
+    """
     first = int(offsets[0])
-    if len(offsets) == 1 or bool((np.diff(offsets) == size).all()):
+    breaks = np.flatnonzero(np.diff(offsets) != size) + 1
+    if not len(breaks):
         return raw[first : first + size * len(offsets)]  # already packed: no copy
-    mv = memoryview(raw)
-    return np.frombuffer(b"".join([mv[o : o + size] for o in offsets.tolist()]), dtype=np.uint8)
+    starts = np.concatenate(([0], breaks)).tolist()
+    ends = np.concatenate((breaks, [len(offsets)])).tolist()
+    if len(starts) > len(offsets) // 4:  # scattered: one vectorized gather
+        return raw[(offsets[:, None] + np.arange(size)).reshape(-1)]
+    return np.concatenate([raw[int(offsets[s]) : int(offsets[s]) + size * (e - s)] for s, e in zip(starts, ends)])
 
 
 def _read_i32(np: Any, raw: Any, offsets: Any) -> Any:

@@ -65,3 +65,8 @@ def when_imported(hooks: dict[str, list[Hook]], on_error: Callable[[str, BaseExc
                 on_error(name, exc)
     if pending:
         sys.meta_path.insert(0, _Finder(pending, on_error))
+
+
+def forget_all() -> None:
+    """Drop every hook still waiting for its module (after profiling a block of a process)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]

@@ -27,5 +27,16 @@ def install(nvtx: types.ModuleType, recorder: RangeRecorder) -> None:
     for module in targets:
         for name, value in api.items():
             if hasattr(module, name):
+                _replaced.append((module, name, getattr(module, name)))
                 setattr(module, name, value)
+
+
+_replaced: list[tuple[types.ModuleType, str, object]] = []
+
+
+def uninstall() -> None:
+    """Give the nvtx package back its own functions (after profiling a block of a process)."""
+    while _replaced:
+        module, name, original = _replaced.pop()
+        setattr(module, name, original)
 

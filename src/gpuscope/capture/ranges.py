@@ -6,6 +6,12 @@ can end on another thread. Completed ranges become rows of the report's ``nvtx_r
 ranges still open when the process ends are delivered with no end. Misuse (a pop with nothing
 pushed, an end of an unknown id) is counted, never raised.
 
+While collection is off (``on`` False, outside a capture window) a push still goes on its stack,
+without a clock read, so that pops stay paired; ranges that start then are not recorded. Step marks
+are recorded always (they are few, and keep steps numbered in any window). Two optional hooks serve
+the capture range: ``on_step(source, t)`` at every step mark, and ``watch`` (an object with
+``range_opened(name, domain, source)`` and ``range_closed(name, domain)``) at every range.
+
 Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
 list operations per range).
 """
@@ -33,9 +39,12 @@ class RangeRecorder:
                        "ended_on_other_thread": 0}
         self._local = threading.local()
         self._ids = itertools.count(1)
-        self._started: dict[int, tuple[int, int, str, str, str, str, str | None]] = {}
+        self._started: dict[int, tuple[int | None, int, str, str, str, str, str | None]] = {}
         self._stacks: list[tuple[int, list[Any]]] = []  # (tid, stack) of every thread, for exit
         self._lock = threading.Lock()
+        self.on = True
+        self.on_step: Any = None  # callable(source, t_ns) at each step mark
+        self.watch: Any = None  # capture window that starts on a named range
 
     def now(self) -> int:
         return time.monotonic_ns() + self.offset
@@ -54,7 +63,9 @@ class RangeRecorder:
              color: str | None = None) -> int:
         """Open a range on this thread; return its nesting depth (0 for outermost)."""
         stack = self._stack()
-        stack.append((time.monotonic_ns(), name, domain, source, category, color))
+        if self.watch is not None:
+            self.watch.range_opened(name, domain, source)
+        stack.append((time.monotonic_ns() if self.on else None, name, domain, source, category, color))
         return len(stack) - 1
 
     def pop(self) -> bool:
@@ -65,9 +76,12 @@ class RangeRecorder:
             self.counts["unbalanced_pops"] += 1
             return False
         start, name, domain, source, category, color = stack.pop()
-        self.rows.append((start + self.offset, end + self.offset, self._local.tid, next(self._ids),
-                          domain, name, "range", source, category, color))
-        self.counts["ranges"] += 1
+        if start is not None:
+            self.rows.append((start + self.offset, end + self.offset, self._local.tid, next(self._ids),
+                              domain, name, "range", source, category, color))
+            self.counts["ranges"] += 1
+        if self.watch is not None:
+            self.watch.range_closed(name, domain)
         return True
 
     # -- start/end (may cross threads) ---------------------------------------------------
@@ -75,8 +89,10 @@ class RangeRecorder:
               color: str | None = None, at_ns: int | None = None) -> int:
         """Open a range that any thread may end (at ``at_ns``, CLOCK_MONOTONIC, if given); return its id."""
         self._stack()
+        if self.watch is not None:
+            self.watch.range_opened(name, domain, source)
         rid = next(self._ids)
-        start = time.monotonic_ns() if at_ns is None else at_ns
+        start = None if not self.on else time.monotonic_ns() if at_ns is None else at_ns
         self._started[rid] = (start, self._local.tid, name, domain, source, category, color)
         return rid
 
@@ -88,18 +104,26 @@ class RangeRecorder:
             self.counts["unknown_ends"] += 1
             return False
         start, tid, name, domain, source, category, color = started
-        if tid != threading.get_native_id():
-            self.counts["ended_on_other_thread"] += 1
-        self.rows.append((start + self.offset, end + self.offset, tid, rid, domain, name, "range",
-                          source, category, color))
-        self.counts["ranges"] += 1
+        if start is not None:
+            if tid != threading.get_native_id():
+                self.counts["ended_on_other_thread"] += 1
+            self.rows.append((start + self.offset, end + self.offset, tid, rid, domain, name, "range",
+                              source, category, color))
+            self.counts["ranges"] += 1
+        if self.watch is not None:
+            self.watch.range_closed(name, domain)
         return True
 
     def mark(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
              color: str | None = None) -> None:
-        """Record an instant."""
+        """Record an instant (a step mark: ``category`` ``step``)."""
         self._stack()
         t = self.now()
+        if category == "step":
+            if self.on_step is not None:
+                self.on_step(source, t)
+        elif not self.on:
+            return
         self.rows.append((t, t, self._local.tid, next(self._ids), domain, name, "mark", source,
                           category, color))
 
@@ -117,9 +141,13 @@ class RangeRecorder:
         for tid, stack in stacks:
             while stack:
                 start, name, domain, source, category, color = stack.pop()
+                if start is None:
+                    continue
                 rows.append((start + self.offset, None, tid, next(self._ids), domain, name, "range",
                              source, category, color))
         for rid, (start, tid, name, domain, source, category, color) in list(self._started.items()):
+            if start is None:
+                continue
             rows.append((start + self.offset, None, tid, rid, domain, name, "range", source, category, color))
         self._started.clear()
         self.counts["open_at_exit"] += len(rows)

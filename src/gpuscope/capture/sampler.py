@@ -8,6 +8,10 @@ Frames and stack nodes are interned in the process's shared :class:`~.stacks.Sta
 sample is three integers. Every 0.1 s, and when sampling stops, the
 threads' CPU times are read from /proc, for CPU time against wall time per thread.
 
+Outside a capture window (``set_active(False)``) the thread sleeps until collection is back on.
+When it ends, the thread's CPU time (sampling and waking up, nothing while it waits) is kept in
+``busy_ns`` for the report's overhead line: one read of the thread's CPU clock, none per sample.
+
 Standard library only.
 """
 
@@ -40,7 +44,17 @@ class Sampler:
         self._native: dict[int, tuple[int, str]] = {}  # thread ident -> (native id, name)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
         self._thread: threading.Thread | None = None
+        self.busy_ns = 0
+
+    def set_active(self, on: bool) -> None:
+        """Sample (``on``) or sleep until sampling is switched on again."""
+        if on:
+            self._active.set()
+        else:
+            self._active.clear()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
@@ -49,6 +63,7 @@ class Sampler:
     def stop(self) -> None:
         """Stop sampling, with a last reading of the threads' CPU times."""
         self._stop.set()
+        self._active.set()  # wake a sleeping sampler so that it sees the stop
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
         try:
@@ -72,6 +87,10 @@ class Sampler:
         me = threading.get_ident()
         last_times = 0
         while not self._stop.wait(self.interval):
+            if not self._active.is_set():
+                self._active.wait()
+                self._last.clear()  # the pause is no thread's time
+                continue
             try:
                 self._sample(me)
                 if time.monotonic_ns() - last_times >= THREAD_TIMES_EVERY_NS:
@@ -79,6 +98,7 @@ class Sampler:
                     last_times = time.monotonic_ns()
             except Exception:  # noqa: BLE001,S112  (a sampler error must not reach the program)
                 continue
+        self.busy_ns = time.thread_time_ns()
 
     def _sample(self, me: int) -> None:
         now = time.monotonic_ns()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import platform
@@ -17,6 +18,7 @@ from typing import Callable
 from ..errors import GpuscopeError
 from ..trace.writer import Diagnostic, ReportWriter
 from . import launcher
+from .capture_range import CAPTURE_ENV, CaptureSpec
 from .host import HostSampler
 from .nvml import NvmlSampler
 
@@ -39,8 +41,10 @@ def profile(
     output: Path,
     trace: list[str],
     on_diagnostic: Callable[[Diagnostic], None],
+    capture: CaptureSpec | None = None,
 ) -> SessionResult:
-    """Run ``command`` under the collectors in ``trace`` and write the report to ``output``."""
+    """Run ``command`` under the collectors in ``trace`` and write the report to ``output``;
+    ``capture`` limits collection to a capture range."""
     spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
     try:
         writer = _open_writer(output)
@@ -66,6 +70,13 @@ def profile(
         )
         boot = launcher.prepare_bootstrap(spool)
         env = launcher.child_environment(spool, boot, trace)
+        if capture is not None and capture.limited:
+            capture = dataclasses.replace(capture, origin_ns=time.monotonic_ns())
+            env[CAPTURE_ENV] = capture.to_env()
+            writer.set_meta(capture_range={"limited": True, "description": capture.describe(),
+                                           "spec": dataclasses.asdict(capture)})
+        else:
+            env.pop(CAPTURE_ENV, None)
         host: list[HostSampler | NvmlSampler] = []
 
         def start_host(pid: int) -> None:
@@ -119,11 +130,16 @@ def _not_recorded(trace: list[str]) -> dict[str, str]:
     if "cuda" not in trace:
         out["cuda"] = "GPU activity: add --trace cuda"
     if "cuda-api" not in trace:
-        out["cuda_api"] = "CUDA API calls (cuda_api_sum, API time in cuda_kern_exec_sum): add --trace cuda-api"
+        out["cuda_api"] = ("CUDA API calls and CUPTI's synchronization records (cuda_api_sum, API time in "
+                           "cuda_kern_exec_sum; host waits are in sync_sum): add --trace cuda-api")
     if "nvtx" not in trace:
         out["nvtx"] = "NVTX ranges: add --trace nvtx"
     if "torch" not in trace:
         out["torch"] = "PyTorch module, optimizer and step ranges: add --trace torch"
+    if "torch" in trace and "torch-backward" not in trace:
+        out["torch_backward"] = "per-module backward ranges (backward columns of layer_sum): add --trace torch-backward"
+    if "torch-ops" not in trace:
+        out["torch_ops"] = "PyTorch operators with their shapes (op_sum): add --trace torch-ops"
     if "cpu" not in trace:
         out["cpu"] = "Python stack samples (cpu_hotspots): add --trace cpu"
     return out

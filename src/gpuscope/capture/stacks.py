@@ -57,7 +57,7 @@ class StackTable:
 
     def stack_of(self, frame: FrameType | None) -> int:
         """Return the node of the whole stack ending at ``frame`` (0 for no frame)."""
-        chain = []
+        chain: list[FrameType] = []
         f = frame
         while f is not None and len(chain) < MAX_DEPTH:
             chain.append(f)

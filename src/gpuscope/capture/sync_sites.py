@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 from .cupti_callbacks import CallbackHub
@@ -35,6 +36,7 @@ class SyncSites:
         self.stacks = stacks
         self.offset = offset_ns
         self.count = 0
+        self.collecting = True  # False outside a capture window
         self._local = threading.local()
         self._rows: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
@@ -47,7 +49,9 @@ class SyncSites:
         return rows
 
     def _enter(self, name: str, correlation_id: int) -> None:
-        frame = sys._getframe(1)
+        if not self.collecting:
+            return
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
             frame = frame.f_back
         self._local.open = (time.monotonic_ns(), self.stacks.stack_of(frame))

@@ -44,7 +44,7 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
 class TorchHooks:
     """Records PyTorch ranges in a RangeRecorder."""
 
-    def __init__(self, recorder: RangeRecorder, diag: Callable[[str, str], None]) -> None:
+    def __init__(self, recorder: RangeRecorder, diag: Callable[[str, str], None], backward: bool = True) -> None:
         self.r = recorder
         self.diag = diag
         self.counts = {"reentrant_calls": 0, "modules_with_own_hooks": 0, "backward_closed_at_pass_end": 0,
@@ -56,6 +56,8 @@ class TorchHooks:
         self._accumulate_hooked: set[int] = set()
         self._step_optimizer: int | None = None
         self._disabled = False
+        self.backward = backward  # per-module backward ranges (--trace torch-backward)
+        self.collecting = True  # False outside a capture window: calls pass straight through
         self._is_compiling: Callable[[], bool] = lambda: False
 
     # -- installation ----------------------------------------------------------------------
@@ -70,14 +72,31 @@ class TorchHooks:
             self._is_compiling = compiler.is_compiling
         self._torch = torch
         module_mod.Module.__call__ = self._module_call(module_mod.Module.__call__)  # type: ignore[method-assign]
-        optim_mod.register_optimizer_step_pre_hook(self._guard(self._step_pre))
-        optim_mod.register_optimizer_step_post_hook(self._guard(self._step_post))
+        self._handles = [optim_mod.register_optimizer_step_pre_hook(self._guard(self._step_pre)),
+                         optim_mod.register_optimizer_step_post_hook(self._guard(self._step_post))]
         optim_mod.Optimizer.zero_grad = self._ranged(  # type: ignore[method-assign]
             optim_mod.Optimizer.zero_grad, "zero_grad", lambda a: f"{type(a[0]).__name__}.zero_grad")
         data_mod._BaseDataLoaderIter.__next__ = self._ranged(  # type: ignore[method-assign]
             data_mod._BaseDataLoaderIter.__next__, "dataloader", lambda a: "DataLoader.__next__")
         torch.autograd.backward = self._backward_pass(torch.autograd.backward, "backward")
         torch.autograd.grad = self._backward_pass(torch.autograd.grad, "grad")
+        self._patched = [(module_mod.Module, "__call__"), (optim_mod.Optimizer, "zero_grad"),
+                         (data_mod._BaseDataLoaderIter, "__next__"), (torch.autograd, "backward"),
+                         (torch.autograd, "grad")]
+
+    def uninstall(self) -> None:
+        """Put back what :meth:`install` replaced (for profiling a block of a longer-running process).
+
+        A wrapper that someone else has wrapped again since stays, passing calls straight through.
+        """
+        self._disabled = True
+        for handle in getattr(self, "_handles", ()):
+            handle.remove()
+        for owner, name in getattr(self, "_patched", ()):
+            current = getattr(owner, name)
+            original = getattr(current, "__wrapped__", None)
+            if original is not None and getattr(current, "_gpuscope_hooks", None) is self:
+                setattr(owner, name, original)
 
     def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a hook so that it never raises into the program, and is off while compiling."""
@@ -98,7 +117,7 @@ class TorchHooks:
         r = self.r
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self._disabled or self._is_compiling():
+            if self._disabled or not self.collecting or self._is_compiling():
                 return func(*args, **kwargs)
             r.push(name(args), "", SOURCE, category)
             try:
@@ -109,6 +128,7 @@ class TorchHooks:
         wrapper.__wrapped__ = func  # type: ignore[attr-defined]
         wrapper.__name__ = getattr(func, "__name__", "wrapper")
         wrapper.__doc__ = func.__doc__
+        wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
         return wrapper
 
     # -- modules ---------------------------------------------------------------------------
@@ -130,7 +150,7 @@ class TorchHooks:
         r, names, active, torch = self.r, self._names, self._active, self._torch
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if self._disabled or self._is_compiling():
+            if self._disabled or not self.collecting or self._is_compiling():
                 return call(module, *args, **kwargs)
             try:
                 name = names.get(module) or self.name_of(module)
@@ -152,7 +172,7 @@ class TorchHooks:
                 r.pop()
                 if not reentrant:
                     running.discard(module)
-            if torch.is_grad_enabled() and (module._parameters or module._modules):
+            if self.backward and torch.is_grad_enabled() and (module._parameters or module._modules):
                 try:
                     self._arm_backward(module, name, args, output)
                 except Exception as exc:  # noqa: BLE001
@@ -160,6 +180,7 @@ class TorchHooks:
             return output
 
         __call__.__wrapped__ = call  # type: ignore[attr-defined]
+        __call__._gpuscope_hooks = self  # type: ignore[attr-defined]
         return __call__
 
     def _fail(self, exc: BaseException) -> None:
@@ -258,6 +279,7 @@ class TorchHooks:
         wrapper.__wrapped__ = func  # type: ignore[attr-defined]
         wrapper.__name__ = getattr(func, "__name__", name)
         wrapper.__doc__ = func.__doc__
+        wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
         return wrapper
 
     # -- optimizer and steps -------------------------------------------------------------

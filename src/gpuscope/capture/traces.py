@@ -11,7 +11,10 @@ KNOWN_TRACES = {
     "cuda-graph": "each CUDA graph launch as one operation, instead of one per kernel of the graph (less overhead)",
     "cuda-api": "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
     "nvtx": "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
-    "torch": "PyTorch module forward/backward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
+    "torch": "PyTorch module forward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
+    "torch-backward": "the backward of every PyTorch module (autograd hooks; about 4x the cost of forward ranges)",
+    "torch-ops": "every PyTorch (ATen) operator, forward and backward, with input shapes, dtypes and arguments "
+                 "(tens of µs per operator on a slow CPU)",
     "cpu": "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
     "host": "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
     "nvml": "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz)",
@@ -40,6 +43,8 @@ def parse_trace(spec: str | None) -> list[str]:
         raise GpuscopeError(f"unknown --trace value {','.join(unknown) or spec!r}; choose from {known}")
     if "none" in names:
         return []
+    if "torch-backward" in names and "torch" not in names:
+        names.insert(names.index("torch-backward"), "torch")
     if ("cuda-api" in names or "cuda-graph" in names) and "cuda" not in names:
         names.insert(0, "cuda")
     return names

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ..capture import launcher, traces
+from ..capture import capture_range, launcher, traces
 from ..errors import GpuscopeError
 from ..trace.files import output_path
+
+if TYPE_CHECKING:
+    from ..trace.report import Report
 
 NAME = "profile"
 HELP = "Run a program and record its GPU (and CPU) activity into a report file."
@@ -23,11 +27,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ) + f". Default: {','.join(traces.DEFAULT_TRACE)}",
     )
     p.add_argument("--stats", action="store_true", help="print every stats report at the end")
+    c = p.add_argument_group("capture range (record part of the run; collection is off outside it)")
+    c.add_argument("--capture-range", metavar="KIND", help="when collection is on: " + "; ".join(
+        f"{k}: {v}" for k, v in capture_range.RANGES.items()))
+    c.add_argument("--nvtx-capture", metavar="NAME[@DOMAIN]",
+                   help="with --capture-range=nvtx: the range (any domain unless @DOMAIN)")
+    c.add_argument("--steps", metavar="FIRST-LAST",
+                   help="record steps FIRST to LAST (10-20; 10 for one step; 10- to the end), counted "
+                        "from 1 as step_sum counts them: gpuscope.step() marks, else optimizer steps")
+    c.add_argument("--delay", metavar="SEC", help="record nothing for the first SEC seconds")
+    c.add_argument("--duration", metavar="SEC", help="stop recording SEC seconds after it started (each time)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module, as python -m")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
 
 
-_WITH_VALUE = {"-o", "--output", "-t", "--trace"}
+_WITH_VALUE = {"-o", "--output", "-t", "--trace", "--capture-range", "--nvtx-capture", "--steps", "--delay",
+               "--duration"}
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -73,14 +88,29 @@ def _say(message: str) -> None:
     print(f"gpuscope: {message}", file=sys.stderr, flush=True)
 
 
+def _diagnosis(report: Report) -> str:
+    """The step-time breakdown and the top findings in a few lines. The profile is done by now, so a
+    failure of the analysis is said in one line and the run goes on."""
+    try:
+        from ..analysis.diagnosis import diagnose
+        from ..reporters.findings_table import render_short
+
+        return render_short(diagnose(report))
+    except Exception as exc:  # noqa: BLE001  (reported below; the report itself is fine)
+        return (f"gpuscope: the diagnosis failed ({type(exc).__name__}: {exc}); "
+                f"try: gpuscope analyze {report.path}\n")
+
+
 def run(args: argparse.Namespace) -> int:
     trace = traces.parse_trace(args.trace)
+    capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
+                                          args.steps)
     command = launcher.resolve_command(list(args.program), args.module)
     output = output_path(args.output, args.force_overwrite)
     if args.trace is None and not traces.gpu_present():
-        trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml")] + ["cpu"]
+        trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml")] + ["torch-ops", "cpu"]
         _say("no NVIDIA GPU driver found: profiling the CPU side "
-             "(Python stacks, PyTorch ranges, host counters)")
+             "(Python stacks, PyTorch ranges and operators, host counters)")
     from ..analysis import stats_reports
     from ..analysis.overview import overview
     from ..capture import session
@@ -96,15 +126,15 @@ def run(args: argparse.Namespace) -> int:
             printed.add(message)
             _say(message if level != "error" else f"error: {message}")
 
-    result = session.profile(command, output, trace, on_diagnostic)
+    result = session.profile(command, output, trace, on_diagnostic, capture)
     with Report.open(result.report) as report:
         ov = overview(report)
         ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
-        text = overview_text.render(ov)
+        text = overview_text.render(ov) + _diagnosis(report)
         if args.stats:
             text += terminal.render([fn(report) for fn in stats_reports().values()])
     sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "
-         f"see it with: gpuscope stats {result.report}")
+         f"see it with: gpuscope stats {result.report}, gpuscope analyze {result.report}")
     return result.exit.shell_code

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
 from ..errors import GpuscopeError
+
+if TYPE_CHECKING:
+    from ..trace.report import Report
 
 FORMAT_NAMES = ("table", "csv", "json")
 
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "showing what was recorded", file=sys.stderr)
+        _say_capture(args.report, report)
         reports = stats_reports()
         text = FORMATS[args.format]([reports[n](report) for n in names])
     if args.output:
@@ -48,3 +53,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _say_capture(path: str, report: Report) -> None:
+    """Say on stderr that a capture range limited the report, and what it missed."""
+    from ..analysis.capture import capture_summary
+
+    summary = capture_summary(report)
+    if summary is None:
+        return
+    print(f"gpuscope: note: {path} holds part of the run (capture range: {summary.description})",
+          file=sys.stderr)
+    for problem in summary.problems:
+        print(f"gpuscope: warning: {problem}", file=sys.stderr)

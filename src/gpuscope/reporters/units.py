@@ -29,6 +29,15 @@ def size(nbytes: float) -> str:
     return f"{nbytes / 1e12:.3g} TB"
 
 
+def scaled(value: float, unit: str) -> str:
+    """Format a quantity with a decimal prefix and three significant digits: ``989 TFLOP/s``."""
+    a = abs(value)
+    for limit, prefix in ((1e3, ""), (1e6, "k"), (1e9, "M"), (1e12, "G"), (1e15, "T"), (1e18, "P")):
+        if a < limit:
+            return f"{value / (limit / 1e3):.3g} {prefix}{unit}"
+    return f"{value / 1e18:.3g} E{unit}"
+
+
 def human(value: Any, unit: Unit) -> str:
     """Format a raw table value for people."""
     if value is None:
@@ -41,21 +50,31 @@ def human(value: Any, unit: Unit) -> str:
         return f"{float(value):.1f}%"
     if unit == "count":
         return f"{int(value):,}"
+    if unit in _RATE:
+        return scaled(float(value), _RATE[unit])
+    if unit == "number":
+        return f"{float(value):.3g}"
     return str(value)
+
+
+_RATE = {"flops": "FLOP", "flops_per_s": "FLOP/s", "bytes_per_s": "B/s"}
 
 
 def machine(value: Any, unit: Unit) -> Any:
     """Return a raw table value for csv/json: integer ns and bytes, percent to 0.1."""
     if value is None:
         return None
-    if unit in ("ns", "bytes", "count", "id"):
+    if unit in ("ns", "bytes", "count", "id", "flops", "flops_per_s", "bytes_per_s"):
         return int(round(float(value)))
+    if unit == "number":
+        return round(float(value), 3)
     if unit == "percent":
         return round(float(value), 1)
     return value
 
 
-SUFFIX = {"ns": " (ns)", "bytes": " (B)", "percent": " (%)"}
+SUFFIX = {"ns": " (ns)", "bytes": " (B)", "percent": " (%)", "flops": " (FLOP)", "flops_per_s": " (FLOP/s)",
+          "bytes_per_s": " (B/s)"}
 
 
 def machine_label(label: str, unit: Unit) -> str:

@@ -14,6 +14,7 @@ from typing import IO, Any, Iterator
 
 
 from .report import DAMAGED, Report
+from .stacks import stack_sites
 
 GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
 SYNC_TID = (1 << 31) - 1  # pseudo thread of each process that holds its synchronization records
@@ -144,6 +145,14 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
     ):
         yield {"ph": "X", "cat": "sync", "name": kind, "pid": pid, "tid": SYNC_TID,
                "ts": us(s), "dur": round((e - s) / 1000.0, 3), "args": {"stream": stream}}
+
+    if report.count("sync_site"):  # host waits, on the thread that waited, with the line that made them
+        rows = report.sql("SELECT s.pid, s.tid, s.start_ns, s.end_ns, n.value, s.stack_id FROM sync_site s "
+                          "JOIN string n ON n.id = s.api_name_id ORDER BY s.start_ns")
+        sites = stack_sites(report, {(r[0], r[5]) for r in rows})
+        for pid, tid, s, e, api, stack in rows:
+            yield {"ph": "X", "cat": "sync", "name": api, "pid": pid, "tid": tid, "ts": us(s),
+                   "dur": round((e - s) / 1000.0, 3), "args": {"source": sites[(pid, stack)].location}}
 
 
 def write(report: Report, out: IO[str]) -> int:

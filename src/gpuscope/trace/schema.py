@@ -205,6 +205,13 @@ TABLES: dict[str, str] = {
         api_name_id INTEGER,
         correlation_id BIGINT,
         stack_id INTEGER""",
+    "launch_call": """
+        start_ns BIGINT,
+        end_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        api_name_id INTEGER,
+        correlation_id BIGINT""",
     "graph_launch": """
         start_ns BIGINT,
         end_ns BIGINT,
@@ -214,6 +221,13 @@ TABLES: dict[str, str] = {
         stream_id INTEGER,
         correlation_id BIGINT,
         graph_id BIGINT""",
+    "kernel_metric": """
+        name_id INTEGER,
+        launch INTEGER,
+        ncu_id INTEGER,
+        metric VARCHAR,
+        value DOUBLE,
+        unit VARCHAR""",
     "capture_window": """
         pid BIGINT,
         start_ns BIGINT,
@@ -242,7 +256,7 @@ UPGRADES: dict[int, list[str]] = {
 # Tables that appeared in a version: a report of an older version reads them as empty.
 ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
-    4: ["torch_op", "sync_site", "graph_launch", "capture_window"],
+    4: ["torch_op", "sync_site", "launch_call", "graph_launch", "capture_window", "kernel_metric"],
 }
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .. import __version__
 from ..capture.spool import Chunk, ready_chunks
-from . import decode, schema
+from . import decode, schema, trim
 from .demangle import demangle
 from .ranges import RangeBuilder
 
@@ -30,6 +30,7 @@ Diagnostic = tuple[int, str, str]  # pid, level, message
 INTERNED_FIELDS: dict[str, tuple[int, ...]] = {
     "torch_op": (3,),  # start_ns, end_ns, tid, name, ...
     "sync_site": (3,),  # start_ns, end_ns, tid, api_name, ...
+    "launch_call": (3,),
 }
 
 
@@ -215,6 +216,10 @@ class ReportWriter:
                 continue
             if table not in schema.TABLES:
                 continue
+            if table == "capture_window":  # sent when a window opens, and again when it closes
+                items = list({row[0]: row for row in items}.values())
+                for row in items:
+                    self.con.execute("DELETE FROM capture_window WHERE pid = ? AND start_ns = ?", [pid, row[0]])
             names = [c for c in schema.columns(table) if c != "pid"]
             frame = pd.DataFrame(list(items), columns=names)
             frame["pid"] = pid
@@ -262,6 +267,9 @@ class ReportWriter:
             """UPDATE host_counter SET ts_ns = ts_ns + coalesce(
                    (SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1), 0)"""
         )
+        trimmed = trim.trim(self.con)  # to the capture windows, if a capture range limited the run
+        if trimmed:
+            meta["capture_trimmed"] = trimmed
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
         self.con.close()

@@ -1,0 +1,106 @@
+"""Diagnosis: where the step time goes (:mod:`.breakdown`) and what to fix first (:mod:`.rules`).
+
+``diagnose(report)`` splits each steady step into GPU busy time by bound class and GPU idle time by
+cause, runs every rule whose data the report has, and ranks their findings by estimated saving
+(share of the step; one-time findings by their share of the capture's steps). Rules whose data is
+missing are listed with the reason, and the others still run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...trace.report import Report
+from ..table import Column, Table
+from .breakdown import LABELS, PARTS, ProcessBreakdown
+from .context import MIN_SHARE, Context
+from .finding import Finding, Skipped
+from .rule import Rule
+
+__all__ = ["Diagnosis", "Finding", "Rule", "Skipped", "diagnose"]
+
+SHORT = {"idle_cpu": "CPU", "idle_launch": "Launch", "idle_sync": "Sync", "idle_data": "Data",
+         "idle_transfer": "Transfer", "idle_warmup": "Warm-up"}
+
+
+@dataclass
+class Diagnosis:
+    """The breakdown of every process that ran GPU work, the ranked findings, and the rules skipped."""
+
+    step_source: str
+    processes: list[ProcessBreakdown]
+    findings: list[Finding]
+    skipped: list[Skipped]
+    notes: list[str] = field(default_factory=list)
+
+    def breakdown_table(self) -> Table:
+        """Per process, the mean time per steady step of each part (parts that are zero left out)."""
+        cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
+        rows: list[tuple[object, ...]] = []
+        notes = list(self.notes)
+        for p in self.processes:
+            mean = p.mean_parts()
+            step = mean["duration_ns"]
+            for part in PARTS:
+                if round(mean[part]):
+                    rows.append((p.pid, LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
+            rows.append((p.pid, "Step (total)", step, 100.0))
+            notes.append(_scope(p, self.step_source))
+        if not self.processes:
+            notes.append("No GPU operations in this report: there is no step time to break down.")
+        return Table("step_breakdown", "Step-Time Breakdown", cols, rows, notes)
+
+    def steps_table(self) -> Table:
+        """Per step: duration, the busy share, and the share of each idle cause."""
+        idle = [p for p in PARTS if p.startswith("idle_")]
+        cols = [Column("PID", "id"), Column("Step"), Column("Duration", "ns"), Column("Busy", "percent")]
+        cols += [Column(SHORT[p], "percent") for p in idle]
+        cols.append(Column("Warm-up Step"))
+        rows: list[tuple[object, ...]] = []
+        for p in self.processes:
+            for r in p.steps.itertuples(index=False):
+                d = float(r.duration_ns) or 1.0
+                busy = sum(float(getattr(r, k)) for k in PARTS if k.startswith("busy_"))
+                rows.append((p.pid, r.step, r.duration_ns, 100.0 * busy / d,
+                             *(100.0 * float(getattr(r, k)) / d for k in idle), "yes" if r.warmup else ""))
+        notes = ["Busy: share of the step with GPU work running; the other columns: GPU idle by cause "
+                 "(CPU work, launch overhead, host synchronization, data loading, host-device transfers, "
+                 "warm-up); each row adds up to 100%."]
+        return Table("step_parts", "Step Time by Part", cols, rows, notes if rows else [])
+
+
+def _scope(p: ProcessBreakdown, source: str) -> str:
+    if not p.has_steps:
+        return (f"Process {p.pid}: no steps, so the whole capture (first launch to last GPU operation) "
+                "counts as one step.")
+    warm = int(p.steps["warmup"].sum())
+    steady = len(p.steady)
+    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; steps: {source}"
+    if warm and warm < len(p.steps):
+        text += f"; warm-up step{'s' if warm > 1 else ''} 1{'-' + str(warm) if warm > 1 else ''} left out"
+    return text + "."
+
+
+def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
+    """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
+
+    ``rules`` defaults to every rule of :data:`.rules.RULES`; findings saving less than ``min_share``
+    of the step are left out.
+    """
+    from .rules import RULES
+
+    ctx = Context(report, min_share)
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    for rule in RULES if rules is None else rules:
+        reason = rule.skip(ctx)
+        if reason:
+            skipped.append(Skipped(rule.name, reason))
+            continue
+        findings += rule.evaluate(ctx)
+    findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
+    processes = [p.breakdown for p in ctx.processes] if not ctx.missing("gpu") else []
+    if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
+        ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
+    return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
+                     processes, findings, skipped, ctx.notes)

@@ -1,0 +1,298 @@
+"""What the diagnosis rules share: the report, its timelines and breakdown, computed once, and the
+questions several rules ask (which data is missing, where work was launched, which Python lines
+ran in given intervals)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...reporters.units import duration, size
+from ...trace.report import Report
+from ..attribution import innermost_table, ranges_table
+from ..sync import stack_sites
+from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
+from .timeline import ProcessTimeline, Timelines, load_timelines
+
+MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
+
+
+@dataclass
+class Process:
+    """One process: its timeline, its breakdown, and per-step arithmetic."""
+
+    timeline: ProcessTimeline
+    breakdown: ProcessBreakdown
+
+    @property
+    def pid(self) -> int:
+        return self.timeline.pid
+
+    @cached_property
+    def steady_windows(self) -> pd.DataFrame:
+        """The windows of the steady steps: ``start_ns``, ``end_ns`` (and the step label)."""
+        s = self.breakdown.steady
+        return pd.DataFrame({"step": s["step"], "start_ns": s["start_ns"],
+                             "end_ns": s["start_ns"] + s["duration_ns"]}).reset_index(drop=True)
+
+    @property
+    def n_steps(self) -> int:
+        """The number of steady steps (1 for a capture without steps)."""
+        return max(len(self.steady_windows), 1) if self.breakdown.has_steps else 1
+
+    @cached_property
+    def step_ns(self) -> float:
+        """The mean duration of a steady step (the whole capture, without steps)."""
+        return self.breakdown.mean_parts()["duration_ns"]
+
+    @property
+    def unit(self) -> str:
+        """``per step``, or ``over the capture`` for a report without steps."""
+        return "per step" if self.breakdown.has_steps else "over the capture"
+
+    def per_step(self, total_ns: float) -> float:
+        """Return ``total_ns`` (over the steady steps) per step."""
+        return total_ns / self.n_steps
+
+    def share(self, per_step_ns: float) -> float:
+        """Return a per-step time as a share of the step (0-1)."""
+        return per_step_ns / self.step_ns if self.step_ns else 0.0
+
+    @cached_property
+    def steady_idle(self) -> pd.DataFrame:
+        """The idle pieces (:class:`.breakdown.ProcessBreakdown` ``idle``) inside steady steps."""
+        idle = self.breakdown.idle
+        warm = self.breakdown.steps["warmup"].to_numpy(bool)
+        steady_rows = [int(i) for i in np.flatnonzero(~warm if (~warm).any() else np.ones(len(warm), bool))]
+        out = idle[idle["window"].isin(steady_rows)].copy()
+        out["ns"] = out["end_ns"] - out["start_ns"]
+        return out
+
+    def wait_ns(self, pieces: pd.DataFrame) -> float:
+        """The host time, per step, of the blocking calls behind ``pieces`` (their ``call``) that were
+        made in steady steps: removing a wait saves at most this, however long the idle time after it."""
+        refs = pieces.loc[pieces["call"] >= 0, "call"].unique()
+        calls = self.timeline.calls.iloc[refs.astype(int)]
+        w = self.steady_windows
+        inside = np.searchsorted(w["start_ns"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), "right") - 1
+        ok = (inside >= 0) & (calls["start_ns"].to_numpy(np.int64) < w["end_ns"].to_numpy(np.int64)[np.maximum(inside, 0)])
+        calls = calls[ok]
+        return self.per_step(float((calls["end_ns"] - calls["start_ns"]).sum()))
+
+    def idle_ns(self, cause: str) -> float:
+        """The idle time of one cause (a part name) per steady step."""
+        idle = self.steady_idle
+        return self.per_step(float(idle.loc[idle["cause"] == cause, "ns"].sum()))
+
+
+class Context:
+    """The report and everything rules share, computed on first use."""
+
+    def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
+        self.report = report
+        self.min_share = min_share
+        self.notes: list[str] = []
+        self.cache: dict[Any, Any] = {}  # results rules share (e.g. the GEMM loops), keyed by rule and pid
+
+    # -- data that may be missing -------------------------------------------------------------
+    @cached_property
+    def _counts(self) -> dict[str, int]:
+        r = self.report
+        return {
+            "gpu": sum(r.count(t) for t in ("kernel", "memcpy", "memset", "graph_launch")),
+            "torch": int(r.sql("SELECT count(*) FROM nvtx_range WHERE source = 'torch'")[0][0]),
+            "cpu_samples": r.count("cpu_sample"),
+            "nvml": int(r.sql("SELECT count(*) FROM host_counter WHERE name LIKE 'gpu%.memory_used_bytes'")[0][0]),
+        }
+
+    def missing(self, need: str) -> str | None:
+        """Return, in one line, why data ``need`` is not in the report; None when it is."""
+        hints = self.report.not_recorded()
+        if need == "gpu" and not self._counts["gpu"]:
+            hint = hints.get("cuda")
+            return (f"no GPU operations in this report: {hint}" if hint
+                    else "no GPU operations were recorded (a run without a GPU, or no CUDA work)")
+        if need == "steps" and self.timelines.step_source.kind is None:
+            return ("no steps in this report: mark them with gpuscope.step(), record PyTorch's optimizer "
+                    "steps with --trace torch, or wrap each step in a range named 'step'")
+        if need == "torch" and not self._counts["torch"]:
+            hint = hints.get("torch")
+            return (f"no PyTorch ranges in this report: {hint}" if hint
+                    else "no PyTorch ranges in this report (--trace torch records them when the program uses PyTorch)")
+        if need == "cpu_samples" and not self._counts["cpu_samples"]:
+            hint = hints.get("cpu")
+            return f"no Python stack samples in this report: {hint}" if hint else "no Python stack samples were recorded"
+        if need == "nvml" and not self._counts["nvml"]:
+            hint = hints.get("nvml")
+            return (f"no GPU memory counters in this report: {hint}" if hint
+                    else "no GPU memory counters (NVML) were recorded: add --trace nvml")
+        if need == "roofline" and self.roofline is None:
+            return self._roofline_reason
+        return None
+
+    # -- shared computations ------------------------------------------------------------------
+    @cached_property
+    def timelines(self) -> Timelines:
+        return load_timelines(self.report)
+
+    @cached_property
+    def names(self) -> dict[int, str]:
+        """Kernel names by string id."""
+        return dict(self.report.sql(
+            "SELECT DISTINCT s.id, s.value FROM kernel_config c JOIN string s ON s.id = c.name_id"))
+
+    @cached_property
+    def _roofline_and_reason(self) -> tuple[pd.DataFrame | None, str]:
+        try:
+            from ..roofline import kernel_points  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return None, "the roofline analysis is not available in this gpuscope"
+        try:
+            points = kernel_points(self.report)
+        except Exception as exc:  # noqa: BLE001  (a failing analysis must not stop the others; said in notes)
+            reason = f"the roofline analysis failed ({type(exc).__name__}: {exc})"
+            self.notes.append(reason[0].upper() + reason[1:] + "; kernels have no bound class.")
+            return None, reason
+        if points is None or not len(points):
+            return None, "no roofline points for this report (FLOPs and bytes of its kernels are not known)"
+        return points, ""
+
+    @property
+    def roofline(self) -> pd.DataFrame | None:
+        """``kernel_points(report)`` of the roofline analysis, or None when it is missing or empty."""
+        return self._roofline_and_reason[0]
+
+    @property
+    def _roofline_reason(self) -> str:
+        return self._roofline_and_reason[1]
+
+    @cached_property
+    def bound_of_name(self) -> dict[str, str]:
+        """The bound class of each kernel name (its class in the roofline row with the most time)."""
+        points = self.roofline
+        if points is None:
+            return {}
+        best = points.sort_values("time_ns", ascending=False).drop_duplicates("name")
+        return {str(n): (str(b) if b in BOUNDS else "unknown") for n, b in zip(best["name"], best["bound"])}
+
+    @cached_property
+    def processes(self) -> list[Process]:
+        """Every process that ran GPU operations, with its breakdown."""
+        out = []
+        for tl in self.timelines.processes:
+            names = self._name_column(tl.ops["name_id"])
+            bound = names.map(self.bound_of_name).astype(object).fillna("unknown").to_numpy(object, copy=True)
+            bound[(tl.ops["kind"] != "kernel").to_numpy()] = "unknown"
+            tl.ops["name"] = names
+            out.append(Process(tl, breakdown_process(tl, bound)))
+        return out
+
+    def _name_column(self, name_ids: pd.Series) -> pd.Series:
+        """Kernel names for string ids, as a categorical column ("" where there is none)."""
+        ids = np.array(sorted(self.names), dtype=np.int64)
+        labels = [self.names[int(i)] for i in ids]
+        if "" not in labels:
+            ids, labels = np.append(ids, -1), [*labels, ""]
+            order = np.argsort(ids, kind="stable")
+            ids, labels = ids[order], [labels[i] for i in order]
+        wanted = name_ids.fillna(-1).to_numpy(np.int64)
+        codes = np.searchsorted(ids, wanted)
+        codes = np.where((codes < len(ids)) & (ids[np.minimum(codes, len(ids) - 1)] == wanted), codes,
+                         labels.index(""))
+        return pd.Series(pd.Categorical.from_codes(codes, categories=labels), index=name_ids.index)
+
+    def ops(self, p: Process) -> pd.DataFrame:
+        """The process's operations with their ``steady_ns`` and ``critical`` (see :mod:`.breakdown`);
+        computed once per process, not to be changed."""
+        key = ("ops", p.pid)
+        if key not in self.cache:
+            own = p.timeline.ops
+            self.cache[key] = own.assign(steady_ns=p.breakdown.ops["steady_ns"].to_numpy(),
+                                         critical=p.breakdown.ops["critical"].to_numpy())
+        frame: pd.DataFrame = self.cache[key]
+        return frame
+
+    # -- locations and evidence -----------------------------------------------------------------
+    def launch_ranges(self, op_ids: list[int]) -> dict[int, str]:
+        """The innermost range (any source) open where each operation was launched, as
+        ``name (category)``; operations outside every range are absent."""
+        if not op_ids or not self.report.count("nvtx_range"):
+            return {}
+        rows = self.report.sql(
+            f"""SELECT p.op_id, n.value, r.category FROM {innermost_table(self.report)} p
+                JOIN {ranges_table(self.report)} r USING (rid) JOIN string n ON n.id = r.name_id
+                WHERE p.op_id IN (SELECT unnest(?::BIGINT[]))""", [list(map(int, op_ids))])
+        return {int(o): (f"{n} ({c})" if c and c not in ("step",) else str(n)) for o, n, c in rows}
+
+    def top_launch_range(self, op_ids: list[int], weights: list[float] | None = None) -> str | None:
+        """The range that launched most of ``op_ids`` (weighted), as :meth:`launch_ranges` names it."""
+        where = self.launch_ranges(op_ids)
+        totals: dict[str, float] = defaultdict(float)
+        for i, op in enumerate(op_ids):
+            if op in where:
+                totals[where[op]] += weights[i] if weights else 1.0
+        return max(totals, key=lambda k: totals[k]) if totals else None
+
+    def program_lines(self, pid: int, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
+        """The program lines (``file:line``, function, share) that Python samples of the process's
+        main thread (all threads, if it has none) show most within the given sorted, disjoint
+        intervals."""
+        samples = self._samples.get(pid)
+        if samples is None or not len(starts):
+            return []
+        ts = samples["ts_ns"].to_numpy(np.int64)
+        w = np.searchsorted(starts, ts, "right") - 1
+        inside = (w >= 0) & (ts < ends[np.maximum(w, 0)])
+        chosen = samples[inside]
+        if not len(chosen):
+            return []
+        weight = chosen.groupby("stack_id")["weight_ns"].sum()
+        sites = stack_sites(self.report, {(pid, int(s)) for s in weight.index})
+        by_line: dict[tuple[str, str], float] = defaultdict(float)
+        for sid, ns in weight.items():
+            site = sites[(pid, int(sid))]
+            by_line[(site.location, site.function)] += float(ns)
+        total = sum(by_line.values())
+        ranked = sorted(by_line.items(), key=lambda kv: -kv[1])[:top]
+        return [(loc, func, ns / total) for (loc, func), ns in ranked]
+
+    @cached_property
+    def _samples(self) -> dict[int, pd.DataFrame]:
+        if not self._counts["cpu_samples"]:
+            return {}
+        frame = self.report.df("SELECT ts_ns, pid, tid, stack_id, weight_ns FROM cpu_sample ORDER BY ts_ns")
+        out = {}
+        for pid, mine in frame.groupby("pid"):
+            main = mine[mine["tid"] == pid]
+            out[int(pid)] = main if len(main) else mine
+        return out
+
+    def describe_lines(self, lines: list[tuple[str, str, float]]) -> str:
+        """``file:line function (share), ...`` for evidence."""
+        return ", ".join(f"{loc} {func} ({share:.0%})" for loc, func, share in lines)
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration for evidence text."""
+    return duration(ns)
+
+
+def fmt_bytes(n: float) -> str:
+    """A size for evidence text (decimal units)."""
+    return size(n)
+
+
+def per_step_text(p: Process, ns: float) -> str:
+    """``1.2 ms per step (10.0% of the step)``, or per capture without steps."""
+    return f"{fmt_ns(ns)} {p.unit} ({p.share(ns):.1%} of {'the step' if p.breakdown.has_steps else 'it'})"
+
+
+def data_dict(**items: Any) -> dict[str, Any]:
+    """Raw numbers of a finding for machine output: ints for ns and bytes, floats rounded."""
+    return {k: (int(round(v)) if isinstance(v, float) and k.endswith(("_ns", "bytes")) else v)
+            for k, v in items.items()}

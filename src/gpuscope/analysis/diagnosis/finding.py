@@ -1,0 +1,46 @@
+"""What a diagnosis rule returns: a finding with its estimated saving, evidence, location and fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Finding:
+    """One problem found, with what fixing it is estimated to save.
+
+    ``saving_ns`` is the time saved per steady-state step (over the whole capture when the report
+    has no steps); ``share`` is that saving over the step time (0-1): by Amdahl's law the step gets
+    that much shorter when the fix removes the part the rule measured. A ``one_time`` finding (the
+    warm-up) saves ``saving_ns`` once, and its share is of the time of all the steps of the capture.
+    An ``advisory`` finding reports an expected cost the program can only work around; it is listed
+    after the others whatever its saving.
+    """
+
+    rule: str
+    title: str
+    saving_ns: float
+    share: float
+    evidence: list[str]
+    location: str
+    fix: str
+    pid: int | None = None
+    one_time: bool = False
+    advisory: bool = False  # nothing in the program to fix (an expected cost): listed after the others
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the finding as plain data (integer ns, share rounded to 0.1%)."""
+        out = asdict(self)
+        out["saving_ns"] = int(round(self.saving_ns))
+        out["share"] = round(self.share, 4)
+        return out
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A rule that could not run, and the one-line reason (the data it needs was not recorded)."""
+
+    rule: str
+    reason: str

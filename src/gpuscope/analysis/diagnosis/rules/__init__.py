@@ -1,0 +1,32 @@
+"""The diagnosis rules, in the order they run (GEMM loops before the idle rules that leave their
+gaps to them). Adding a rule: a :class:`..rule.Rule` subclass in a module here, and a line below."""
+
+from __future__ import annotations
+
+from ..rule import Rule
+from .copies import PageableCopies, StreamOverlap, SyncCopies
+from .gemm_loops import SmallGemms
+from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
+from .kernels import BelowRoofline, NoTensorCores
+from .memory import GpuMemory
+from .sync import HostSync
+
+RULES: list[Rule] = [
+    SmallGemms(),
+    IdleCpuWork(),
+    LaunchBound(),
+    HostSync(),
+    DataLoading(),
+    PageableCopies(),
+    SyncCopies(),
+    StreamOverlap(),
+    NoTensorCores(),
+    BelowRoofline(),
+    GpuMemory(),
+    WarmUp(),
+]
+
+
+def rule_names() -> list[str]:
+    """The names of every rule, in order."""
+    return [r.name for r in RULES]

@@ -1,0 +1,232 @@
+"""Rules on GPU idle time whose cause is on the host: CPU work, launch overhead, data loading,
+and the one-time warm-up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..context import Context, Process, data_dict, fmt_ns, per_step_text
+from ..finding import Finding
+from ..rule import Rule
+from .gemm_loops import gemm_loops, idle_inside
+
+GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap left when a CUDA graph replays the launches
+WARMUP_MIN_NS = 1_000_000_000  # warm-up excess below this, without signs of compilation, is not reported
+COMPILER_FILES = ("torch/_dynamo", "torch/_inductor", "triton/", "torch/_functorch")
+
+
+def _pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
+    idle = p.steady_idle
+    mine = idle[idle["cause"] == cause].sort_values("start_ns")
+    return mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+
+
+def _stretches(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Lengths of the stretches that touching pieces make."""
+    if not len(starts):
+        return np.array([], np.int64)
+    new = np.concatenate([[True], starts[1:] != ends[:-1]])
+    ids = np.cumsum(new) - 1
+    return np.bincount(ids, weights=ends - starts).astype(np.int64)
+
+
+class IdleCpuWork(Rule):
+    name = "idle_cpu_work"
+    description = ("GPU idle while the host ran Python or framework code that launched nothing "
+                   "(the CPU-work part of the breakdown), with the Python lines that ran then.")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        out = []
+        for p in ctx.processes:
+            starts, ends = _pieces(p, "idle_cpu")
+            looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
+            ns = p.per_step(float((ends - starts).sum()) - looped)
+            if p.share(ns) < ctx.min_share:
+                continue
+            gaps = _stretches(starts, ends)
+            evidence = [f"GPU idle {per_step_text(p, ns)} while the host launched nothing for more than "
+                        "100 µs at a time",
+                        f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
+            lines = ctx.program_lines(p.pid, starts, ends)
+            if lines:
+                evidence.append("Python lines running then: " + ctx.describe_lines(lines))
+            else:
+                evidence.append("record Python samples (--trace cpu) to see which lines ran in these gaps")
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+                title=f"GPU waits for Python: idle {per_step_text(p, ns)} while the host computes",
+                evidence=evidence,
+                location=f"{lines[0][0]} {lines[0][1]}" if lines else "host code between GPU launches",
+                fix=("Take this work off the step's critical path: do per-sample preprocessing in DataLoader "
+                     "workers (num_workers > 0) or as batched tensor operations on the GPU, replace Python loops "
+                     "over tensors with vectorized operations, and log or checkpoint less often. Once the loop "
+                     "does not wait for the GPU, the remaining host work overlaps the GPU's."),
+                data=data_dict(idle_ns=ns, gaps_per_step=len(gaps) / p.n_steps, longest_gap_ns=int(gaps.max())),
+            ))
+        return out
+
+
+class LaunchBound(Rule):
+    name = "launch_bound"
+    description = ("Steps whose kernels are shorter than the time the host takes to launch them: the GPU "
+                   "waits between back-to-back launches (the launch-overhead part of the breakdown).")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        out = []
+        for p in ctx.processes:
+            starts, ends = _pieces(p, "idle_launch")
+            looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
+            idle = p.per_step(float((ends - starts).sum()) - looped)
+            ops = ctx.ops(p)
+            w = p.steady_windows
+            launched = ops[(ops["launch_ns"] >= w["start_ns"].min()) & (ops["launch_ns"] < w["end_ns"].max())]
+            kernels = launched[launched["kind"] == "kernel"]
+            per_step = len(kernels) / p.n_steps
+            ns = max(0.0, idle - per_step * GRAPH_GAP_NS)
+            if p.share(ns) < ctx.min_share or not len(kernels):
+                continue
+            interval = float(np.median(np.diff(np.sort(launched["launch_ns"].to_numpy())))) if len(launched) > 1 else 0.0
+            duration = float((kernels["end_ns"] - kernels["start_ns"]).median())
+            busy = p.breakdown.mean_parts()
+            busy_share = sum(busy[k] for k in busy if k.startswith("busy_")) / busy["duration_ns"]
+            where = ctx.top_launch_range(kernels["op_id"].tolist())
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+                title=f"Launch-bound: {per_step:.0f} kernels per step, GPU idle between launches "
+                      f"{per_step_text(p, idle)}",
+                evidence=[
+                    f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
+                    f"launches {fmt_ns(interval)}",
+                    f"GPU busy {busy_share:.0%} of the step; launch gaps {per_step_text(p, idle)}",
+                    f"estimate: the gaps minus about {fmt_ns(GRAPH_GAP_NS)} per kernel that a CUDA graph replay keeps",
+                ],
+                location=f"launched mostly in {where}" if where else "the step's kernel launches",
+                fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
+                     "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
+                     "small kernels with torch.compile; a larger batch gives each launch more work."),
+                data=data_dict(launch_idle_ns=idle, kernels_per_step=per_step, median_kernel_ns=duration,
+                               median_launch_interval_ns=interval),
+            ))
+        return out
+
+
+class DataLoading(Rule):
+    name = "data_loader"
+    description = "GPU idle while the training loop waits for the DataLoader's next batch."
+    needs = ("gpu", "torch")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        from ...cpu import host_summary
+
+        host = host_summary(ctx.report)
+        out = []
+        for p in ctx.processes:
+            starts, ends = _pieces(p, "idle_data")
+            ns = p.per_step(float((ends - starts).sum()))
+            if p.share(ns) < ctx.min_share:
+                continue
+            loaders = p.timeline.loaders
+            w = p.steady_windows
+            mine = loaders[(loaders["end_ns"] > w["start_ns"].min()) & (loaders["end_ns"] <= w["end_ns"].max())]
+            wait = float((mine["end_ns"] - mine["start_ns"]).mean()) if len(mine) else 0.0
+            saving, workers = ns, 4
+            evidence = [f"GPU idle {per_step_text(p, ns)} while the loop waited in DataLoader.__next__",
+                        f"{len(mine) / p.n_steps:.1f} batches per step, {fmt_ns(wait)} per wait"]
+            if host is not None:
+                workers = max(1, min(8, host.cores - 1))
+                # with k workers loading takes 1/k as long and overlaps the rest of the step
+                rest = p.step_ns - ns
+                load = wait * len(mine) / p.n_steps / workers
+                saving = ns - max(0.0, load - rest)
+                evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "
+                                f"{fmt_ns(load)}, {'within' if load <= rest else 'more than'} the {fmt_ns(rest)} "
+                                "of the rest of the step")
+            lines = ctx.program_lines(p.pid, starts, ends)
+            if lines:
+                evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=saving, share=p.share(saving),
+                title=f"Data loading stalls the GPU: {per_step_text(p, ns)} waiting for batches",
+                evidence=evidence,
+                location=f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__",
+                fix=(f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
+                     "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
+                     "(decode once, cache, move augmentation to the GPU)."),
+                data=data_dict(data_idle_ns=ns, wait_ns=wait, workers=workers),
+            ))
+        return out
+
+
+class WarmUp(Rule):
+    name = "warmup"
+    description = ("The first steps' extra time (torch.compile, autotuning, lazy initialization): a one-time "
+                   "cost, reported when it is over a second or shows compilation.")
+    needs = ("gpu", "steps")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        out = []
+        for p in ctx.processes:
+            steps = p.breakdown.steps
+            warm = steps[steps["warmup"]]
+            if not len(warm) or len(warm) == len(steps):
+                continue
+            median = float(p.breakdown.steady["duration_ns"].median())
+            excess = float((warm["duration_ns"] - median).clip(lower=0).sum())
+            lo, hi = int(warm["start_ns"].min()), int((warm["start_ns"] + warm["duration_ns"]).max())
+            ops = p.timeline.ops
+            in_warm = ops[(ops["launch_ns"] >= lo) & (ops["launch_ns"] < hi) & (ops["kind"] == "kernel")]
+            triton = int(in_warm["name"].str.startswith("triton").sum())
+            compiler = self._compiler_share(ctx, p, lo, hi)
+            compiling = triton > 0 or compiler > 0.2
+            if excess < WARMUP_MIN_NS and not compiling:
+                continue
+            total = float(steps["duration_ns"].sum())
+            which = "step 1" if len(warm) == 1 else f"steps 1-{len(warm)}"
+            evidence = [f"{which} took {fmt_ns(float(warm['duration_ns'].sum()))}; a steady step takes {fmt_ns(median)}",
+                        f"one-time excess {fmt_ns(excess)}, {excess / total:.0%} of the {fmt_ns(total)} of all steps"]
+            if triton:
+                evidence.append(f"{triton} Triton kernel launches in the warm-up: torch.compile generated code")
+            if compiler:
+                evidence.append(f"{compiler:.0%} of the sampled Python time of the warm-up was in the compiler "
+                                "(torch._dynamo, torch._inductor, triton)")
+            fix = ("Keep torch.compile's caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
+                   "torch.compiler.save_cache_artifacts()/load_cache_artifacts()), avoid recompilations (fixed "
+                   "shapes, or torch._dynamo.mark_dynamic for the dimensions that vary), compile the repeated block "
+                   "rather than the whole model, and leave warm-up steps out of timings."
+                   if compiling else
+                   "Expected once per run (CUDA context, cuBLAS/cuDNN handles, autotuning such as "
+                   "cudnn.benchmark, allocator growth); run a few warm-up steps before timing, and make runs long "
+                   "enough that it does not matter.")
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=excess, share=excess / total if total else 0.0,
+                one_time=True, advisory=not compiling,
+                title=f"{'Compilation' if compiling else 'Warm-up'} in the first steps: {fmt_ns(excess)} once",
+                evidence=evidence, location=which, fix=fix,
+                data=data_dict(excess_ns=excess, warmup_steps=len(warm), triton_launches=triton,
+                               compiler_sample_share=round(compiler, 3)),
+            ))
+        return out
+
+    @staticmethod
+    def _compiler_share(ctx: Context, p: Process, lo: int, hi: int) -> float:
+        """The share of the sampled time in [lo, hi) whose stack holds a frame of the compiler."""
+        if ctx.missing("cpu_samples"):
+            return 0.0
+        like = " OR ".join(f"fl.value LIKE '%{f}%'" for f in COMPILER_FILES)
+        pid, lo, hi = int(p.pid), int(lo), int(hi)
+        total, compiler = ctx.report.sql(
+            f"""WITH RECURSIVE s AS (SELECT stack_id, sum(weight_ns) AS w FROM cpu_sample
+                                     WHERE pid = {pid} AND ts_ns >= {lo} AND ts_ns < {hi} GROUP BY stack_id),
+                walk(stack_id, node) AS (
+                    SELECT stack_id, stack_id FROM s
+                    UNION ALL
+                    SELECT w.stack_id, st.parent_id FROM walk w JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
+                    WHERE w.node <> 0),
+                hit AS (
+                    SELECT DISTINCT w.stack_id FROM walk w
+                    JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
+                    JOIN cpu_frame f ON f.pid = {pid} AND f.id = st.frame_id JOIN string fl ON fl.id = f.file_id
+                    WHERE {like})
+                SELECT (SELECT sum(w) FROM s), (SELECT sum(w) FROM s WHERE stack_id IN (SELECT stack_id FROM hit))""",
+            )[0]
+        return float(compiler or 0) / float(total) if total else 0.0

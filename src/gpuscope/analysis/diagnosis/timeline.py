@@ -1,0 +1,220 @@
+"""One process's timeline as arrays: its GPU operations, what blocked its host, its DataLoader waits
+and its steps, ready for interval arithmetic in numpy.
+
+GPU operations are those of :func:`..attribution.ops_table` (same ``op_id``), with the attributes
+the diagnosis needs: stream, bytes, pageable or pinned memory, whether the call was asynchronous.
+An operation is *busy* work (kernels, CUDA graph launches, device-to-device copies, memsets) or a
+*transfer* (a copy that involves host memory or another device: HtoD, DtoH, HtoH, PtoP, ...).
+
+A *blocking call* is a stretch of host time in which the program waited for the GPU: a
+``sync_site`` row (a synchronizing CUDA call with its Python stack), a ``sync`` row CUPTI recorded
+that no ``sync_site`` row stands for (``StreamWaitEvent`` left out: the GPU waits there, not the
+host), or a copy or memset made with a synchronous call (``is_async`` false), from its launch to its
+end (without API records, from the process's previous launch).
+
+Step windows: a step ends when the host has reached its end (the step mark, or the end of a
+``step`` range) *and* the GPU has finished every operation launched before that, so that a GPU
+running behind the host still gets its own time per step. Without steps, one window runs from the
+process's first launch to the end of its last GPU operation (one per capture window, when a capture
+range limited the recording).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...trace.report import Report
+from ..attribution import ops_table
+from ..steps import StepSource, _warmup, step_source, steps_table
+from ..sync import sync_site_frame
+
+HOST_MEMORY_COPIES = ("HtoD", "DtoH", "HtoH", "HtoA", "AtoH", "PtoP")
+COPY_APIS = ("cudaMemcpy", "cuMemcpy")
+
+
+def _ops_query(report: Report) -> str:
+    ops = ops_table(report)
+    same = "x.pid = o.pid AND x.start_ns = o.start_ns AND x.end_ns = o.end_ns AND x.device_id IS NOT DISTINCT FROM o.device_id"
+    return f"""
+        WITH attrs AS (
+            SELECT o.op_id, x.stream_id, x.correlation_id, x.config_id, NULL::VARCHAR AS src_kind,
+                   NULL::VARCHAR AS dst_kind, NULL::BIGINT AS bytes, NULL::BOOLEAN AS is_async
+            FROM {ops} o JOIN kernel x ON o.kind = 'kernel' AND {same}
+            JOIN kernel_config c ON c.id = x.config_id AND c.name_id = o.name_id
+            UNION ALL
+            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, x.src_kind, x.dst_kind, x.bytes, x.is_async
+            FROM {ops} o JOIN memcpy x ON o.kind = 'memcpy' AND {same} AND x.copy_kind IS NOT DISTINCT FROM o.copy_kind
+            UNION ALL
+            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, x.bytes, x.is_async
+            FROM {ops} o JOIN memset x ON o.kind = 'memset' AND {same}
+            UNION ALL
+            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, NULL, NULL
+            FROM {ops} o JOIN graph_launch x ON o.kind = 'graph' AND {same})
+        SELECT o.op_id, o.kind, o.pid, o.tid, o.launch_ns, o.start_ns, o.end_ns, o.device_id, o.name_id,
+               o.copy_kind, a.stream_id, a.correlation_id, a.config_id, a.src_kind, a.dst_kind, a.bytes,
+               a.is_async
+        FROM {ops} o LEFT JOIN attrs a USING (op_id)"""
+
+
+@dataclass
+class ProcessTimeline:
+    """Everything of one process the breakdown needs, sorted by start time."""
+
+    pid: int
+    ops: pd.DataFrame  # op_id, kind, tid, launch_ns, start_ns, end_ns, ..., transfer (bool), pageable (bool)
+    calls: pd.DataFrame  # start_ns, end_ns, source ('site', 'sync', 'op'), ref, api
+    loaders: pd.DataFrame  # start_ns, end_ns of DataLoader waits
+    windows: pd.DataFrame  # step (label), start_ns, end_ns, warmup (bool)
+    has_steps: bool
+
+
+@dataclass
+class Timelines:
+    """The timelines of every process that ran GPU operations, and the report's sync sites."""
+
+    processes: list[ProcessTimeline]
+    step_source: StepSource
+    sites: pd.DataFrame  # sync_site_frame(report); empty without sync sites
+
+
+def load_ops(report: Report) -> pd.DataFrame:
+    """Return every GPU operation with its launch point and attributes (see the module docstring)."""
+    ops = report.df(_ops_query(report))
+    # two records with the same times on one device are one operation's (never seen; kept safe); sorting
+    # here is faster than in the query
+    ops = ops.drop_duplicates("op_id")
+    order = np.lexsort((ops["op_id"].to_numpy(), ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(),
+                        ops["pid"].to_numpy()))
+    ops = ops.iloc[order].reset_index(drop=True)
+    for col in ("kind", "copy_kind", "src_kind", "dst_kind"):  # few values: compared and grouped often
+        ops[col] = ops[col].astype("category")
+    ops["transfer"] = (ops["kind"] == "memcpy") & ops["copy_kind"].isin(HOST_MEMORY_COPIES)
+    ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
+    ops["is_async"] = ops["is_async"].astype("boolean")
+    return ops
+
+
+def _call_starts(ops: pd.DataFrame, blocking: pd.DataFrame) -> np.ndarray:
+    """When the host called each synchronous copy or memset: its launch when API calls were recorded;
+    without them (its launch time is then its GPU start) the latest launch of the process before
+    it, the earliest the call can have been made."""
+    out = blocking["launch_ns"].to_numpy(np.int64).copy()
+    for pid in blocking["pid"].unique():
+        mine = (blocking["pid"] == pid).to_numpy()
+        others = ops[(ops["pid"] == pid) & ~ops["op_id"].isin(blocking["op_id"])]
+        launches = np.sort(others["launch_ns"].to_numpy(np.int64))
+        start = blocking["start_ns"].to_numpy(np.int64)[mine]
+        i = np.searchsorted(launches, start, "left") - 1
+        unknown = out[mine] >= start
+        earlier = np.where(i >= 0, launches[np.maximum(i, 0)], start)
+        out[mine] = np.where(unknown, np.minimum(earlier, start), out[mine])
+    return out
+
+
+def _calls(report: Report, sites: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Every blocking call of every process (see the module docstring)."""
+    parts = []
+    if len(sites):
+        parts.append(pd.DataFrame({
+            "pid": sites["pid"], "start_ns": sites["start_ns"], "end_ns": sites["end_ns"],
+            "source": "site", "ref": np.arange(len(sites)), "api": sites["api"],
+            "correlation_id": sites["correlation_id"]}))
+    syncs = report.df(
+        """SELECT s.pid, s.start_ns, s.end_ns, s.type AS api, s.correlation_id,
+                  row_number() OVER (ORDER BY s.start_ns) - 1 AS ref
+           FROM sync s ANTI JOIN sync_site x ON x.pid = s.pid AND x.correlation_id = s.correlation_id
+           WHERE s.type IS DISTINCT FROM 'StreamWaitEvent' AND s.end_ns > s.start_ns""")
+    if len(syncs):
+        syncs["source"] = "sync"
+        parts.append(syncs)
+    blocking = ops[ops["kind"].isin(["memcpy", "memset"]) & (ops["is_async"] == False)]  # noqa: E712
+    if len(blocking):
+        parts.append(pd.DataFrame({
+            "pid": blocking["pid"], "start_ns": _call_starts(ops, blocking), "end_ns": blocking["end_ns"],
+            "source": "op", "ref": blocking["op_id"], "api": "synchronous " + blocking["kind"].astype(str),
+            "correlation_id": blocking["correlation_id"]}))
+    cols = ["pid", "start_ns", "end_ns", "source", "ref", "api", "correlation_id"]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c not in ("source", "api") else object) for c in cols})
+    calls = pd.concat([p[cols] for p in parts], ignore_index=True)
+    return calls.sort_values(["pid", "start_ns", "end_ns"], kind="stable").reset_index(drop=True)
+
+
+def _windows(report: Report, source: StepSource, ops: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Step windows per process (see the module docstring); processes without steps are absent."""
+    if source.kind is None:
+        return {}
+    steps = report.df(f"SELECT pid, step, start_ns, end_ns, stop_ns FROM {steps_table(report, source)} "
+                      "ORDER BY pid, start_ns")
+    out = {}
+    for pid, mine in steps.groupby("pid", sort=True):
+        own = ops[ops["pid"] == pid]
+        launch = own["launch_ns"].to_numpy()
+        order = np.argsort(launch, kind="stable")
+        launch_sorted = launch[order]
+        # latest end of the operations launched before each time: a running maximum in launch order
+        end_by_launch = np.maximum.accumulate(own["end_ns"].to_numpy()[order]) if len(own) else np.array([])
+        starts, ends = [], []
+        prev_end = None
+        for start, end, stop in zip(mine["start_ns"], mine["end_ns"], mine["stop_ns"]):
+            n = int(np.searchsorted(launch_sorted, stop, "left"))
+            gpu_done = int(end_by_launch[n - 1]) if n else int(end)
+            finish = max(int(end), gpu_done)
+            begin = int(start) if prev_end is None else max(int(start), prev_end)
+            if source.kind != "range" and prev_end is not None:
+                begin = prev_end  # marks: the steps follow each other
+            if finish <= begin:
+                continue
+            starts.append(begin)
+            ends.append(finish)
+            prev_end = finish
+        frame = pd.DataFrame({"step": [str(i + 1) for i in range(len(starts))], "start_ns": starts, "end_ns": ends})
+        if len(frame):
+            warm = _warmup((frame["end_ns"] - frame["start_ns"]).tolist())
+            frame["warmup"] = np.arange(len(frame)) < warm
+            out[int(pid)] = frame
+    return out
+
+
+def _whole(report: Report, pid: int, first: int, last: int) -> pd.DataFrame:
+    """The windows of a process without steps: its GPU work, within its capture windows if any."""
+    spans = [(first, last)]
+    if report.count("capture_window"):
+        from ..capture import windows_table
+
+        rows = report.sql(f"SELECT start_ns, end_ns FROM {windows_table(report)} WHERE pid = ? ORDER BY start_ns", [pid])
+        spans = [(max(first, int(a)), min(last, int(b))) for a, b in rows] or spans
+        spans = [(a, b) for a, b in spans if b > a] or [(first, last)]
+    labels = ["all"] if len(spans) == 1 else [f"window {i + 1}" for i in range(len(spans))]
+    return pd.DataFrame({"step": labels, "start_ns": [a for a, _ in spans], "end_ns": [b for _, b in spans],
+                         "warmup": [False] * len(spans)})
+
+
+def load_timelines(report: Report) -> Timelines:
+    """Return the timeline of every process that ran GPU operations."""
+    ops = load_ops(report)
+    sites = sync_site_frame(report) if report.count("sync_site") else pd.DataFrame()
+    calls = _calls(report, sites, ops)
+    loaders = report.df(
+        """SELECT pid, start_ns, end_ns FROM nvtx_range
+           WHERE source = 'torch' AND category = 'dataloader' AND kind = 'range' AND end_ns IS NOT NULL
+           ORDER BY pid, start_ns""")
+    source = step_source(report)
+    windows = _windows(report, source, ops)
+    processes = []
+    for pid, own in ops.groupby("pid", sort=True):
+        pid = int(pid)
+        own = own.reset_index(drop=True)
+        window = windows.get(pid)
+        has_steps = window is not None
+        if window is None:
+            window = _whole(report, pid, int(own["launch_ns"].min()), int(own["end_ns"].max()))
+        processes.append(ProcessTimeline(
+            pid=pid, ops=own,
+            calls=calls[calls["pid"] == pid].reset_index(drop=True),
+            loaders=loaders[loaders["pid"] == pid].reset_index(drop=True),
+            windows=window, has_steps=has_steps))
+    return Timelines(processes, source, sites)

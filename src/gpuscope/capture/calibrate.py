@@ -1,0 +1,103 @@
+"""What one range and one PyTorch module call cost the program, measured in the process at its end.
+
+Timing each call of the range recorder or of the PyTorch hooks would add two clock reads (about
+0.1 µs each on the CPU machine, bench/RESULTS.md) to calls that cost 0.3 to 16 µs, so the cost is
+estimated instead: the number of calls (from the report) times a per-call cost measured here, once,
+when the process ends. The measurements:
+
+- a range: push and pop on a scratch recorder;
+- a module call: the hooked against the plain ``nn.Module.__call__`` of a small linear layer on the
+  CPU, forward only (no gradient) and forward with backward (which adds the backward range's
+  tensor hooks), on scratch hooks that record into a scratch recorder.
+
+Each is the fastest of a few rounds, so a busy machine inflates it little. On a GPU the hooks were
+measured to cost more than this (autograd's thread must take the GIL for each tensor hook; see
+bench/RESULTS.md), so the estimate is a lower bound there. Nothing here may raise into the program.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .ranges import RangeRecorder
+
+ROUNDS = 3
+RANGE_CALLS = 300
+MODULE_CALLS = 30
+
+
+def _fastest(run: Callable[[], None], calls: int, rounds: int = ROUNDS) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        run()
+        best = min(best, time.perf_counter_ns() - t0)
+    return best / calls
+
+
+def range_cost_ns() -> int:
+    """Return the cost of one range (push and pop) on a recorder, in ns."""
+    r = RangeRecorder()
+
+    def run() -> None:
+        for _ in range(RANGE_CALLS):
+            r.push("calibration")
+            r.pop()
+
+    cost = _fastest(run, RANGE_CALLS)
+    r.take()
+    return int(cost)
+
+
+def module_call_costs_ns(torch: Any) -> tuple[int, int]:
+    """Return what the PyTorch hooks add to one module call, in ns: forward only, and forward
+    followed by its backward."""
+    from .torch_hooks import TorchHooks  # noqa: PLC0415
+
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    hooks._torch = torch
+    module_cls = torch.nn.Module
+    plain = getattr(module_cls.__call__, "__wrapped__", module_cls.__call__)
+    hooked = hooks._module_call(plain)
+    backward = getattr(torch.autograd.backward, "__wrapped__", torch.autograd.backward)
+    layer = torch.nn.utils.skip_init(torch.nn.Linear, 8, 8)  # no initialisation: no random numbers
+    with torch.no_grad():
+        layer.weight.fill_(0.01)
+        layer.bias.zero_()
+
+    def forward(call: Callable[..., Any]) -> Callable[[], None]:
+        def run() -> None:
+            x = torch.ones(4, 8)
+            with torch.no_grad():
+                for _ in range(MODULE_CALLS):
+                    call(layer, x)
+        return run
+
+    def with_backward(call: Callable[..., Any]) -> Callable[[], None]:
+        def run() -> None:
+            with torch.enable_grad():
+                for _ in range(MODULE_CALLS):
+                    # a fresh input each time, as in training: hooks stay on the tensors they were put on
+                    backward(call(layer, torch.ones(4, 8, requires_grad=True)).sum())
+        return run
+
+    fwd = _fastest(forward(hooked), MODULE_CALLS) - _fastest(forward(plain), MODULE_CALLS)
+    both = _fastest(with_backward(hooked), MODULE_CALLS) - _fastest(with_backward(plain), MODULE_CALLS)
+    hooks.r.take()
+    return max(int(fwd), 0), max(int(both), 0)
+
+
+def costs(torch_hooks: Any, diag: Callable[[str, str], None]) -> dict[str, int]:
+    """Return the measured per-call costs for the ``ranges`` collector row (empty where not measured)."""
+    out: dict[str, int] = {}
+    try:
+        out["ns_per_range"] = range_cost_ns()
+        torch = getattr(torch_hooks, "_torch", None)
+        if torch is not None and not torch_hooks._disabled:
+            fwd, both = module_call_costs_ns(torch)
+            out["ns_per_module_call"] = fwd
+            out["ns_per_module_call_with_backward"] = both
+    except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)
+        diag("info", f"the cost of gpuscope's ranges was not measured: {type(exc).__name__}: {exc}")
+    return out

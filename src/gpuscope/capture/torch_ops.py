@@ -1,0 +1,401 @@
+"""PyTorch operators with their shapes: every ATen operator call as a ``torch_op`` row.
+
+A ``TorchDispatchMode`` is pushed when the program imports torch, on the importing thread and,
+through ``threading.setprofile``, on every thread the program starts afterwards. Autograd's worker
+threads run the backward pass with the dispatch state of the thread that called ``backward()``,
+so backward operators are recorded too. The mode sees an operator where autograd hands it to the
+backend: composite operators appear as the operators they decompose into (``linear`` as ``t`` and
+``addmm``), and the operators a kernel calls internally are not seen (the mode is off while one of
+its operators runs), so the rows of one thread never nest. Inside ``torch.compile`` the mode is off
+while compiling and on for the compiled code: a graph run by the eager backend shows its operators,
+an Inductor graph only the library calls it makes (``mm.out``); fused kernels are not operators.
+
+Threads that were running when torch was imported (other than the importing one) are not covered.
+The autograd sequence number of a backward call is that of the node being run; a forward call has
+the number of the node autograd created for it, seen as the thread's sequence counter having moved
+since its previous call.
+
+The call itself is bracketed by two clock reads; the shapes, dtypes and scalar arguments are read
+before it, as Python objects, and turned into JSON when the agent takes the rows (once per distinct
+signature). Nothing here may raise into the program: a failure is counted, said once, and the
+operator runs as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+# start_ns, end_ns, tid, name, seq, shapes, dtypes, out_shapes, scalars: the torch_op columns (name
+# not yet interned, pid left out)
+Row = tuple[Any, ...]
+
+# What an argument is, from the operator's schema: a tensor (or none), a list of tensors, a value
+# that decides the work (recorded in ``scalars``), something else (a generator, a storage: left out),
+# or not known (a higher-order operator has no schema: tensors are recognized by their type).
+TENSOR, TENSOR_LIST, SCALAR, IGNORED, UNKNOWN = 0, 1, 2, 3, 4
+_SCALAR_TYPES = {"int", "float", "bool", "number", "complex", "str", "Device", "SymInt", "SymFloat", "SymBool"}
+_NO_NODE = (1 << 64) - 1  # the sequence number of nodes that have none (AccumulateGrad)
+_MAX_SIGNATURES = 200_000  # distinct signatures given ids; further ones travel with their rows
+_intern_lock = threading.Lock()
+
+
+class _Plan:
+    """What the handler needs to know of one operator overload, worked out on its first call."""
+
+    __slots__ = ("func", "name", "kinds", "names", "keyword_kinds")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func  # plans are found by id(func): keep it alive so that its id stays its own
+        schema = getattr(func, "_schema", None)
+        if schema is None:  # a higher-order operator: no schema, arguments looked at one by one
+            self.name = f"hop::{func.name()}"
+            self.kinds: tuple[int, ...] = ()
+            self.names: tuple[str, ...] = ()
+            self.keyword_kinds: dict[str, int] = {}
+            return
+        self.name = schema.name
+        self.names = tuple(a.name for a in schema.arguments)
+        self.kinds = tuple(_kind(str(a.type)) for a in schema.arguments)
+        self.keyword_kinds = dict(zip(self.names, self.kinds))
+
+
+def _kind(type_name: str) -> int:
+    """The kind of a schema argument type (``Optional[List[int]]``, ``Tensor``, ...)."""
+    if "Tensor" in type_name:
+        return TENSOR_LIST if type_name.startswith(("List[", "Optional[List[")) else TENSOR
+    while type_name.startswith(("Optional[", "List[")):
+        type_name = type_name[type_name.index("[") + 1 : -1]
+    return SCALAR if type_name in _SCALAR_TYPES else IGNORED
+
+
+class TorchOps:
+    """Records ATen operator calls; the agent takes the finished rows at each flush."""
+
+    def __init__(self, clock_offset_ns: int, diag: Callable[[str, str], None]) -> None:
+        self.offset = clock_offset_ns
+        self.diag = diag
+        self._on = True  # read by the handler; set through ``recording``
+        self.counts = {"ops": 0, "failed": 0, "threads": 0, "signatures": 0, "uninterned": 0}
+        self.mode: Any = None
+        # Rows are (start, end, tid, signature, seq): integers only, so the garbage collector stops
+        # looking at them, where rows holding shapes made every collection slower as they piled up.
+        self._raw: deque[tuple[Any, ...]] = deque()  # appended by any thread, drained by take()
+        self._plans: dict[int, _Plan] = {}  # by id() of the operator (its hash is Python code)
+        self._inputs: dict[tuple[Any, ...], int] = {}  # (plan, shapes, dtypes, scalars) -> id
+        self._input_keys: list[tuple[Any, ...]] = []
+        self._signatures: dict[tuple[Any, ...], int] = {}  # (input id, output shapes) -> id
+        self._signature_keys: list[tuple[Any, ...]] = []
+        self._encoded: list[tuple[str, str, str, str, str] | None] = []  # by signature id; None: failed
+        self._dtype_names: dict[Any, str] = {}
+        # per thread: autograd's next sequence number after its last recorded operator (None: not known)
+        self._last_seq: dict[int, int | None] = {}
+        self._said = False
+        self._take_lock = threading.RLock()
+        self._traced_process = True  # False in a forked child
+
+    @property
+    def recording(self) -> bool:
+        """Whether operators are recorded (the capture window sets it; off, calls pass through)."""
+        return self._on
+
+    @recording.setter
+    def recording(self, on: bool) -> None:
+        if on and not self._on:  # autograd numbered nodes meanwhile: the next call can not tell its own
+            for tid in list(self._last_seq):
+                self._last_seq[tid] = None
+        self._on = on
+
+    # -- installation ----------------------------------------------------------------------
+    def install(self, torch: Any) -> None:
+        """Push the recording mode on this thread and on every thread started from now on."""
+        from torch.utils import _python_dispatch as dispatch  # noqa: PLC0415
+
+        handler = self._handler(torch)
+        skip_in_dynamo = _skip_in_dynamo(handler)
+
+        class GpuscopeOps(dispatch.TorchDispatchMode):  # type: ignore[misc]
+            supports_higher_order_operators = True
+
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                return True  # off while torch.compile traces; compiled programs stay compiled
+
+            if skip_in_dynamo:
+                @classmethod
+                def _should_skip_dynamo(cls) -> bool:
+                    return False  # already skipped, without a wrapper per call
+
+            __torch_dispatch__ = handler
+
+        mode = GpuscopeOps()
+        previous = threading.getprofile() if hasattr(threading, "getprofile") else None
+        push = dispatch._push_mode
+
+        def on_thread_start(frame: Any, event: str, arg: Any) -> None:
+            sys.setprofile(previous)
+            try:
+                if self._traced_process:  # also while recording is paused: it may resume
+                    push(mode)
+                    self.counts["threads"] += 1
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+
+        threading.setprofile(on_thread_start)
+        os.register_at_fork(after_in_child=lambda: self._forked(dispatch))
+        mode.__enter__()  # last: where anything above failed, the program runs without the mode
+        self.mode = mode
+        self.counts["threads"] += 1
+
+    def _forked(self, dispatch: Any) -> None:
+        # a forked child (DataLoader worker) is not traced: stop recording, and take the mode off
+        # this thread's stack when nothing was pushed above it
+        self._traced_process = False
+        self.recording = False
+        self._raw.clear()
+        try:
+            if dispatch._get_current_dispatch_mode() is self.mode:
+                dispatch._pop_mode()
+        except Exception:  # noqa: BLE001,S110  (the mode stays, and only passes calls through)
+            pass
+
+    # -- the hot path ----------------------------------------------------------------------
+    def _handler(self, torch: Any) -> Callable[..., Any]:
+        tensor_type = torch.Tensor
+        plans, raw, counts, last_seq = self._plans, self._raw, self.counts, self._last_seq
+        inputs, signatures = self._inputs, self._signatures
+        now, native_id = time.monotonic_ns, threading.get_native_id
+        current_node = torch._C._current_autograd_node
+        next_seq = torch._C._autograd._get_sequence_nr
+        new_plan, new_input, new_signature, fail = self._plan, self._new_input, self._new_signature, self._fail
+
+        def __torch_dispatch__(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not self._on:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            try:
+                plan = plans.get(id(func)) or new_plan(func)
+                shapes: list[Any] = []
+                dtypes: list[Any] = []
+                scalars: list[Any] = []
+                kinds, names = plan.kinds, plan.names
+                for i, a in enumerate(args):
+                    kind = kinds[i] if i < len(kinds) else UNKNOWN
+                    if isinstance(a, tensor_type):
+                        shapes.append(a.shape)
+                        dtypes.append(a.dtype)
+                    elif a is not None and (kind == TENSOR_LIST or (kind == UNKNOWN and type(a) in (list, tuple)
+                                                                    and a and isinstance(a[0], tensor_type))):
+                        shapes.append(tuple(t.shape if isinstance(t, tensor_type) else None for t in a))
+                        dtypes.append(tuple(t.dtype if isinstance(t, tensor_type) else None for t in a))
+                    else:
+                        shapes.append(None)
+                        dtypes.append(None)
+                        if kind == SCALAR and a is not None:
+                            scalars.append((names[i], tuple(a) if type(a) is list else a))
+                if kwargs:
+                    keyword_kinds = plan.keyword_kinds
+                    for name, a in kwargs.items():
+                        kind = keyword_kinds.get(name, UNKNOWN)
+                        if isinstance(a, tensor_type):
+                            shapes.append(a.shape)
+                            dtypes.append(a.dtype)
+                        elif kind == TENSOR_LIST and a is not None:
+                            shapes.append(tuple(t.shape if isinstance(t, tensor_type) else None for t in a))
+                            dtypes.append(tuple(t.dtype if isinstance(t, tensor_type) else None for t in a))
+                        elif kind == SCALAR and a is not None:
+                            scalars.append((name, tuple(a) if type(a) is list else a))
+                key = (plan, tuple(shapes), tuple(dtypes), tuple(scalars))
+                try:
+                    input_id = inputs.get(key)
+                except TypeError:  # a value that can not be hashed (a list in a list): its text stands in
+                    key = (plan, key[1], key[2], tuple((k, repr(v)) for k, v in scalars))
+                    input_id = inputs.get(key)
+                if input_id is None:
+                    input_id = new_input(key)
+                tid = native_id()
+                node = current_node()
+                if node is not None:  # a backward operator: the node it runs for
+                    seq = node._sequence_nr()
+                    if seq == _NO_NODE:
+                        seq = None
+                else:  # autograd numbered a node for this operator if the counter moved
+                    peek = next_seq()
+                    last = last_seq.get(tid, 0)  # a new thread's numbers start at 0
+                    seq = peek - 1 if last is not None and peek > last else None
+            except Exception as exc:  # noqa: BLE001
+                fail(exc)
+                return func(*args, **kwargs) if kwargs else func(*args)
+            start = now()
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            end = now()
+            try:
+                if isinstance(out, tensor_type):
+                    outs: tuple[Any, ...] = (out.shape,)
+                elif type(out) in (tuple, list):
+                    outs = tuple(o.shape if isinstance(o, tensor_type) else
+                                 (tuple(t.shape for t in o if isinstance(t, tensor_type))
+                                  if type(o) in (tuple, list) else None) for o in out)
+                else:
+                    outs = () if out is None else (None,)
+                if node is None:
+                    last_seq[tid] = next_seq()
+                out_key = (input_id, outs)
+                signature = signatures.get(out_key)
+                if signature is None:
+                    signature = new_signature(out_key)
+                raw.append((start, end, tid, signature, seq))
+                counts["ops"] += 1
+            except Exception as exc:  # noqa: BLE001
+                fail(exc)
+            return out
+
+        return __torch_dispatch__
+
+    def _plan(self, func: Any) -> _Plan:
+        plan = self._plans[id(func)] = _Plan(func)
+        return plan
+
+    def _new_input(self, key: tuple[Any, ...]) -> Any:
+        """The id of a new input signature; past the limit, the signature itself (not kept)."""
+        if len(self._input_keys) >= _MAX_SIGNATURES:
+            return key
+        with _intern_lock:
+            found = self._inputs.get(key)
+            if found is None:
+                found = self._inputs[key] = len(self._input_keys)
+                self._input_keys.append(key)
+        return found
+
+    def _new_signature(self, key: tuple[Any, ...]) -> Any:
+        if len(self._signature_keys) >= _MAX_SIGNATURES or type(key[0]) is not int:
+            self.counts["uninterned"] += 1
+            return key
+        with _intern_lock:
+            found = self._signatures.get(key)
+            if found is None:
+                found = self._signatures[key] = len(self._signature_keys)
+                self._signature_keys.append(key)
+                self.counts["signatures"] += 1
+        return found
+
+    def _fail(self, exc: BaseException) -> None:
+        self.counts["failed"] += 1
+        self._say(exc)
+
+    def _say(self, exc: BaseException) -> None:
+        if not self._said:
+            self._said = True
+            self.diag("warning", f"PyTorch operators: a call was not recorded after an error in gpuscope: {exc!r}")
+
+    # -- delivery ----------------------------------------------------------------------------
+    def take(self) -> list[Row]:
+        """Return the rows recorded since the last call, times on the session clock."""
+        raw, encoded, off = self._raw, self._encoded, self.offset
+        rows = []
+        with self._take_lock:  # the flush thread, and any thread that reports an error
+            for _ in range(len(raw)):
+                start, end, tid, signature, seq = raw.popleft()
+                if type(signature) is int:
+                    while len(encoded) <= signature:
+                        encoded.append(self._text(self._signature_keys[len(encoded)]))
+                    text = encoded[signature]
+                else:
+                    text = self._text(signature)
+                if text is None:
+                    self.counts["failed"] += 1
+                    continue
+                rows.append((start + off, end + off, tid, text[0], seq, *text[1:]))
+        return rows
+
+    def _text(self, signature: tuple[Any, ...]) -> tuple[str, str, str, str, str] | None:
+        try:
+            return self._encode(signature)
+        except Exception as exc:  # noqa: BLE001  (its rows are counted as failed)
+            self._say(exc)
+            return None
+
+    def _encode(self, signature: tuple[Any, ...]) -> tuple[str, str, str, str, str]:
+        """Return name, shapes, dtypes, out_shapes and scalars (JSON) of a signature."""
+        input_id, outs = signature
+        plan, shapes, dtypes, scalars = self._input_keys[input_id] if type(input_id) is int else input_id
+        values = {}
+        for k, v in scalars:
+            value = self._scalar(v)
+            if value is not None:
+                values[k] = value
+        return (
+            plan.name,
+            json.dumps([_shape(s) for s in shapes], separators=(",", ":")),
+            json.dumps([self._dtype(d) for d in dtypes], separators=(",", ":")),
+            json.dumps([_shape(s) for s in outs], separators=(",", ":")),
+            json.dumps(values, separators=(",", ":")),
+        )
+
+    def _dtype(self, d: Any) -> Any:
+        if d is None:
+            return None
+        if type(d) is tuple:
+            return [self._dtype(x) for x in d]
+        name = self._dtype_names.get(d)
+        if name is None:
+            name = self._dtype_names[d] = str(d).removeprefix("torch.")
+        return name
+
+    def _scalar(self, v: Any) -> Any:
+        """A JSON value for a non-tensor argument; None for those without a meaningful one."""
+        if isinstance(v, (bool, int, str)):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else str(v)
+        if isinstance(v, complex):
+            return str(v)
+        if isinstance(v, (tuple, list)):
+            return [self._scalar(x) for x in v]
+        kind = type(v).__name__
+        if kind == "dtype":
+            return self._dtype(v)
+        if kind in ("device", "layout", "memory_format"):
+            return str(v).removeprefix("torch.")
+        if kind in ("SymInt", "SymBool", "SymFloat"):
+            return str(v)
+        return None  # generators, callables, opaque objects
+
+    def stop(self) -> tuple[Any, ...]:
+        """Stop recording; return the ``collector`` row (name, records, buffers, callback_ns,
+        failed_records, detail)."""
+        self.recording = False
+        detail = json.dumps(self.counts, sort_keys=True)
+        return ("torch-ops", self.counts["ops"], 0, 0, self.counts["failed"], detail)
+
+
+def _shape(s: Any) -> Any:
+    if s is None:
+        return None
+    if type(s) is tuple and (not s or type(s[0]) is not int):  # a list of tensors (or of none)
+        return [_shape(x) for x in s]
+    return [int(x) for x in s]
+
+
+def _skip_in_dynamo(handler: Callable[..., Any]) -> bool:
+    """Tell TorchDynamo never to trace the handler or what it calls; return whether that worked.
+
+    Without it, torch wraps a mode's handler in a per-call ``torch._dynamo.disable`` (and imports
+    torch._dynamo at the first operator).
+    """
+    try:
+        from torch._C._dynamo.eval_frame import (  # noqa: PLC0415
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+
+        set_code_exec_strategy(handler.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    except Exception:  # noqa: BLE001  (an older or newer torch: its own wrapper does it)
+        return False
+    return True

@@ -1,0 +1,42 @@
+"""``gpuscope analyze``: where the step time goes, and the fixes ranked by estimated saving."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import GpuscopeError
+
+NAME = "analyze"
+HELP = "Break each step's time into GPU busy and idle parts and rank the fixes by estimated saving."
+FORMAT_NAMES = ("table", "json", "markdown")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("-f", "--format", choices=FORMAT_NAMES, default="table")
+    p.add_argument("--output", help="write to this file instead of standard output")
+    p.add_argument("--min-share", type=float, default=1.0, metavar="PERCENT",
+                   help="leave out findings that save less than this share of the step (default 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.diagnosis import diagnose
+    from ..reporters import diagnosis_formats
+    from ..trace.report import Report
+
+    with Report.open(args.report) as report:
+        if not report.complete:
+            print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
+                  "analyzing what was recorded", file=sys.stderr)
+        text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(f"gpuscope: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,96 @@
+"""``gpuscope kernels``: hardware metrics of a report's kernels, measured by Nsight Compute.
+
+``--ncu`` runs the report's program again under ncu for the chosen kernels; ``--import`` reads a
+CSV that ncu wrote. Either way the metrics are stored in the report (table ``kernel_metric``) and
+ncu's CSV is kept beside it (``REPORT.ncu.csv``), so later commands (``roofline``) use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import GpuscopeError
+
+NAME = "kernels"
+HELP = "Kernel metrics (throughput, occupancy, DRAM bytes, hit rates, FLOPs) measured by Nsight Compute."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("report", help="a .gpuscope report file")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--ncu", action="store_true", help="run the report's program again under ncu (Nsight Compute)")
+    how.add_argument("--import", dest="import_csv", metavar="CSV", help="read ncu's CSV (--csv --page raw or details)")
+    pick = p.add_mutually_exclusive_group()
+    pick.add_argument("--top", type=int, metavar="N", help="profile the N kernels with the most time (default 10)")
+    pick.add_argument("-k", "--kernel", metavar="REGEX", help="profile the kernels whose demangled name matches REGEX")
+    p.add_argument("--nvtx", action="append", default=[], metavar="RANGE",
+                   help="only launches inside this NVTX range (ncu's --nvtx-include syntax); repeatable")
+    p.add_argument("--per-kernel", type=int, default=3, metavar="K", help="launches to profile per kernel (default 3)")
+    p.add_argument("-c", "--launch-count", type=int, metavar="N", help="launches to profile in all (default: enough "
+                   "for --per-kernel of each chosen kernel)")
+    p.add_argument("-f", "--format", choices=("table", "csv", "json"), default="table")
+
+
+def _say(message: str) -> None:
+    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+
+
+def _program(meta: dict[str, object], processes: list[tuple[object, ...]]) -> list[str]:
+    command = meta.get("command")
+    if isinstance(command, list) and command:
+        return [str(a) for a in command]
+    import json
+
+    for (argv,) in processes:
+        if argv:
+            return [str(a) for a in json.loads(str(argv))]
+    raise GpuscopeError("the report does not say what program it profiled (no command in its meta)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.kernel_metrics import kernel_metrics_table, profile_selection
+    from ..reporters import FORMATS
+    from ..trace import ncu
+    from ..trace.report import Report
+
+    path = Path(args.report)
+    text = None
+    if args.ncu:
+        from ..capture import ncu as runner
+
+        runner.find_ncu()  # before anything else: one line and a non-zero exit when it is missing
+        with Report.open(path) as report:
+            program = _program(report.meta, report.sql("SELECT argv FROM process ORDER BY start_ns"))
+            cwd = report.meta.get("cwd")
+            if args.nvtx and not (args.top or args.kernel):  # the range chooses: any kernel in it
+                regex, base, count = None, "mangled", 50
+            else:
+                regex, base, count = profile_selection(report, args.top, args.kernel, args.per_kernel)
+        count = args.launch_count or count
+        log = path.with_suffix(".ncu.csv")
+        _say(f"running {' '.join(program)} under ncu for {count} kernel launches "
+             "(each is replayed to read its counters)")
+        text = runner.run(program, str(cwd) if cwd else None, log, regex=regex, name_base=base, count=count,
+                          nvtx=args.nvtx)
+        _say(f"ncu's CSV: {log}")
+    elif args.import_csv:
+        try:
+            text = Path(args.import_csv).read_text(errors="replace")
+        except OSError as exc:
+            raise GpuscopeError(f"cannot read {args.import_csv}: {exc.strerror}") from None
+    if text is not None:
+        launches = ncu.parse_csv(text)
+        with Report.open(path) as report:
+            matched = ncu.match(report, launches)
+        if not matched.rows:
+            raise GpuscopeError(f"none of the {len(launches)} launches in ncu's results is a kernel of {path}")
+        ncu.store(path, matched)
+        _say(f"stored metrics of {matched.launches} launches of {matched.kernels} kernels in {path}")
+        if matched.unmatched:
+            _say(f"{len(matched.unmatched)} kernels of ncu's results are not in the report "
+                 f"(first: {matched.unmatched[0][:80]})")
+    with Report.open(path) as report:
+        sys.stdout.write(FORMATS[args.format]([kernel_metrics_table(report)]))
+    return 0

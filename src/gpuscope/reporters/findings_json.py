@@ -1,0 +1,41 @@
+"""The diagnosis as JSON: breakdown per process and step (integer ns), findings, skipped rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..analysis.diagnosis import Diagnosis
+from ..analysis.diagnosis.breakdown import PARTS
+
+
+def as_dict(diag: Diagnosis) -> dict[str, Any]:
+    """Return the diagnosis as plain data."""
+    processes = []
+    for p in diag.processes:
+        mean = p.mean_parts()
+        processes.append({
+            "pid": p.pid,
+            "has_steps": p.has_steps,
+            "steady_steps": len(p.steady),
+            "warmup_steps": int(p.steps["warmup"].sum()),
+            "mean_ns": {k: int(round(v)) for k, v in mean.items()},
+            "steps": [
+                {"step": r["step"], "start_ns": int(r["start_ns"]), "duration_ns": int(r["duration_ns"]),
+                 "warmup": bool(r["warmup"]), **{k: int(r[k]) for k in PARTS}}
+                for r in p.steps.to_dict("records")
+            ],
+        })
+    return {
+        "step_source": diag.step_source,
+        "parts": list(PARTS),
+        "processes": processes,
+        "findings": [f.as_dict() for f in diag.findings],
+        "skipped": [{"rule": s.rule, "reason": s.reason} for s in diag.skipped],
+        "notes": diag.notes,
+    }
+
+
+def render(diag: Diagnosis) -> str:
+    """Return the diagnosis as a JSON document."""
+    return json.dumps(as_dict(diag), indent=2, default=str) + "\n"

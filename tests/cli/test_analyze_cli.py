@@ -1,0 +1,68 @@
+"""``gpuscope analyze`` as a user runs it: on a recorded GPU report in every format, on a report
+of a run without a GPU, and on files that are not reports; and the diagnosis lines at the end of
+``gpuscope profile``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from conftest import unpack_fixture
+
+from .conftest import Gpuscope
+
+
+def _fixture(gs: Gpuscope, name: str) -> str:
+    shutil.move(str(unpack_fixture(name, gs.cwd)), gs.cwd / "r.gpuscope")
+    return "r.gpuscope"
+
+
+def test_analyze_a_recorded_report(gs: Gpuscope) -> None:
+    report = _fixture(gs, "mlp_default")
+    res = gs.run("analyze", report)
+    assert res.returncode == 0, res.describe()
+    out = res.stdout
+    assert out.startswith("Step-Time Breakdown (step_breakdown)")
+    assert out.index("[launch_bound]") < out.index("[idle_cpu_work]") < out.index("[no_tensor_cores]")
+    assert "Not checked" in out and res.stderr == ""
+
+
+def test_analyze_json_and_markdown(gs: Gpuscope) -> None:
+    report = _fixture(gs, "mlp_default")
+    res = gs.run("analyze", "-f", "json", report)
+    assert res.returncode == 0, res.describe()
+    doc = json.loads(res.stdout)
+    assert [f["rule"] for f in doc["findings"]][:2] == ["launch_bound", "idle_cpu_work"]
+    md = gs.run("analyze", "--format", "markdown", "--output", "diag.md", report)
+    assert md.returncode == 0 and md.stdout == "", md.describe()
+    assert md.stderr.strip() == "gpuscope: wrote diag.md"
+    text = (gs.cwd / "diag.md").read_text()
+    assert text.startswith("## Step-time breakdown") and "1. **Launch-bound" in text
+
+
+def test_min_share_leaves_out_small_findings(gs: Gpuscope) -> None:
+    report = _fixture(gs, "mlp_default")
+    res = gs.run("analyze", "-f", "json", "--min-share", "35", report)
+    assert res.returncode == 0, res.describe()
+    assert [f["rule"] for f in json.loads(res.stdout)["findings"]] == ["launch_bound"]
+
+
+def test_analyze_a_file_that_is_not_a_report(gs: Gpuscope) -> None:
+    (gs.cwd / "junk.gpuscope").write_bytes(b"not a database" * 100)
+    res = gs.run("analyze", "junk.gpuscope")
+    assert res.returncode != 0
+    assert len(res.errors) == 1 and "junk.gpuscope" in res.errors[0]
+    assert "Traceback" not in res.stderr
+
+
+def test_a_run_without_gpu_work(gs: Gpuscope) -> None:
+    """A CPU-only program: the profile ends without diagnosis lines, and analyze says what is missing."""
+    gs.script("cpu.py", "total = sum(i * i for i in range(200_000))\nprint(total)\n")
+    res = gs.profile("-t", "cpu,host", "-o", "c", "cpu.py")
+    assert res.returncode == 0, res.describe()
+    assert "Step time" not in res.stderr and "diagnosis failed" not in res.stderr
+    assert "gpuscope analyze " in res.own_lines[-1] and res.own_lines[-1].endswith("c.gpuscope")
+    out = gs.run("analyze", "c.gpuscope")
+    assert out.returncode == 0, out.describe()
+    assert "No GPU operations in this report" in out.stdout
+    assert "host_sync: no GPU operations in this report" in out.stdout

@@ -1,0 +1,117 @@
+"""The collection-overhead line of the profile summary, on recorded reports (collector and CUPTI
+overhead rows) and on a hand-made one with gpuscope's own per-call costs; and what the summary says
+when a capture range caught less than asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from report_builder import ReportBuilder
+
+from gpuscope.analysis.capture import capture_summary
+from gpuscope.analysis.overhead import OverheadPart, collection_overhead
+from gpuscope.analysis.overview import overview
+from gpuscope.reporters.overview import overhead_line, render
+from gpuscope.trace.report import Report
+
+
+def test_recorded_mlp(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("mlp_api")) as r:
+        o = collection_overhead(r)
+        # CUPTI's own overhead kinds only: module and lazy function loading happen without a profiler too
+        own = r.sql("SELECT sum(end_ns - start_ns) FROM overhead WHERE kind IN ('CuptiResource', "
+                    "'ActivityBufferRequest', 'CuptiInstrumentation', 'CuptiBufferFlush')")[0][0]
+        everything = r.sql("SELECT sum(end_ns - start_ns) FROM overhead")[0][0]
+        assert o.parts == [OverheadPart("CUPTI buffers", 78_629_560), OverheadPart("CUPTI overhead records", own)]
+        assert own == 35_116_928 < everything
+        assert o.total_ns == 113_746_488 and round(o.percent or 0, 2) == 1.29
+        assert overhead_line(o) == ("Collection overhead: 113.7 ms in the program (1.3% of 8.832 s wall): "
+                                    "CUPTI buffers 78.6 ms, CUPTI overhead records 35.1 ms")
+        assert overhead_line(o) in render(overview(r)).splitlines()
+
+
+def test_recorded_gpt_without_per_call_costs_says_so(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("gpt_eager")) as r:
+        o = collection_overhead(r)
+        assert [p.name for p in o.parts] == ["CUPTI buffers", "CUPTI overhead records"]
+        assert o.not_measured == ["ranges and PyTorch hooks"]
+        assert overhead_line(o).endswith("(ranges and PyTorch hooks: not measured in this report)")
+
+
+def test_estimated_hooks_and_ranges_and_measured_collectors(tmp_path: Path) -> None:
+    b = ReportBuilder(tmp_path / "o.gpuscope")
+    for i in range(10):
+        b.range(f"M.{i}", 100 * i, 100 * i + 50, 1, category="forward")
+    for i in range(4):
+        b.range(f"M.{i}", 2000 + i, 2100, 2, category="backward")
+    for i in range(3):
+        b.range("mine", 3000 + i, 3100, 1, source="gpuscope", category="")
+    for i in range(5):  # recorded by CUPTI: not gpuscope's cost
+        b.range("c", 4000 + i, 4100, 1, source="nvtx", category=None)
+    b.mark("step", 5000, 1)
+    costs = {"ranges": 22, "ns_per_range": 2000, "ns_per_module_call": 5000, "ns_per_module_call_with_backward": 50000}
+    con = b.writer.con
+    con.execute("INSERT INTO collector VALUES (100, 'ranges', 22, 0, 0, 0, ?)", [json.dumps(costs)])
+    con.execute("INSERT INTO collector VALUES (100, 'sampler', 900, 0, 1000000, 0, '')")
+    con.execute("INSERT INTO collector VALUES (100, 'torch-ops', 50, 0, 777, 0, '{}')")
+    con.execute("INSERT INTO overhead VALUES (10, 30, 100, 1, 'LazyFunctionLoading'), (40, 45, 100, 1, 'CuptiBufferFlush')")
+    with b.open(wall_ns=100_000_000) as r:
+        o = collection_overhead(r)
+    assert o.parts == [
+        OverheadPart("Python sampler", 1_000_000),
+        OverheadPart("CUPTI overhead records", 5),
+        OverheadPart("PyTorch hooks", 4 * 50_000 + 6 * 5_000, estimated=True),
+        OverheadPart("ranges", 3 * 2_000, estimated=True),
+        OverheadPart("torch-ops", 777),
+    ]
+    assert overhead_line(o) == ("Collection overhead: 1.24 ms in the program (1.2% of 100.0 ms wall): Python "
+                                "sampler 1 ms, CUPTI overhead records 5 ns, PyTorch hooks ~230.0 µs, ranges ~6 µs, "
+                                "torch-ops 777 ns")
+
+
+def _limited(path: Path, spec: dict, infos: list[dict], marks: int = 0, window: bool = False) -> Report:
+    b = ReportBuilder(path)
+    for i in range(marks):
+        b.mark("step", 1000 * (i + 1), 1)
+    for info in infos:
+        b.writer.con.execute("INSERT INTO collector VALUES (100, 'capture', 0, 0, 0, 0, ?)", [json.dumps(info)])
+    if window:
+        b.writer.con.execute("INSERT INTO capture_window VALUES (100, 500, 1500, 'x to y')")
+    b.writer.set_meta(capture_range={"limited": True, "description": "d", "spec": spec})
+    return b.open()
+
+
+def test_what_a_capture_range_missed_is_said(tmp_path: Path) -> None:
+    cases = [
+        ({"first_step": 10, "last_step": 20}, [{"steps": 7}], 0, False,
+         "no step 10 was reached: the program made 7 steps; nothing was captured"),
+        ({"first_step": 3, "last_step": 20}, [{"steps": 5}], 0, True,
+         "no step 20 was reached: the program made 5 steps; the report holds steps 3-5"),
+        ({"first_step": 2, "last_step": 2}, [], 1, False,  # killed: the kept step marks tell
+         "no step 2 was reached: the program made 1 step; nothing was captured"),
+        ({"first_step": 1, "last_step": 2}, [{"steps": 0}], 0, False,
+         "no step 1 was reached: the program made 0 steps (steps are gpuscope.step() calls, or "
+         "optimizer.step() calls with --trace torch); nothing was captured"),
+        ({"range": "nvtx", "nvtx_name": "train", "nvtx_domain": "d"}, [{"nvtx_opened": 0, "names_seen": ["a"]}],
+         0, False, "no NVTX range named 'train@d' was opened (ranges seen: a): nothing was captured."),
+        ({"range": "cudaProfilerApi"}, [{"profiler_starts": 0, "profiler_watched": True}], 0, False,
+         "cudaProfilerStart was never called"),
+        ({"range": "cudaProfilerApi"}, [{"profiler_starts": 0, "profiler_watched": False}], 0, False,
+         "cudaProfilerStart and cudaProfilerStop could not be watched (no CUPTI callback API here)"),
+        ({"range": "api"}, [{"api_starts": 0}], 0, False, "gpuscope.start() was never called: nothing was captured"),
+        ({"delay_ns": 30_000_000_000}, [{"armed": False}], 0, False,
+         "the program ended before the --delay of 30 s had passed: nothing was captured"),
+        ({"duration_ns": 5}, [{}], 0, False, "nothing was captured: no capture window opened"),
+    ]
+    for i, (spec, infos, marks, window, said) in enumerate(cases):
+        with _limited(tmp_path / f"{i}.gpuscope", spec, infos, marks, window) as r:
+            summary = capture_summary(r)
+            assert summary is not None
+            assert len(summary.problems) == 1 and summary.problems[0].startswith(said), (said, summary.problems)
+            assert f"Warning: {summary.problems[0]}" in render(overview(r))
+    with _limited(tmp_path / "ok.gpuscope", {"first_step": 1, "last_step": 1}, [{"steps": 3}], 0, True) as r:
+        summary = capture_summary(r)
+        assert summary is not None and summary.problems == [] and summary.captured_ns == 1000
+        assert "Capture range: d (1 window, 1 µs recorded)" in render(overview(r))
