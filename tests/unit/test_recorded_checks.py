@@ -86,3 +86,18 @@ def test_whole_graph_launches_are_one_operation_each(recorded) -> None:
     graphs = ops[ops["kind"] == "graph"]
     assert len(graphs) == 22 and set(graphs["range_name"]) == {"replay"}
     assert set(graphs["name"]) == {"[CUDA graph]"}
+
+
+def test_nvml_counters_were_read_on_the_gpu(recorded) -> None:
+    # the H100 run of sync_loop.py with the default collectors, NVML at 20 Hz
+    with Report.open(recorded("sync_loop")) as r:
+        rows = {name: (n, lo, hi) for name, n, lo, hi in r.sql(
+            "SELECT name, count(*), min(value), max(value) FROM host_counter WHERE name LIKE 'gpu0.%' GROUP BY name")}
+        wall_s = r.meta["wall_ns"] / 1e9
+    for name in ("util_percent", "memory_used_bytes", "power_watts", "sm_clock_mhz", "temperature_c",
+                 "pcie_rx_bytes_per_s"):
+        assert f"gpu0.{name}" in rows, name
+    n, lo, hi = rows["gpu0.power_watts"]
+    assert n >= 10 * wall_s and 20 < lo <= hi < 800  # every 50 ms or so; an H100's power range
+    assert rows["gpu0.memory_used_bytes"][2] > 2**28  # the program's tensors and context
+    assert rows["gpu0.sm_clock_mhz"][2] > 1000

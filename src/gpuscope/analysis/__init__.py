@@ -29,6 +29,7 @@ STATS_REPORTS = (
     "host_sum",
     "op_sum",
     "sync_sum",
+    "launch_sum",
     "roofline_sum",
 )
 
@@ -39,8 +40,9 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
     from .roofline import REPORTS as ROOFLINE
+    from .launch_sites import REPORTS as LAUNCHES
     from .sync import REPORTS as SYNC
     from .torch_ops import REPORTS as TORCH_OPS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC, **TORCH_OPS, **ROOFLINE}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE}
     return {name: found[name] for name in STATS_REPORTS}
