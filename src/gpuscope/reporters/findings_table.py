@@ -1,13 +1,21 @@
-"""The diagnosis as terminal text: the step-time breakdown, the steps, then the findings ranked."""
+"""The diagnosis as terminal text: the step-time breakdown, the steps, then the findings ranked.
+
+Laid out with rich (a few small tables, so its layout engine costs nothing noticeable), rendered
+to plain text at a fixed width so that the output is the same in a terminal, a pipe or a file.
+"""
 
 from __future__ import annotations
 
+import io
 import textwrap
+
+from rich import box
+from rich.console import Console
+from rich.table import Table as RichTable
 
 from ..analysis.diagnosis import Diagnosis, Finding
 from ..analysis.table import Table
-from .terminal import format_table
-from .units import duration
+from .units import duration, human
 
 WIDTH = 100
 MAX_STEPS = 12  # steps shown in the per-step table; json and markdown carry all
@@ -28,32 +36,50 @@ def saving_text(f: Finding) -> str:
     return f"~{duration(f.saving_ns)} per step ({f.share:.1%} of the step)"
 
 
-def format_finding(i: int, f: Finding) -> str:
-    """One finding as an indented block."""
-    wrap = textwrap.TextWrapper(width=WIDTH, initial_indent="", subsequent_indent=" " * 14)
-    lines = [f"{i:>2}. {f.title}  [{f.rule}]"]
-    lines.append(wrap.fill(f"    saves     {saving_text(f)}" + ("  (expected cost)" if f.advisory else "")))
-    for j, e in enumerate(f.evidence):
-        lines.append(wrap.fill(f"    {'evidence' if j == 0 else '':<10}{e}"))
-    lines.append(wrap.fill(f"    where     {f.location}"))
-    lines.append(wrap.fill(f"    fix       {f.fix}"))
-    return "\n".join(lines)
+def _rich_table(table: Table) -> RichTable:
+    """``table`` in human units, numbers right-aligned (its notes are printed after it)."""
+    t = RichTable(title=f"{table.title} ({table.name})", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    for c in table.columns:
+        t.add_column(c.label, justify="left" if c.unit == "text" else "right", overflow="fold")
+    for row in table.rows:
+        t.add_row(*(human(v, c.unit) for v, c in zip(row, table.columns)))
+    return t
+
+
+def _findings(diag: Diagnosis) -> RichTable:
+    t = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_lines=True,
+                  title="Findings, ranked by estimated saving", title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("Finding", overflow="fold")
+    t.add_column("Saves", overflow="fold", max_width=24)
+    for i, f in enumerate(diag.findings, 1):
+        body = [f"{f.title}  [{f.rule}]", *(f"evidence: {e}" for e in f.evidence),
+                f"where: {f.location}", f"fix: {f.fix}"]
+        t.add_row(str(i), "\n".join(body), saving_text(f) + ("\n(expected cost)" if f.advisory else ""))
+    return t
 
 
 def render(diag: Diagnosis) -> str:
     """Return the whole diagnosis as text."""
-    out = [format_table(diag.breakdown_table())]
-    if diag.processes:
-        out.append(format_table(_steps(diag.steps_table())))
-    out.append("Findings, ranked by estimated saving\n")
+    out = io.StringIO()
+    console = Console(file=out, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+                      emoji=False, markup=False)
+    tables = [diag.breakdown_table()] + ([_steps(diag.steps_table())] if diag.processes else [])
+    for table in tables:
+        console.print(_rich_table(table))
+        for note in table.notes:
+            console.print(f"  {note}", soft_wrap=True)
+        console.print()
     if diag.findings:
-        out.append("\n\n".join(format_finding(i, f) for i, f in enumerate(diag.findings, 1)) + "\n")
+        console.print(_findings(diag))
     else:
-        out.append("  none above 1% of the step\n")
+        console.print("Findings, ranked by estimated saving: none above 1% of the step", soft_wrap=True)
     if diag.skipped:
-        out.append("\nNot checked\n")
-        out.append("".join(f"  {s.rule}: {s.reason}\n" for s in diag.skipped))
-    return "\n".join(out)
+        console.print("\nNot checked", soft_wrap=True)
+        for sk in diag.skipped:
+            console.print(f"  {sk.rule}: {sk.reason}", soft_wrap=True)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
 
 
 def render_short(diag: Diagnosis, top: int = 3) -> str:
