@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from ..errors import GpuscopeError
+from .output import emit
 
 NAME = "analyze"
 HELP = "Break each step's time into GPU busy and idle parts and rank the fixes by estimated saving."
@@ -31,12 +30,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "analyzing what was recorded", file=sys.stderr)
         text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))
-    if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as exc:
-            raise GpuscopeError(f"cannot write {args.output}: {exc.strerror}") from None
-        print(f"gpuscope: wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    emit(text, args.output)
     return 0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
 from ..errors import GpuscopeError
+from .output import emit
 
 if TYPE_CHECKING:
     from ..trace.report import Report
@@ -44,14 +44,7 @@ def run(args: argparse.Namespace) -> int:
         _say_capture(args.report, report)
         reports = stats_reports()
         text = FORMATS[args.format]([reports[n](report) for n in names])
-    if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as exc:
-            raise GpuscopeError(f"cannot write {args.output}: {exc.strerror}") from None
-        print(f"gpuscope: wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    emit(text, args.output)
     return 0
 
 
