@@ -274,6 +274,23 @@ def enclosing_table(
     return temp_table(report, name, query)
 
 
+def parent_tree(intervals: str, levels: int, depth: str) -> str:
+    """Return the CTEs (for a ``WITH RECURSIVE``) that end in ``tree(rid, parent, <depth>)``: each
+    interval of ``intervals`` (columns pid, ktid, rid, start_ns, end_eff) with its parent, the last
+    interval of its (pid, ktid) before it in start order that ends no earlier, and its depth (0 for
+    an interval without parent)."""
+    queries = "SELECT pid, ktid, rid AS qid, end_eff AS c, i - 1 AS cur FROM kr"
+    return f"""kr AS MATERIALIZED ({_indexed(intervals, levels)}),
+        q AS ({_last_covering('kr', queries, levels)}),
+        parents AS MATERIALIZED (
+            SELECT q.qid AS rid, p.rid AS parent
+            FROM q LEFT JOIN kr p ON p.pid = q.pid AND p.ktid = q.ktid AND p.i = q.cur),
+        tree(rid, parent, {depth}) AS (
+            SELECT rid, parent, 0 FROM parents WHERE parent IS NULL
+            UNION ALL
+            SELECT c.rid, c.parent, tree.{depth} + 1 FROM parents c JOIN tree ON c.parent = tree.rid)"""
+
+
 def range_tree_table(report: Report) -> str:
     """Create the table ``(rid, parent, level)`` of every range's place among the ranges of its
     thread (all sources); return its name.
@@ -286,19 +303,7 @@ def range_tree_table(report: Report) -> str:
         return name
     levels = _levels(report, "TRUE")
     ranges = f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}"
-    # the parent is the last range before this one (in start order) that ends no earlier
-    queries = "SELECT pid, ktid, rid AS qid, end_eff AS c, i - 1 AS cur FROM kr"
-    query = f"""
-        WITH RECURSIVE kr AS MATERIALIZED ({_indexed(ranges, levels)}),
-        q AS ({_last_covering('kr', queries, levels)}),
-        parents AS MATERIALIZED (
-            SELECT q.qid AS rid, p.rid AS parent
-            FROM q LEFT JOIN kr p ON p.pid = q.pid AND p.ktid = q.ktid AND p.i = q.cur),
-        tree(rid, parent, level) AS (
-            SELECT rid, parent, 0 FROM parents WHERE parent IS NULL
-            UNION ALL
-            SELECT c.rid, c.parent, tree.level + 1 FROM parents c JOIN tree ON c.parent = tree.rid)
-        SELECT * FROM tree"""
+    query = f"WITH RECURSIVE {parent_tree(ranges, levels, 'level')} SELECT * FROM tree"
     return temp_table(report, name, query)
 
 

@@ -17,10 +17,9 @@ from ..trace.report import Report
 from .attribution import (
     ANY_THREAD,
     FOREVER,
-    _indexed,
-    _last_covering,
     innermost_query,
     ops_table,
+    parent_tree,
     temp_table,
 )
 from .table import Column, Table
@@ -74,19 +73,9 @@ def torch_ops_table(report: Report) -> str:
         return temp_table(report, TORCH_OPS, query)
     levels = _levels(report)
     intervals = f"SELECT pid, tid AS ktid, torch_op_id AS rid, start_ns, {end} AS end_eff FROM t"
-    # the parent is the last operator before this one (in start order) that ends no earlier
-    queries = "SELECT pid, ktid, rid AS qid, end_eff AS c, i - 1 AS cur FROM kr"
     query = f"""
         WITH RECURSIVE t AS MATERIALIZED ({calls}),
-        kr AS MATERIALIZED ({_indexed(intervals, levels)}),
-        q AS ({_last_covering('kr', queries, levels)}),
-        parents AS MATERIALIZED (
-            SELECT q.qid AS rid, p.rid AS parent
-            FROM q LEFT JOIN kr p ON p.pid = q.pid AND p.ktid = q.ktid AND p.i = q.cur),
-        tree(rid, parent, depth) AS (
-            SELECT rid, parent, 0 FROM parents WHERE parent IS NULL
-            UNION ALL
-            SELECT c.rid, c.parent, tree.depth + 1 FROM parents c JOIN tree ON c.parent = tree.rid)
+        {parent_tree(intervals, levels, 'depth')}
         SELECT {columns}, tree.depth, tree.parent AS parent_id
         FROM t JOIN tree ON tree.rid = t.torch_op_id JOIN string s ON s.id = t.name_id"""
     return temp_table(report, TORCH_OPS, query)
