@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -111,3 +112,44 @@ class CallbackHub:
             self.failures += 1
             if self.failures == 1:
                 self._diag("warning", f"a CUDA API callback failed: {type(exc).__name__}: {exc}")
+
+
+class TimedCalls:
+    """Records the watched API calls' host start and end on the calling thread, as rows
+    ``(start_ns, end_ns, tid, api name, correlation id, *context)`` on the session clock.
+
+    ``context`` is what a subclass notes at a call's entry (a Python stack, say); nothing by default.
+    """
+
+    def __init__(self, hub: CallbackHub, names: list[str], offset_ns: int) -> None:
+        self.offset = offset_ns
+        self.collecting = True  # False outside a capture window
+        self._local = threading.local()
+        self._rows: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()
+        self.missing = hub.on_api(names, enter=self._enter, exit=self._exit)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Return the rows recorded since the last call."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def context(self) -> tuple[Any, ...]:
+        """Return the extra fields of the call being entered (called on its thread)."""
+        return ()
+
+    def _enter(self, name: str, correlation_id: int) -> None:
+        if self.collecting:
+            self._local.open = (time.monotonic_ns(), self.context())
+
+    def _exit(self, name: str, correlation_id: int) -> None:
+        end = time.monotonic_ns()
+        opened = getattr(self._local, "open", None)
+        if opened is None:
+            return
+        self._local.open = None
+        row = (opened[0] + self.offset, end + self.offset, threading.get_native_id(), name, correlation_id,
+               *opened[1])
+        with self._lock:
+            self._rows.append(row)
