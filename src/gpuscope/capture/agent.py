@@ -22,7 +22,7 @@ from .. import annotation
 from . import calibrate, imports
 from .capture_control import CaptureControl
 from .capture_range import CAPTURE_ENV, CaptureSpec
-from .cupti_collector import CollectorUnavailable, CuptiCollector, _explain
+from .cupti_collector import CollectorUnavailable, CuptiCollector, explain
 from .ranges import RangeRecorder
 from .spool import SPOOL_ENV, SpoolWriter
 from .stacks import StackTable
@@ -178,7 +178,7 @@ class Agent:
         try:
             hub.start()
         except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
-            self.diag("warning", f"synchronization sites are not recorded: {_explain(exc)}")
+            self.diag("warning", f"synchronization sites are not recorded: {explain(exc)}")
             return
         self.callbacks = hub
         if "cuda" in self.trace and os.environ.get(SYNC_SITES_ENV) != "0":

@@ -124,15 +124,15 @@ class CuptiCollector:
         try:
             cupti.activity_register_callbacks(self._on_request, self._on_complete)
         except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
-            raise CollectorUnavailable(_explain(exc)) from None
+            raise CollectorUnavailable(explain(exc)) from None
         self._set_thread_id_type()
         for label, kind in _kinds(cupti, self.trace):
             try:
                 cupti.activity_enable(kind)
             except Exception as exc:  # noqa: BLE001
                 if not self._enabled_kinds:
-                    raise CollectorUnavailable(_explain(exc)) from None
-                self.diag("warning", f"CUPTI could not record {label} activity: {_explain(exc)}")
+                    raise CollectorUnavailable(explain(exc)) from None
+                self.diag("warning", f"CUPTI could not record {label} activity: {explain(exc)}")
                 continue
             self._enabled_kinds.append(kind)
             self.enabled.append(label)
@@ -140,7 +140,7 @@ class CuptiCollector:
             try:
                 cupti.activity_enable_latency_timestamps(1)
             except Exception as exc:  # noqa: BLE001
-                self.diag("warning", f"CUPTI kernel queue timestamps are not available: {_explain(exc)}")
+                self.diag("warning", f"CUPTI kernel queue timestamps are not available: {explain(exc)}")
         if "nvtx" in self.enabled:
             self._inject_nvtx()
 
@@ -186,7 +186,7 @@ class CuptiCollector:
                 switch(kind)
             except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
                 self.diag("warning", f"CUPTI could not turn {label} records {'on' if on else 'off'}: "
-                          f"{_explain(exc)}")
+                          f"{explain(exc)}")
 
     def stop(self) -> None:
         """Deliver everything CUPTI still holds and detach from CUPTI."""
@@ -207,7 +207,7 @@ class CuptiCollector:
                 # Detaching keeps CUPTI from calling into Python after the interpreter is gone.
                 cupti.finalize()
             except Exception as exc:  # noqa: BLE001
-                self.diag("warning", f"CUPTI did not detach cleanly: {_explain(exc)}")
+                self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
 
     @property
     def cupti_module(self) -> Any:
@@ -331,7 +331,7 @@ class CuptiCollector:
             try:
                 self._cupti.set_thread_id_type(kind.SYSTEM)
             except Exception as exc:  # noqa: BLE001
-                self.diag("warning", f"CUPTI thread ids are not system ids: {_explain(exc)}")
+                self.diag("warning", f"CUPTI thread ids are not system ids: {explain(exc)}")
 
     def _report_dropped(self) -> None:
         try:
@@ -339,7 +339,7 @@ class CuptiCollector:
             self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
             count = int(dropped.value)
         except Exception as exc:  # noqa: BLE001
-            self.diag("warning", f"could not read CUPTI's dropped-record count: {_explain(exc)}")
+            self.diag("warning", f"could not read CUPTI's dropped-record count: {explain(exc)}")
             return
         self.spool.write(rows={"dropped": [("cupti", count), ("gpuscope", self.failed_records)]})
 
@@ -380,7 +380,8 @@ def _read_i32(np: Any, raw: Any, offsets: Any) -> Any:
     return raw[idx].reshape(-1).view("<i4")
 
 
-def _explain(exc: BaseException) -> str:
+def explain(exc: BaseException) -> str:
+    """Return a CUPTI failure as one line that says what is wrong here (no driver, no permission, ...)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "libcuda" in text or "driver is not found" in text.lower():
         return "no CUDA driver found (libcuda.so.1 could not be loaded)"
