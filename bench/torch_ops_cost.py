@@ -1,29 +1,36 @@
 """Cost per PyTorch operator of gpuscope's operator collector (``--trace torch-ops``), in-process.
 
-Times two loops in three ways, interleaved over several rounds, by the process's CPU time (this
-machine is shared; wall time varies more), and reports the median extra time per operator against
-the plain loop:
+Times three loops in four ways, interleaved over several rounds (the order of the four turning from
+round to round, a garbage collection before each), by the process's CPU time (this machine is
+shared; wall time varies more), and reports the median extra time per operator against the plain
+loop, taken in the same round:
 
-- ``off``: gpuscope's dispatch mode installed with recording off: what a Python dispatch mode costs
-  (a forked child, a paused capture);
+- ``plain``: without gpuscope (no dispatch mode on the stack, torch's mode flags as before the install);
+- ``off``: collection off (outside a capture window): the recorder's mode taken off the main
+  thread's stack by ``recording = False``, as the capture window does;
+- ``pass-through``: the mode on the stack with recording off: what a Python dispatch mode costs, what
+  other threads pay while collection is off (and the main thread paid before the mode left its stack);
 - ``recording``: gpuscope's mode recording every operator, the rows then turned into report rows as
   the agent's flush does.
 
 The loops: ``small ops`` runs ``add``, ``linear`` (``t`` + ``addmm``) and ``conv2d`` on tensors
-that need no gradient, so that the operators themselves cost little; ``training`` is the CPU
-training step of bench/workloads/cpu_work.py (4 x Linear(128) + ReLU, batch 32, forward, backward,
-SGD: about 80 operators).
+that need no gradient, so that the operators themselves cost little; ``mlp`` is 8 x (Linear(64) +
+ReLU), batch 32, forward and backward (about 70 operators); ``training`` is the CPU training step of
+bench/workloads/cpu_work.py (4 x Linear(128) + ReLU, batch 32, forward, backward, SGD: about 80
+operators).
 
 With ``--end-to-end ROUNDS`` it also profiles that training (fresh processes, interleaved) with
 ``-t torch,host`` and ``-t torch,host,torch-ops``, and reports the difference per recorded operator,
 the flush and the report writing included.
 
-    python3 bench/torch_ops_cost.py [--end-to-end 5]
+    python3 bench/torch_ops_cost.py [--rounds 15] [--end-to-end 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import os
 import platform
 import statistics
@@ -33,7 +40,8 @@ import time
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
+from torch.utils import _python_dispatch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from gpuscope.capture.torch_ops import TorchOps
 
@@ -47,6 +55,10 @@ KER = torch.randn(2, 2, 3, 3)
 MODEL = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())])
 OPT = torch.optim.SGD(MODEL.parameters(), lr=1e-3)
 X = torch.randn(32, 128)
+MLP = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())])
+X64 = torch.randn(32, 64)
+# torch's module-level flags that a mode's __enter__ sets (and gpuscope's install leaves set)
+MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode")
 
 
 def small_ops() -> None:
@@ -54,6 +66,11 @@ def small_ops() -> None:
         torch.add(A, 1.0)
         torch.nn.functional.linear(A, W)
         torch.nn.functional.conv2d(IMG, KER, padding=1)
+
+
+def mlp() -> None:
+    for _ in range(50):
+        MLP(X64).sum().backward()
 
 
 def training() -> None:
@@ -82,41 +99,69 @@ def _cpu_time(fn: Callable[[], None]) -> float:
     return time.process_time() - t
 
 
-def main() -> None:
+def main(rounds: int) -> None:
+    before = {name: getattr(_python_dispatch, name) for name in MODE_FLAGS}
     rec = TorchOps(0, lambda level, msg: None)
-    rec.install(torch)  # pushed on this thread: every later loop sees it unless popped
-    _pop_mode()
+    rec.install(torch)  # on this thread's stack, and moved on and off it by ``recording``
+    installed = {name: getattr(_python_dispatch, name) for name in MODE_FLAGS}
+    main_thread = rec._main
+    assert main_thread is not None, "the recorder did not take charge of the main thread's stack"
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"torch {torch.__version__}; {ROUNDS} rounds, process CPU time")
-    for work in (small_ops, training):
+          f"torch {torch.__version__}; {rounds} rounds, process CPU time")
+
+    def plain(work: Callable[[], None]) -> None:
+        rec.recording = False
+        assert _get_current_dispatch_mode() is None
+        for name, value in before.items():
+            setattr(_python_dispatch, name, value)
+        try:
+            work()
+        finally:
+            for name, value in installed.items():
+                setattr(_python_dispatch, name, value)
+
+    def off(work: Callable[[], None]) -> None:
+        rec.recording = False
+        assert _get_current_dispatch_mode() is None, "collection off, yet the mode is on the stack"
+        work()
+
+    def pass_through(work: Callable[[], None]) -> None:
+        rec.recording = False
+        main_thread.enabled = False  # keep the mode on the stack, as on a thread other than the main one
+        torch._C._push_on_torch_dispatch_stack(rec.mode)
+        try:
+            work()
+        finally:
+            torch._C._pop_torch_dispatch_stack(None)
+            main_thread.enabled = True
+
+    def recording(work: Callable[[], None]) -> None:
+        rec.recording = True
+        assert _get_current_dispatch_mode() is rec.mode
+        try:
+            work()
+        finally:
+            rec.recording = False
+        rec.take()
+
+    cases = {"plain": plain, "off": off, "pass-through": pass_through, "recording": recording}
+    for work in (small_ops, mlp, training):
         ops = _count_ops(work)
-
-        def with_rec(recording: bool, work: Callable[[], None] = work) -> Callable[[], None]:
-            def run() -> None:
-                rec.recording = recording
-                _push_mode(rec.mode)
-                try:
-                    work()
-                finally:
-                    _pop_mode()
-                rec.take()
-
-            return run
-
-        cases = {"plain": work, "off": with_rec(False), "recording": with_rec(True)}
-        for fn in cases.values():  # warm up: plans, signatures, allocator
-            fn()
+        for case in cases.values():  # warm up: plans, signatures, allocator
+            case(work)
         times: dict[str, list[float]] = {k: [] for k in cases}
-        for _ in range(ROUNDS):
-            for name, fn in cases.items():
-                times[name].append(_cpu_time(fn))
+        names = list(cases)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:  # each case in each place in turn
+                gc.collect()  # the garbage of the case before is not this one's cost
+                times[name].append(_cpu_time(functools.partial(cases[name], work)))
         base = statistics.median(times["plain"]) / ops
         print(f"{work.__name__}: {ops} operators a run, plain {base * 1e6:.2f} µs per operator")
-        for name in ("off", "recording"):
+        for name in list(cases)[1:]:
             extra = [(t - p) / ops * 1e6 for t, p in zip(times[name], times["plain"])]
-            print(f"  {name}: +{statistics.median(extra):.2f} µs per operator "
-                  f"(range {min(extra):.2f} - {max(extra):.2f})")
-    print(f"rows recorded: {rec.counts['ops']:,}, failed: {rec.counts['failed']}")
+            print(f"  {name}: {statistics.median(extra):+.2f} µs per operator "
+                  f"(range {min(extra):+.2f} to {max(extra):+.2f})")
+    print(f"rows recorded: {rec.counts['ops']:,}, failed: {rec.counts['failed']}, mode moves: {main_thread.moves}")
 
 
 def end_to_end(rounds: int) -> None:
@@ -143,8 +188,9 @@ def end_to_end(rounds: int) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds in-process")
     p.add_argument("--end-to-end", type=int, default=0, metavar="ROUNDS")
     a = p.parse_args()
-    main()
+    main(a.rounds)
     if a.end_to_end:
         end_to_end(a.end_to_end)

@@ -59,3 +59,40 @@ class FakeBuffer:
             out.append(obj)
             off += rec.dtype.itemsize
         return out
+
+
+class RawLayout:
+    """A CUPTI buffer as CUPTI's C API hands it over: records at known offsets in zeroed memory,
+    and CUPTI's record iterator over them (``next_record``, or ``iterate`` with the C signature)."""
+
+    def __init__(self, buf: FakeBuffer, size: int = 1 << 16, gaps: dict[int, bytes] | None = None) -> None:
+        """Place ``buf``'s records back to back; ``gaps[i]`` is put between record i and i + 1."""
+        self.raw = np.zeros(size, dtype=np.uint8)
+        self.offsets: list[int] = []
+        off = 0
+        for i, (_, rec) in enumerate(buf.parts):
+            data = rec.tobytes()
+            self.raw[off : off + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            self.offsets.append(off)
+            off += len(data)
+            filler = (gaps or {}).get(i, b"")
+            self.raw[off : off + len(filler)] = np.frombuffer(filler, dtype=np.uint8)
+            off += len(filler)
+        self.valid = self.offsets[-1] + buf.parts[-1][1].dtype.itemsize if self.offsets else 0
+        self.calls = 0
+        self._next = dict(zip(self.offsets, self.offsets[1:] + [-1]))
+
+    def next_record(self, off: int | None) -> int:
+        self.calls += 1
+        if off is None:
+            return self.offsets[0] if self.offsets else -1
+        return self._next[off]
+
+    def iterate(self, base: int, valid: int, rec: Any) -> int:
+        """cuptiActivityGetNextRecord over this layout, for a buffer at ``base``."""
+        cur = rec[0]
+        nxt = self.next_record(None if cur is None else cur - base)
+        if nxt < 0:
+            return 7  # CUPTI_ERROR_MAX_LIMIT_REACHED
+        rec[0] = base + nxt
+        return 0

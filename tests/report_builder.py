@@ -75,6 +75,13 @@ class ReportBuilder:
             [start, end, self.pid, corr, kind, nbytes],
         )
 
+    def anchor(self, t: int, tid: int = 1, pid: int | None = None) -> int:
+        """Add a launch anchor (a ``launch_call`` row) at ``t``; return its correlation id."""
+        self._correlation += 1
+        self._exec("INSERT INTO launch_call VALUES (?, ?, ?, ?, ?, ?)",
+                   [t, t + 100, pid or self.pid, tid, self.writer.intern("cuDriverGetVersion"), self._correlation])
+        return self._correlation
+
     def range(self, name: str, start: int, end: int | None, tid: int, *, source: str = "torch",
               category: str | None = None, kind: str = "range", domain: str = "", pid: int | None = None) -> None:
         """Add a range (``end`` None: it never ended) or, with ``kind='mark'``, a mark."""

@@ -157,6 +157,52 @@ def test_api_windows(gs: Gpuscope) -> None:
     assert "Capture range: between gpuscope.start() and gpuscope.stop() (2 windows," in res.stderr
 
 
+OPS = """
+import json, sys, threading, torch, gpuscope
+from torch.utils._python_dispatch import _get_current_dispatch_mode as current
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x, y = torch.randn(16, 8), torch.randn(16, 2)
+seen = []
+def step():
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+if sys.argv[1] == "steps":
+    for _ in range(8):
+        step()
+        seen.append(current() is not None)  # after each step's mark
+else:  # started and stopped by another thread, as the --delay and --duration timers do
+    def elsewhere(call):
+        t = threading.Thread(target=call); t.start(); t.join()
+    seen.append(current() is not None)
+    for call in (gpuscope.start, gpuscope.stop):
+        elsewhere(call)
+        step()
+        seen.append(current() is not None)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(("options", "seen"), [
+    (["--steps", "3-5"], [False, True, True, True, False, False, False, False]),
+    (["--capture-range=api"], [False, True, False]),
+], ids=["steps", "api-from-another-thread"])
+def test_operators_outside_the_window_do_not_reach_the_recorder(gs: Gpuscope, options: list[str],
+                                                                seen: list[bool]) -> None:
+    gs.script("ops.py", OPS)
+    res = gs.profile("-t", "torch,torch-ops", "-o", "o", *options, "ops.py", "steps" if "--steps" in options
+                     else "api")
+    assert res.returncode == 0, res.describe()
+    # the recorder's dispatch mode is on the main thread's stack inside the window only
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == seen
+    with gpuscope.load(str(gs.cwd / "o.gpuscope")) as report:
+        ops = report.count("torch_op")
+        ((detail,),) = report.sql("SELECT detail FROM collector WHERE name = 'torch-ops'")
+        assert ops > 0 and json.loads(detail)["ops"] == ops  # built inside the window only: nothing trimmed
+        assert "torch_op" not in report.meta.get("capture_trimmed", {})
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (["--steps", "20-10"], "gpuscope: error: --steps 20-10: the first step comes after the last"),
     (["--steps", "x"], "gpuscope: error: --steps x: give steps as FIRST-LAST (10-20), FIRST- (to the end) or N"),

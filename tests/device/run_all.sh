@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis anchors rangecost rawcheck memory overhead
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
 mkdir -p "$OUT/fixtures" "$OUT/work"
@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis probe memory overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis probe anchors rangecost rawcheck memory overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -126,16 +126,47 @@ fi
 
 if has capture; then
   step "capture ranges: --steps 10-20, cudaProfilerApi, torch.cuda.nvtx, gpuscope.profile(), against a full run"
-  $PY tests/device/check_capture_range.py --out "$OUT/capture" > "$OUT/check_capture.json"; echo "capture rc=$?"
-  head -c 4000 "$OUT/check_capture.json"
+  # reports stay in a temporary folder; $OUT/capture gets check_capture.json (printed here) and the
+  # fixture capture_steps.gpuscope.gz + capture_steps.facts.json (copy both to tests/fixtures/)
+  $PY tests/device/check_capture_range.py --out "$OUT/capture"; echo "capture rc=$?"
 fi
 
 if has memory; then
-  step "memory of the target while kernel records leave it (untraced, then traced)"
-  $PY $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_untraced.json" | tail -2
-  timeout 400 $PY -m gpuscope profile -t cuda -o "$W/many" --force-overwrite $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_traced.json" | tail -3
-  $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print('kernel records', r.count('kernel'), 'dropped', r.sql('SELECT source, count FROM dropped'), r.sql('SELECT * FROM collector'))" "$W/many.gpuscope"
-  GPUSCOPE_LATENCY_TIMESTAMPS=0 timeout 400 $PY -m gpuscope profile -t cuda -o "$W/many_nolatency" --force-overwrite $WL/many_kernels.py --kernels ${MEMORY_KERNELS:-10000000} --out "$OUT/memory_traced_nolatency.json" | tail -2
+  step "memory and CPU of the target while kernel records leave it: untraced; raw buffers; raw without latency timestamps; cupti-python objects"
+  N=${MEMORY_KERNELS:-3000000}
+  $PY $WL/many_kernels.py --kernels $N --out "$OUT/memory_untraced.json" | tail -1
+  ARGS=("$OUT/memory_untraced.json")
+  for v in raw raw_nolatency objects; do
+    case $v in
+      raw) E=() ;;
+      raw_nolatency) E=(GPUSCOPE_LATENCY_TIMESTAMPS=0) ;;
+      objects) E=(GPUSCOPE_RAW_BUFFERS=0) ;;
+    esac
+    env "${E[@]}" timeout 400 $PY -m gpuscope profile -t cuda -o "$W/many_$v" --force-overwrite $WL/many_kernels.py --kernels $N --out "$OUT/memory_$v.json" | tail -1
+    ARGS+=("$OUT/memory_$v.json:$W/many_$v.gpuscope")
+  done
+  $PY tests/device/memory_summary.py "${ARGS[@]}" > "$OUT/memory_summary.txt"; tail -6 "$OUT/memory_summary.txt"
+fi
+
+if has anchors; then
+  step "launch anchors against CUPTI's queued times: the innermost range of every kernel"
+  $PY tests/device/check_anchors.py --out "$OUT/anchors.json"; echo "anchors rc=$?"
+fi
+
+if has rangecost; then
+  step "cost of one recorded range around a kernel: untraced; with launch anchors; without (GPUSCOPE_ANCHORS=0)"
+  for v in untraced on 0; do
+    for r in 1 2; do
+      if [ $v = untraced ]; then $PY $WL/range_cost.py --pairs 100000 --out "$OUT/rangecost_${v}_$r.json" | tail -1
+      else GPUSCOPE_ANCHORS=${v/on/} timeout 300 $PY -m gpuscope profile -t cuda,nvtx -o "$W/rc_$v" --force-overwrite $WL/range_cost.py --pairs 100000 --out "$OUT/rangecost_${v}_$r.json" > /dev/null 2>&1
+        echo "$v: $(cat "$OUT/rangecost_${v}_$r.json") $($PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print(r.sql(\"SELECT detail FROM collector WHERE name = 'cupti'\")[0][0], [m for (m,) in r.sql('SELECT message FROM diagnostic')])" "$W/rc_$v.gpuscope")"; fi
+    done
+  done
+fi
+
+if has rawcheck; then
+  step "CUPTI buffers read in raw: every record against CUPTI's iterator; same records as cupti-python's objects"
+  $PY tests/device/check_raw_buffers.py --out "$OUT/raw_check.json" | tail -30; echo "rawcheck rc=${PIPESTATUS[0]}"
 fi
 
 if has diagnosis; then

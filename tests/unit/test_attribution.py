@@ -190,3 +190,26 @@ def test_results_are_kept_per_connection(mlp_api: Report) -> None:
     assert attribution.innermost_table(mlp_api, sources=("nvtx",)) == first
     assert attribution.innermost_table(mlp_api, sources=("torch",)) != first
     assert mlp_api.sql(f"SELECT count(*) FROM {attribution.innermost_table(mlp_api, sources=())}") == [(0,)]
+
+
+def test_launch_anchors_place_queued_work_in_the_range_that_launched_it(tmp_path: Path) -> None:
+    # Two module ranges with anchors just before their ends; the GPU runs behind, so kernels start
+    # after their range ended. Without anchors they would count to the next range or to none.
+    b = ReportBuilder(tmp_path / "r.gpuscope")
+    b.range("A", 1000, 2000, 1)
+    b.range("B", 2100, 3000, 1)
+    b.anchor(990)  # anchors come right before each boundary's time
+    b.kernel("a1", 2500, 2600)  # launched in A, ran during B
+    b.memcpy(2600, 2700)  # launched in A, ran during B
+    b.anchor(1990)
+    b.anchor(2090)
+    b.kernel("b1", 3500, 3600)  # launched in B, ran after it
+    b.anchor(2990)
+    b.kernel("late", 5000, 5100)  # launched after B: no anchor after it, placed at its GPU start
+    with b.open() as report:
+        inner = innermost(report)
+    names = [n if k == "kernel" else k for n, k in zip(inner["name"], inner["kind"])]
+    launch = dict(zip(names, inner["launch_ns"]))
+    got = {n: (r if isinstance(r, str) else None) for n, r in zip(names, inner["range_name"])}
+    assert got == {"a1": "A", "memcpy": "A", "b1": "B", "late": None}
+    assert (launch["a1"], launch["b1"], launch["late"]) == (1989, 2989, 5000)

@@ -111,3 +111,23 @@ def test_a_report_recorded_whole_is_left_alone(tmp_path: Path) -> None:
     with b.open() as r:
         assert r.count("kernel") == 1 and "capture_trimmed" not in r.meta
         assert capture_summary(r) is None
+
+
+def test_anchors_at_the_switches_keep_work_launched_inside_the_window(tmp_path: Path) -> None:
+    # no queued times: the window's ends are anchored, so work launched before or after lies
+    # outside, however late it ran on the GPU
+    b = ReportBuilder(tmp_path / "t.gpuscope", pid=1)
+    b.kernel("launched before, ran inside", 1200, 1300)
+    b.anchor(990)  # right before collection turned on
+    b.kernel("launched inside, ran after", 2500, 2600)
+    b.memcpy(2600, 2700)  # launched inside too
+    b.anchor(1990)  # right before it turned off
+    b.kernel("launched after", 2700, 2800)
+    b.writer.con.execute("INSERT INTO capture_window VALUES (1, 1000, 2000, 'gpuscope.start() to gpuscope.stop()')")
+    b.writer.set_meta(capture_range={"limited": True, "description": "x", "spec": {"range": "api"}})
+    with b.open() as r:
+        names = {n for (n,) in r.sql("SELECT s.value FROM kernel k JOIN kernel_config c ON c.id = k.config_id "
+                                     "JOIN string s ON s.id = c.name_id")}
+        assert names == {"launched inside, ran after"}
+        assert r.count("memcpy") == 1
+        assert r.meta["capture_trimmed"]["kernel"] == 2

@@ -51,7 +51,10 @@ def test_estimated_hooks_and_ranges_and_measured_collectors(tmp_path: Path) -> N
     for i in range(5):  # recorded by CUPTI: not gpuscope's cost
         b.range("c", 4000 + i, 4100, 1, source="nvtx", category=None)
     b.mark("step", 5000, 1)
-    costs = {"ranges": 22, "ns_per_range": 2000, "ns_per_module_call": 5000, "ns_per_module_call_with_backward": 50000}
+    for t in range(7):
+        b.anchor(6000 + t)
+    costs = {"ranges": 22, "ns_per_range": 2000, "ns_per_module_call": 5000, "ns_per_module_call_with_backward": 50000,
+             "ns_per_anchor": 3000}
     con = b.writer.con
     con.execute("INSERT INTO collector VALUES (100, 'ranges', 22, 0, 0, 0, ?)", [json.dumps(costs)])
     con.execute("INSERT INTO collector VALUES (100, 'sampler', 900, 0, 1000000, 0, '')")
@@ -63,12 +66,13 @@ def test_estimated_hooks_and_ranges_and_measured_collectors(tmp_path: Path) -> N
         OverheadPart("Python sampler", 1_000_000),
         OverheadPart("CUPTI overhead records", 5),
         OverheadPart("PyTorch hooks", 4 * 50_000 + 6 * 5_000, estimated=True),
+        OverheadPart("launch anchors", 7 * 3_000, estimated=True),
         OverheadPart("ranges", 3 * 2_000, estimated=True),
         OverheadPart("torch-ops", 777),
     ]
-    assert overhead_line(o) == ("Collection overhead: 1.24 ms in the program (1.2% of 100.0 ms wall): Python "
-                                "sampler 1 ms, CUPTI overhead records 5 ns, PyTorch hooks ~230.0 µs, ranges ~6 µs, "
-                                "torch-ops 777 ns")
+    assert overhead_line(o) == ("Collection overhead: 1.26 ms in the program (1.3% of 100.0 ms wall): Python "
+                                "sampler 1 ms, CUPTI overhead records 5 ns, PyTorch hooks ~230.0 µs, launch anchors "
+                                "~21 µs, ranges ~6 µs, torch-ops 777 ns")
 
 
 def _limited(path: Path, spec: dict, infos: list[dict], marks: int = 0, window: bool = False) -> Report:

@@ -98,3 +98,26 @@ def test_without_a_tool_annotations_cost_only_a_call(monkeypatch: pytest.MonkeyP
     with annotation.annotate("x"):
         pass
     assert type(annotation._backend) is annotation._Backend and not annotation._backend.active
+
+
+def test_anchors_come_right_before_both_ends_of_a_range() -> None:
+    import time
+
+    from gpuscope.capture.ranges import RangeRecorder
+
+    rec = RangeRecorder()
+    anchors: list[int] = []
+    rec.anchor = lambda: anchors.append(time.monotonic_ns())
+    rec.push("fwd")
+    rec.pop()
+    rid = rec.start("bwd")
+    rec.end(rid)
+    rec.on = False
+    rec.push("off")  # no anchors while collection is off
+    rec.pop()
+    rows = rec.take()
+    assert len(anchors) == 4 and len(rows) == 2
+    for (start, end, *_), (a, b) in zip(rows, [anchors[:2], anchors[2:]]):
+        assert a <= start <= b <= end  # each anchor right before the time it marks
+    rec.mark("step", category="step")  # step marks are anchored even with collection off
+    assert len(anchors) == 5

@@ -31,7 +31,10 @@ class FakeCupti:
 
     def enable_callback(self, enable: int, sub: int, domain: int, cbid: int) -> None:
         assert sub == 7
-        self.enabled.add((domain, cbid))
+        if enable:
+            self.enabled.add((domain, cbid))
+        else:
+            self.enabled.discard((domain, cbid))
 
     def unsubscribe(self, sub: int) -> None:
         self.callback = None
@@ -106,3 +109,23 @@ def test_a_failing_handler_never_reaches_the_program() -> None:
 def test_unknown_names_are_returned() -> None:
     hub = CallbackHub(FakeCupti(), lambda level, msg: None)
     assert hub.on_api(["cudaProfilerStart", "cudaNoSuchCall"]) == ["cudaNoSuchCall"]
+
+
+def test_launch_anchors_record_each_calls_correlation_id_once_at_its_entry() -> None:
+    from gpuscope.capture.launch_anchors import ANCHOR_API, CallbackAnchors
+
+    fake = FakeCupti()
+    hub = CallbackHub(fake, lambda level, msg: None)
+    hub.start()
+    anchors = CallbackAnchors(hub, offset_ns=1000)
+    assert anchors.missing == []
+    drv = fake.CallbackDomain.DRIVER_API
+    fake.call(drv, "cuDriverGetVersion", 41)
+    fake.call(drv, "cuCtxSynchronize", 42)  # not watched: nothing
+    fake.call(drv, "cuDriverGetVersion", 43)
+    hub.set_enabled(False)  # a closed capture window: anchors stay on
+    fake.call(drv, "cuDriverGetVersion", 44)
+    rows = anchors.take()
+    assert [(r[3], r[4]) for r in rows] == [(ANCHOR_API, 41), (ANCHOR_API, 43), (ANCHOR_API, 44)]
+    assert all(r[0] == r[1] and r[0] > 1000 for r in rows) and rows[0][0] <= rows[1][0]
+    assert anchors.take() == []

@@ -61,6 +61,74 @@ def threads_started_later_and_a_paused_recorder():
     return {"paused": paused, "rows": rows(), "tid": out["tid"], "main": threading.get_native_id(),
                       "threads": rec.counts["threads"] - threads}
 
+def collection_off_takes_the_mode_off_the_main_thread():
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode as current
+    out = {}
+    go, done = threading.Event(), threading.Event()
+    def worker():  # a thread that lives across the pause: it keeps the mode, passing calls through
+        out["tid"] = threading.get_native_id()
+        for phase in ("off", "on"):
+            go.wait(); go.clear()
+            torch.zeros(2).add_(1)
+            out[phase] = current() is rec.mode
+            done.set()
+    def switch_elsewhere(on):  # as the --delay and --duration timers do
+        s = threading.Thread(target=lambda: setattr(rec, "recording", on)); s.start(); s.join()
+    rows()
+    rec.recording = False
+    t = threading.Thread(target=worker); t.start()
+    off = []
+    for _ in range(3):
+        torch.ones(2).relu()
+        off.append(current())
+    go.set(); done.wait(); done.clear()
+    off_rows = rows()
+    rec.recording = True
+    on_main = current() is rec.mode
+    torch.ones(3)
+    go.set(); done.wait(); t.join()
+    on_rows = rows()
+    switch_elsewhere(False)
+    for _ in range(3):
+        torch.ones(4)
+    off_elsewhere = current()
+    switch_elsewhere(True)
+    for _ in range(3):  # the main thread's next bytecodes
+        pass
+    on_elsewhere = current() is rec.mode
+    torch.ones(5)
+    elsewhere_rows = rows()
+    # found on the stack while off (as autograd's engine restores a stack): it leaves after the call
+    rec.recording = False
+    torch._C._push_on_torch_dispatch_stack(rec.mode)
+    torch.ones(6)
+    left = current()
+    # a mode the program entered while collection was off stays above the recorder's
+    class Mine(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    with Mine() as mine:
+        rec.recording = True
+        stack = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+        torch.ones(7)
+        rec.recording = False
+        under_mine = current() is mine and torch._C._len_torch_dispatch_stack() == 1
+    inside_mine = [r["name"] for r in rows()]
+    # switched on inside a backward pass (autograd restores the thread's stack after each node): after it
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: setattr(rec, "recording", True))
+    y.sum().backward()
+    after_backward = current() is rec.mode
+    torch.ones(8)
+    return {"off": [m is None for m in off], "off_rows": off_rows, "on_main": on_main, "on_rows": on_rows,
+            "worker": out, "main": threading.get_native_id(), "off_elsewhere": off_elsewhere is None,
+            "on_elsewhere": on_elsewhere, "elsewhere_rows": [r["name"] for r in elsewhere_rows],
+            "left": left is None, "stack": [m is rec.mode for m in stack], "under_mine": under_mine,
+            "inside_mine": inside_mine, "after_backward": after_backward,
+            "after_backward_rows": [r["name"] for r in rows()],
+            "failed": rec.counts["failed"]}
+
 def sequence_numbers_link_backward_calls_to_forward_ones():
     x = torch.ones(3, requires_grad=True)
     y = x * 2
@@ -150,6 +218,25 @@ def test_threads_started_later_and_a_paused_recorder(results: dict[str, Any]) ->
     assert got["paused"] == []
     assert [(r["name"], r["tid"]) for r in got["rows"]] == [("aten::zeros", got["tid"]), ("aten::add_", got["tid"])]
     assert got["tid"] != got["main"] and got["threads"] == 2
+
+
+def test_collection_off_takes_the_mode_off_the_main_thread(results: dict[str, Any]) -> None:
+    got = results["collection_off_takes_the_mode_off_the_main_thread"]
+    # off: operators of the main thread no longer reach the recorder; a thread that lives on passes them through
+    assert got["off"] == [True, True, True] and got["off_rows"] == []
+    assert got["worker"]["off"] is True
+    # on again: the mode is back, and both threads are recorded
+    assert got["on_main"] is True and got["worker"]["on"] is True
+    assert [(r["name"], r["tid"]) for r in got["on_rows"]] == [
+        ("aten::ones", got["main"]), ("aten::zeros", got["worker"]["tid"]), ("aten::add_", got["worker"]["tid"])]
+    # switched from another thread: the main thread follows at its next bytecode
+    assert got["off_elsewhere"] is True and got["on_elsewhere"] is True and got["elsewhere_rows"] == ["aten::ones"]
+    assert got["left"] is True
+    # put back beneath the program's own mode, taken off from under it; its operators recorded meanwhile
+    assert got["stack"] == [True, False] and got["under_mine"] is True
+    assert got["inside_mine"] == ["aten::ones"]
+    # switched on inside a backward pass: the mode is back once the pass is over
+    assert got["after_backward"] is True and got["after_backward_rows"] == ["aten::ones"] and got["failed"] == 0
 
 
 def test_sequence_numbers_link_backward_calls_to_forward_ones(results: dict[str, Any]) -> None:

@@ -5,10 +5,11 @@ A GPU operation (kernel, memcpy, memset) is attributed to ranges by its *launch 
 - With CUDA API records (``--trace cuda-api``): the API call that launched it (same ``pid`` and
   ``correlation_id``); the thread is the call's ``tid``, the time its ``start_ns``.
 - Without them: a kernel of a CUDA graph, the graph's launch call (``launch_call``, recorded by
-  default); any other kernel its ``queued_ns`` (the host time CUPTI saw the launch queued), on an
-  unknown thread of its process. A memcpy or memset has no queued time, so its GPU ``start_ns`` stands in:
-  that is later than the launch, so an asynchronous copy queued just before a range ended can be
-  attributed to a range that started after it.
+  default); any other kernel its ``queued_ns`` where CUPTI's latency timestamps were on, else its
+  GPU start pulled back between its launch anchors (trace/launch.py), on an unknown thread of its
+  process; memory copies and sets likewise by their anchors. gpuscope's own ranges carry anchors
+  at both ends, so operations fall into them exactly; a range it did not record (NVTX from C/C++)
+  is matched by the anchored time, which is the GPU start when no anchor came after the launch.
 
 A range *encloses* a launch at time ``t`` when it belongs to the same process, to the same thread
 when the launch thread is known (to any thread of the process when it is not), and
@@ -28,6 +29,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..trace.launch import anchor_joins, anchored_start
 from ..trace.report import Report
 from .cuda_summaries import COPY_LABEL
 
@@ -60,24 +62,27 @@ def ops_table(report: Report) -> str:
     NULL when unknown), ``launch_ns``, ``start_ns``, ``end_ns``, ``device_id``, ``name_id`` (the
     kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only). A kernel
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
-    GPU start, like a memory operation.
+    GPU start between its anchors, like a memory operation (trace/launch.py).
     """
-    query = """
+    query = f"""
         WITH ops AS (
             SELECT 'kernel' AS kind, k.pid, coalesce(a.tid, g.tid) AS tid,
-                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0), k.start_ns) AS launch_ns,
+                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0), {anchored_start('k')}) AS launch_ns,
                    k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind
             FROM kernel k JOIN kernel_config c ON c.id = k.config_id
             LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
             LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id
+            {anchor_joins('k')}
             UNION ALL
-            SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
+            SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
                    m.device_id, NULL, m.copy_kind
             FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
+            {anchor_joins('m')}
             UNION ALL
-            SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, m.start_ns), m.start_ns, m.end_ns,
+            SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
                    m.device_id, NULL, NULL
             FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
+            {anchor_joins('m')}
             UNION ALL
             SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
                    g.start_ns, g.end_ns, g.device_id, NULL, NULL

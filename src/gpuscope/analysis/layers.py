@@ -146,6 +146,6 @@ def layer_sum(report: Report) -> Table:
     if hint:
         notes.append(f"Not recorded: {hint}; the kernels of the backward pass count to the backward() call.")
     if not report.count("api_call"):
-        notes.append("No CUDA API calls in this report: operations are placed by their queued time "
+        notes.append("No CUDA API calls in this report: operations are placed by their launch anchors "
                      "on any thread of their process; add --trace cuda-api to place them on their thread.")
     return Table(name, title, COLUMNS, rows, notes)

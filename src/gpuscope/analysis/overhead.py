@@ -14,6 +14,8 @@ The parts, each from the report:
   backward ranges for those that had one) and of other recorded ranges, times the per-call costs
   the process measured at its end (capture/calibrate.py, in the ``ranges`` collector's detail);
   a report without those costs has no estimate;
+- **launch anchors**: estimated, as the number of anchors (``launch_call`` rows of
+  ``cuDriverGetVersion``) times the per-anchor cost measured the same way;
 - any other collector row with a ``callback_ns``, under its own name, measured.
 
 The total is set against the run's wall time. Processes add up, so with several processes the
@@ -114,8 +116,15 @@ def _estimate_ranges(report: Report, out: CollectionOverhead) -> None:
                 missing = True
             else:
                 ranges_ns += other * c["ns_per_range"]
+    anchors_ns = 0
+    for pid, n in report.sql(
+            """SELECT l.pid, count(*) FROM launch_call l JOIN string s ON s.id = l.api_name_id
+               WHERE s.value = 'cuDriverGetVersion' GROUP BY l.pid"""):
+        anchors_ns += n * costs.get(int(pid), {}).get("ns_per_anchor", 0)
     if torch_ns:
         out.parts.append(OverheadPart("PyTorch hooks", torch_ns, estimated=True))
+    if anchors_ns:
+        out.parts.append(OverheadPart("launch anchors", anchors_ns, estimated=True))
     if ranges_ns:
         out.parts.append(OverheadPart("ranges", ranges_ns, estimated=True))
     if missing:

@@ -165,7 +165,7 @@ def op_sum(report: Report) -> Table:
     if not gpu:
         notes.append("No GPU activity in this report.")
     elif not report.count("api_call"):
-        notes.append("No CUDA API calls in this report: GPU operations are placed by their queued time on "
+        notes.append("No CUDA API calls in this report: GPU operations are placed by their launch anchors on "
                      "any thread of their process; add --trace cuda-api to place them on their thread.")
     shown = [(r[0], _trimmed(r[1]), _trimmed(r[2]), *r[3:6], *(r[6:] if gpu else (None, None, None)))
              for r in rows]

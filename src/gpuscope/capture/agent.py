@@ -46,6 +46,8 @@ class Agent:
         self.callbacks: Any = None  # the CUPTI callback subscriber (cupti_callbacks.CallbackHub)
         self.sync_sites: Any = None
         self.graph_launches: Any = None
+        self.launch_anchors: Any = None
+        self._anchor_cost: dict[str, int] = {}
         self.stacks = StackTable()
         self.ranges = RangeRecorder()
         self.torch_hooks: Any = None
@@ -116,8 +118,8 @@ class Agent:
             sites = self.sync_sites.take()
             if sites:
                 rows.setdefault("sync_site", []).extend(sites)
-        if self.graph_launches is not None:
-            launches = self.graph_launches.take()
+        for calls in (self.graph_launches, self.launch_anchors):
+            launches = calls.take() if calls is not None else None
             if launches:
                 rows.setdefault("launch_call", []).extend(launches)
         for table, items in self.stacks.take().items():  # after the rows that refer to them
@@ -138,6 +140,7 @@ class Agent:
             self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0, ""))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
+        self._calibrate_anchors()
         if self.callbacks is not None:
             try:
                 self.callbacks.stop()
@@ -188,6 +191,39 @@ class Agent:
             from .graph_launches import GraphLaunches  # noqa: PLC0415
 
             self.graph_launches = GraphLaunches(hub, self.clock_offset_ns)
+        if "cuda" in self.trace and "cuda-api" not in self.trace:
+            self._start_anchors(hub)
+
+    def _start_anchors(self, hub: Any) -> None:
+        """Mark the ends of recorded ranges among CUDA calls (launch_anchors.py)."""
+        from . import launch_anchors  # noqa: PLC0415
+
+        if os.environ.get(launch_anchors.ANCHORS_ENV) == "0":
+            return
+        try:
+            call = launch_anchors.anchor_call()
+        except (OSError, AttributeError) as exc:
+            self.diag("warning", f"GPU work is placed in ranges by its GPU start only: {exc}")
+            return
+        anchors = launch_anchors.CallbackAnchors(hub, self.clock_offset_ns)
+        if anchors.missing:
+            self.diag("warning", "GPU work is placed in ranges by its GPU start only: no CUPTI "
+                      f"callback for {launch_anchors.ANCHOR_API}")
+            return
+        self.launch_anchors = anchors
+        self.ranges.anchor = call
+
+    def _calibrate_anchors(self) -> None:
+        """Measure what one launch anchor costs, while CUPTI still calls back (calibrate.py)."""
+        anchors = self.launch_anchors
+        if anchors is None or self.ranges.anchor is None:
+            return
+        kept = anchors.pending()
+        try:
+            self._anchor_cost = {"ns_per_anchor": calibrate.anchor_cost_ns(self.ranges.anchor)}
+        except Exception as exc:  # noqa: BLE001
+            self.diag("info", f"the cost of launch anchors was not measured: {type(exc).__name__}: {exc}")
+        anchors.forget_since(kept)
 
     def _start_sampler(self) -> None:
         from .sampler import Sampler  # noqa: PLC0415
@@ -237,6 +273,7 @@ class Agent:
             counts.update(self.torch_hooks.counts)
         if counts["ranges"]:  # per-call costs, for the overhead estimate (calibrate.py)
             counts.update(calibrate.costs(self.torch_hooks, self.diag))
+            counts.update(self._anchor_cost)
         self._add_row("collector", ("ranges", counts["ranges"], 0, 0, counts["hook_errors"] if
                                     "hook_errors" in counts else 0, json.dumps(counts, sort_keys=True)))
         said = {
@@ -268,6 +305,11 @@ class Agent:
         c = self.cupti
         assert c is not None
         detail = f"kinds={','.join(c.enabled)} copied_buffers={c.copied_buffers}"
+        if c.raw is not None:
+            detail += f" raw_buffers={c.raw.buffers_allocated} failed_buffers={c.failed_buffers}"
+        detail += f" anchors={'on' if self.launch_anchors is not None else 'off'}"
+        if c.verify_walk:
+            detail += f" walk_checked={c.walk_checked} walk_mismatches={c.walk_mismatches}"
         return ("cupti", c.records, c.buffers, c.callback_ns, c.failed_records, detail)
 
     def _add_row(self, table: str, row: tuple[Any, ...]) -> None:

@@ -6,6 +6,8 @@ estimated instead: the number of calls (from the report) times a per-call cost m
 when the process ends. The measurements:
 
 - a range: push and pop on a scratch recorder;
+- a launch anchor (launch_anchors.py): the anchor call itself, CUPTI's callback included, so it is
+  measured before gpuscope leaves CUPTI (the anchors made for it are not kept);
 - a module call: the hooked against the plain ``nn.Module.__call__`` of a small linear layer on the
   CPU, forward only (no gradient) and forward with backward (which adds the backward range's
   tensor hooks), on scratch hooks that record into a scratch recorder.
@@ -25,6 +27,7 @@ from .ranges import RangeRecorder
 ROUNDS = 3
 RANGE_CALLS = 300
 MODULE_CALLS = 30
+ANCHOR_CALLS = 30
 
 
 def _fastest(run: Callable[[], None], calls: int, rounds: int = ROUNDS) -> float:
@@ -86,6 +89,16 @@ def module_call_costs_ns(torch: Any) -> tuple[int, int]:
     both = _fastest(with_backward(hooked), MODULE_CALLS) - _fastest(with_backward(plain), MODULE_CALLS)
     hooks.r.take()
     return max(int(fwd), 0), max(int(both), 0)
+
+
+def anchor_cost_ns(anchor: Callable[[], None]) -> int:
+    """Return the cost of one launch anchor, in ns."""
+
+    def run() -> None:
+        for _ in range(ANCHOR_CALLS):
+            anchor()
+
+    return int(_fastest(run, ANCHOR_CALLS))
 
 
 def costs(torch_hooks: Any, diag: Callable[[str, str], None]) -> dict[str, int]:

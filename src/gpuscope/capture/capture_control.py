@@ -3,7 +3,8 @@
 Outside a capture window collection is off, not filtered: CUPTI's activity kinds that grow with the
 work (kernels, copies, sets, synchronizations, API calls, NVTX, graphs) are disabled, gpuscope's
 range recorder keeps only the bookkeeping that pairs pushes with pops, the PyTorch hooks pass calls
-straight through, the Python sampler sleeps, and synchronization sites and operators are skipped.
+straight through, the Python sampler sleeps, synchronization sites are skipped, and the operator
+recorder's dispatch mode leaves the main thread's stack (other threads pass operators through).
 Device, context and CUPTI overhead records stay on (they are few). Step marks are always kept, so
 steps keep their numbers in any window. Since turning CUPTI on and off is not instantaneous, the
 report is also trimmed to the windows when it is written (trace/trim.py).
@@ -73,6 +74,8 @@ class CaptureControl:
 
     def api(self, start: bool) -> bool:
         """gpuscope.start() / gpuscope.stop(); return whether collection is on after the call."""
+        if self.agent.ranges.anchor is not None:
+            self.agent.ranges.anchor()  # the window's end lies right after it (launch_anchors.py)
         return self.window.api(start)
 
     # -- the switch ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ class CallbackHub:
         self._subscriber: int | None = None
         # (domain, cbid) -> (api name, enter handlers, exit handlers)
         self._table: dict[tuple[int, int], tuple[str, list[Handler], list[Handler]]] = {}
+        self._entry_only: dict[int, Callable[[int], None]] = {}  # cbid -> handler(correlation id)
         self._runtime = int(cupti.CallbackDomain.RUNTIME_API)
         self._driver = int(cupti.CallbackDomain.DRIVER_API)
         self._enter_site = int(cupti.ApiCallbackSite.API_ENTER)
@@ -77,6 +78,21 @@ class CallbackHub:
                 found.add(name)
         return sorted(wanted - found)
 
+    def on_api_entry(self, names: list[str], handler: Callable[[int], None]) -> list[str]:
+        """Call ``handler(correlation id)`` at the entry of the driver API functions named, with as
+        little work as possible (no nesting bookkeeping; for calls gpuscope makes itself); return
+        the names no callback id was found for. Not switched off by :meth:`set_enabled`."""
+        wanted = set(names)
+        found: set[str] = set()
+        for member in self._cupti.driver_api_trace_cbid:
+            name = base_name(member.name)
+            if name in wanted:
+                self._entry_only[int(member.value)] = handler
+                if self._subscriber is not None:
+                    self._cupti.enable_callback(1, self._subscriber, self._driver, int(member.value))
+                found.add(name)
+        return sorted(wanted - found)
+
     def set_enabled(self, on: bool) -> None:
         """Turn every registered callback on or off (the subscription stays)."""
         if self._subscriber is None:
@@ -87,6 +103,12 @@ class CallbackHub:
     # -- CUPTI's call, on the thread that made the API call ----------------------------------
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         try:
+            fast = self._entry_only.get(cbid)
+            if fast is not None and domain == self._driver:
+                data = cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+                if data.callback_site == self._enter_site:
+                    fast(data.correlation_id)
+                return
             entry = self._table.get((int(domain), int(cbid)))
             if entry is None:
                 return

@@ -1,10 +1,12 @@
 """CUDA activity capture through CUPTI (the ``cupti-python`` bindings), inside the profiled process.
 
 CUPTI hands over buffers of activity records on its own thread. The target pays for this with the
-GIL, so the completion callback does as little Python work per record as it can: it reads one
-attribute per record (its address), copies the buffer's records in one block, groups them by
-struct type with numpy, and resolves the few distinct string pointers (kernel names). The records
-leave the process as packed CUPTI structs; the launcher decodes them (trace/decode.py).
+GIL, so no Python work is done per record: buffers are taken in raw through CUPTI's C API and read
+with numpy per run of same-kind records (cupti_buffers.py). Where that is not possible, cupti-python's
+callback hands over one object per record; then only each object's address is read, and the records
+are copied in blocks. Either way records are grouped by struct type and the few distinct string
+pointers (kernel names) resolved; they leave the process as packed CUPTI structs, decoded by the
+launcher (trace/decode.py).
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from .spool import SpoolWriter
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 # Knobs for measuring what each part of the collection costs (bench/overhead.py); not for users.
 KINDS_ENV = "GPUSCOPE_CUPTI_KINDS"  # comma-separated labels of _kinds() to keep
-LATENCY_ENV = "GPUSCOPE_LATENCY_TIMESTAMPS"  # "0": no kernel queued/submitted timestamps
+# "1": kernel queued/submitted timestamps (each launch then costs about 2.3 µs more and the program's
+# memory grows with the kernels launched; launch anchors place kernels instead: launch_anchors.py)
+LATENCY_ENV = "GPUSCOPE_LATENCY_TIMESTAMPS"
+RAW_ENV = "GPUSCOPE_RAW_BUFFERS"  # "0": take records through cupti-python's per-record objects
+VERIFY_ENV = "GPUSCOPE_VERIFY_WALK"  # "1": check every buffer's walk against CUPTI's iterator
 BUFFER_SIZE = 8 * 1024 * 1024
 # Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
 MAX_RECORD_GAP = 4096
+# Runs of one struct type written one by one up to this many; beyond, joined first.
+MAX_PARTS = 64
 # Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
 STRING_FIELDS = ("name", "domain")
 # Record kinds left on outside a capture window: few records, and needed whatever the window.
@@ -109,6 +117,11 @@ class CuptiCollector:
         self._api_names: dict[tuple[str, int], int] = {}
         self._api_domains: dict[int, str] = {}
         self._stopped = False
+        self.raw: Any = None  # cupti_buffers.RawBuffers, when CUPTI's buffers are read in raw
+        self.failed_buffers = 0
+        self.verify_walk = os.environ.get(VERIFY_ENV) == "1"
+        self.walk_checked = 0  # records whose place the full walk with CUPTI's iterator checked
+        self.walk_mismatches = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -122,7 +135,9 @@ class CuptiCollector:
             ) from None
         self.bind(cupti, numpy)
         try:
-            cupti.activity_register_callbacks(self._on_request, self._on_complete)
+            cupti.get_timestamp()  # loads libcupti (and fails here without a driver)
+            if not self._register_raw():
+                cupti.activity_register_callbacks(self._on_request, self._on_complete)
         except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
             raise CollectorUnavailable(explain(exc)) from None
         self._set_thread_id_type()
@@ -136,7 +151,7 @@ class CuptiCollector:
                 continue
             self._enabled_kinds.append(kind)
             self.enabled.append(label)
-        if "cuda" in self.trace and os.environ.get(LATENCY_ENV) != "0":
+        if "cuda" in self.trace and os.environ.get(LATENCY_ENV) == "1":
             try:
                 cupti.activity_enable_latency_timestamps(1)
             except Exception as exc:  # noqa: BLE001
@@ -156,10 +171,29 @@ class CuptiCollector:
         else:
             os.environ[NVTX_INJECTION_ENV] = lib
 
+    def _register_raw(self) -> bool:
+        """Take CUPTI's buffers through its C API (cupti_buffers.py); False where that is not possible."""
+        from .cupti_buffers import RawBuffers  # noqa: PLC0415
+
+        lib = loaded_library("libcupti.so")
+        if lib is None or os.environ.get(RAW_ENV) == "0":
+            return False
+        try:
+            raw = RawBuffers.load(lib, BUFFER_SIZE, self._on_raw_buffer, self._on_raw_error)
+            raw.register()
+        except Exception as exc:  # noqa: BLE001
+            self.diag("info", f"CUPTI buffers go through cupti-python's per-record objects: {explain(exc)}")
+            return False
+        self.raw = raw
+        return True
+
     def bind(self, cupti: Any, numpy: Any) -> None:
         """Learn the record layouts of this cupti-python (no driver needed)."""
+        from .cupti_buffers import StrideTable, struct_versions  # noqa: PLC0415
+
         self._cupti, self._np = cupti, numpy
         self._dtypes = struct_dtypes(cupti)
+        self._strides = StrideTable(struct_versions(cupti, self._dtypes))
         self._api_domains = {
             int(cupti.ActivityKind.RUNTIME): "runtime",
             int(cupti.ActivityKind.DRIVER): "driver",
@@ -233,6 +267,37 @@ class CuptiCollector:
         finally:
             self.callback_ns += time.thread_time_ns() - t0
 
+    def _on_raw_buffer(self, raw: Any, valid: int, next_record: Any) -> None:
+        """Ship the records of one of CUPTI's buffers, read in place (CUPTI's thread)."""
+        from .cupti_buffers import full_walk, run_offsets, walk  # noqa: PLC0415
+
+        t0 = time.thread_time_ns()
+        try:
+            runs = walk(raw, valid, self._strides, next_record)
+            if self.verify_walk:
+                got, want = run_offsets(runs), full_walk(valid, next_record)
+                self.walk_checked += len(want)
+                self.walk_mismatches += len(set(got) ^ set(want))
+            by_kind: dict[int, list[Any]] = {}
+            for kind, off, n, stride in runs:
+                if stride:
+                    by_kind.setdefault(kind, []).append(raw[off : off + n * stride])
+                else:
+                    self._unsupported_record(f"kind {kind}", n)
+            blocks = []
+            for kind, parts in by_kind.items():
+                name = self._strides.struct[kind]
+                if len(parts) > MAX_PARTS:  # many short runs: one copy beats many small writes
+                    parts = [self._np.concatenate(parts)]
+                blocks.append((name, self._dtypes[name.lower()], parts))
+            self._ship_blocks(blocks)
+        finally:
+            self.callback_ns += time.thread_time_ns() - t0
+
+    def _on_raw_error(self, exc: BaseException) -> None:
+        self.failed_buffers += 1
+        self.diag("error", f"lost a buffer of CUDA records: {type(exc).__name__}: {exc}")
+
     # -- record handling ---------------------------------------------------------------
     def _dtype_of(self, cls: type) -> Any:
         dt = self._class_dtype.get(cls)
@@ -246,10 +311,7 @@ class CuptiCollector:
         ptrs = np.array([a.ptr for a in activities], dtype=np.int64)
         raw, offsets = self._copy_blocks(activities, ptrs)
         kinds = _read_i32(np, raw, offsets)
-        records: dict[str, bytes] = {}
-        dtypes: dict[str, Any] = {}
-        symbols: dict[tuple[str, int], int] = {}
-        shipped = 0
+        blocks = []
         for kind in np.unique(kinds):
             idx = np.flatnonzero(kinds == kind)
             cls = type(activities[int(idx[0])])
@@ -257,19 +319,33 @@ class CuptiCollector:
             if dt is None:
                 self._unsupported_record(cls.__name__, len(idx))
                 continue
-            block = _gather(np, raw, offsets[idx], dt.itemsize)
-            recs = block.view(dt)
+            blocks.append((cls.__name__, dt, [_gather(np, raw, offsets[idx], dt.itemsize)]))
+        self._ship_blocks(blocks)
+
+    def _ship_blocks(self, blocks: list[tuple[str, Any, list[Any]]]) -> None:
+        """Write one chunk of packed records: (struct class name, dtype, byte arrays) per struct type.
+
+        The bytes may be views of CUPTI's buffer: the chunk is written before this returns. They
+        are written one after the other, not joined first (that copy would hold the GIL).
+        """
+        np = self._np
+        records: dict[str, Any] = {}
+        dtypes: dict[str, Any] = {}
+        symbols: dict[tuple[str, int], int] = {}
+        shipped = 0
+        for name, dt, parts in blocks:
+            recs = [p.view(dt) for p in parts]
+            kind = int(recs[0]["kind"][0])
             for f in STRING_FIELDS:
                 if f in dt.names:
-                    self._resolve_strings(recs[f], symbols)
-            if int(kind) in self._api_domains:
-                self._resolve_api_names(self._api_domains[int(kind)], recs["cbid"], symbols)
-            name = cls.__name__
-            records[name] = block  # a view of CUPTI's buffer where possible; written before we return
+                    self._resolve_strings(np.concatenate([r[f] for r in recs]), symbols)
+            if kind in self._api_domains:
+                self._resolve_api_names(self._api_domains[kind], np.concatenate([r["cbid"] for r in recs]), symbols)
+            records[name] = parts
             if name not in self._sent_dtypes:
                 self._sent_dtypes.add(name)
                 dtypes[name] = dt
-            shipped += len(idx)
+            shipped += sum(len(r) for r in recs)
         self.spool.write(records=records, dtypes=dtypes, symbols=symbols)
         self.records += shipped
         self.buffers += 1
@@ -323,7 +399,7 @@ class CuptiCollector:
         self.failed_records += count
         if name not in self._unsupported:
             self._unsupported.add(name)
-            self.diag("warning", f"CUPTI record type {name} is not known to this cupti-python; skipped")
+            self.diag("warning", f"CUPTI records of {name} are not read by gpuscope with this cupti-python; skipped")
 
     def _set_thread_id_type(self) -> None:
         kind = getattr(self._cupti, "ActivityThreadIdType", None)

@@ -12,8 +12,13 @@ are recorded always (they are few, and keep steps numbered in any window). Two o
 the capture range: ``on_step(source, t)`` at every step mark, and ``watch`` (an object with
 ``range_opened(name, domain, source)`` and ``range_closed(name, domain)``) at every range.
 
+``anchor``, when set, is called right before a range's start and end are read, and before a step
+mark's time (launch_anchors.py): GPU work launched before a boundary then lies before it, and work
+launched after it after it. With collection off it is called only where a capture window may open:
+step marks, and range starts when a window watches for a named range.
+
 Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
-list operations per range).
+list operations per range, and two anchor calls where anchors are on).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class RangeRecorder:
         self.on = True
         self.on_step: Any = None  # callable(source, t_ns) at each step mark
         self.watch: Any = None  # capture window that starts on a named range
+        self.anchor: Any = None  # callable() marking a range boundary among CUDA calls
 
     def now(self) -> int:
         return time.monotonic_ns() + self.offset
@@ -63,6 +69,8 @@ class RangeRecorder:
              color: str | None = None) -> int:
         """Open a range on this thread; return its nesting depth (0 for outermost)."""
         stack = self._stack()
+        if self.anchor is not None and (self.on or self.watch is not None):
+            self.anchor()  # before the watch: a capture window may open here
         if self.watch is not None:
             self.watch.range_opened(name, domain, source)
         stack.append((time.monotonic_ns() if self.on else None, name, domain, source, category, color))
@@ -70,6 +78,8 @@ class RangeRecorder:
 
     def pop(self) -> bool:
         """Close this thread's innermost range; return False (and count it) if none was open."""
+        if self.anchor is not None and self.on:
+            self.anchor()
         end = time.monotonic_ns()
         stack = self._stack()
         if not stack:
@@ -89,6 +99,8 @@ class RangeRecorder:
               color: str | None = None, at_ns: int | None = None) -> int:
         """Open a range that any thread may end (at ``at_ns``, CLOCK_MONOTONIC, if given); return its id."""
         self._stack()
+        if self.anchor is not None and (self.on or self.watch is not None):
+            self.anchor()
         if self.watch is not None:
             self.watch.range_opened(name, domain, source)
         rid = next(self._ids)
@@ -98,6 +110,8 @@ class RangeRecorder:
 
     def end(self, rid: int) -> bool:
         """End the range ``rid``; return False (and count it) if no such range is open."""
+        if self.anchor is not None and self.on:
+            self.anchor()
         end = time.monotonic_ns()
         started = self._started.pop(rid, None)
         if started is None:
@@ -118,6 +132,8 @@ class RangeRecorder:
              color: str | None = None) -> None:
         """Record an instant (a step mark: ``category`` ``step``)."""
         self._stack()
+        if self.anchor is not None and (self.on or category == "step"):
+            self.anchor()  # a capture window may open or close at a step mark
         t = self.now()
         if category == "step":
             if self.on_step is not None:

@@ -27,7 +27,8 @@ class Chunk:
     """One unit of records from one process.
 
     ``strings`` defines new ids of the process-local string table. ``records`` maps a CUPTI record
-    struct name (``ActivityKernel11``) to packed structs, and ``dtypes`` gives the layout of each
+    struct name (``ActivityKernel11``) to packed structs (bytes, or a list of buffers written one
+    after the other), and ``dtypes`` gives the layout of each
     struct name the first time the process sends it. ``symbols`` maps what the structs refer to by
     number to local string ids: ``("ptr", address)`` for CUPTI-owned C strings, ``("runtime",
     cbid)`` and ``("driver", cbid)`` for API names. ``rows`` maps a table to rows produced by
@@ -47,12 +48,13 @@ class Chunk:
 
         Layout: magic, header length (u32), pickled header, then each record block's bytes.
         """
-        sizes = [(name, memoryview(blob).nbytes) for name, blob in self.records.items()]
+        blobs = {name: blob if isinstance(blob, list) else [blob] for name, blob in self.records.items()}
+        sizes = [(name, sum(memoryview(b).nbytes for b in parts)) for name, parts in blobs.items()]
         header = pickle.dumps(
             (self.pid, self.seq, self.strings, self.dtypes, self.symbols, self.rows, sizes),
             protocol=pickle.HIGHEST_PROTOCOL,
         )
-        return [MAGIC, struct.pack("<I", len(header)), header, *self.records.values()]
+        return [MAGIC, struct.pack("<I", len(header)), header, *(b for parts in blobs.values() for b in parts)]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Chunk:

@@ -19,6 +19,10 @@ The call itself is bracketed by two clock reads; the shapes, dtypes and scalar a
 before it, as Python objects, and turned into JSON when the agent takes the rows (once per distinct
 signature). Nothing here may raise into the program: a failure is counted, said once, and the
 operator runs as usual.
+
+Outside a capture window the mode is taken off the main thread's stack, so that its operators cost
+what they cost without gpuscope, and put back when collection resumes (dispatch_stack.py says how
+and when); other threads keep it and pass calls through.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import threading
 import time
 from collections import deque
 from typing import Any, Callable
+
+from .dispatch_stack import MainThreadMode, place
 
 # start_ns, end_ns, tid, name, seq, shapes, dtypes, out_shapes, scalars: the torch_op columns (name
 # not yet interned, pid left out)
@@ -84,6 +90,7 @@ class TorchOps:
         self._on = True  # read by the handler; set through ``recording``
         self.counts = {"ops": 0, "failed": 0, "threads": 0, "signatures": 0, "uninterned": 0}
         self.mode: Any = None
+        self._main: MainThreadMode | None = None  # moves the mode on and off the main thread's stack
         # Rows are (start, end, tid, signature, seq): integers only, so the garbage collector stops
         # looking at them, where rows holding shapes made every collection slower as they piled up.
         self._raw: deque[tuple[Any, ...]] = deque()  # appended by any thread, drained by take()
@@ -102,15 +109,19 @@ class TorchOps:
 
     @property
     def recording(self) -> bool:
-        """Whether operators are recorded (the capture window sets it; off, calls pass through)."""
+        """Whether operators are recorded (the capture window sets it; off, the mode leaves the main thread's
+        stack and other threads pass calls through)."""
         return self._on
 
     @recording.setter
     def recording(self, on: bool) -> None:
+        on = on and self._traced_process
         if on and not self._on:  # autograd numbered nodes meanwhile: the next call can not tell its own
             for tid in list(self._last_seq):
                 self._last_seq[tid] = None
         self._on = on
+        if self._main is not None:
+            self._main.want(on)
 
     # -- installation ----------------------------------------------------------------------
     def install(self, torch: Any) -> None:
@@ -148,20 +159,29 @@ class TorchOps:
                 self._fail(exc)
 
         threading.setprofile(on_thread_start)
-        os.register_at_fork(after_in_child=lambda: self._forked(dispatch))
-        mode.__enter__()  # last: where anything above failed, the program runs without the mode
+        os.register_at_fork(after_in_child=lambda: self._forked(torch))
+        mode.__enter__()  # where anything above failed, the program runs without the mode
         self.mode = mode
         self.counts["threads"] += 1
+        if threading.current_thread() is threading.main_thread():
+            try:
+                main = MainThreadMode(torch, mode, self._fail)
+            except Exception as exc:  # noqa: BLE001  (the mode stays on the stack, passing calls through)
+                self._fail(exc)
+            else:
+                main.want(self._on)
+                self._main = main
 
-    def _forked(self, dispatch: Any) -> None:
+    def _forked(self, torch: Any) -> None:
         # a forked child (DataLoader worker) is not traced: stop recording, and take the mode off
-        # this thread's stack when nothing was pushed above it
+        # this thread's stack
         self._traced_process = False
+        if self._main is not None:
+            self._main.enabled = False  # the child's pending calls are not ours to make
         self.recording = False
         self._raw.clear()
         try:
-            if dispatch._get_current_dispatch_mode() is self.mode:
-                dispatch._pop_mode()
+            place(torch._C, list(torch._C._TorchDispatchModeKey.__members__.values()), self.mode, False)
         except Exception:  # noqa: BLE001,S110  (the mode stays, and only passes calls through)
             pass
 
@@ -171,12 +191,16 @@ class TorchOps:
         plans, raw, counts, last_seq = self._plans, self._raw, self.counts, self._last_seq
         inputs, signatures = self._inputs, self._signatures
         now, native_id = time.monotonic_ns, threading.get_native_id
+        main_native = threading.main_thread().native_id
         current_node = torch._C._current_autograd_node
         next_seq = torch._C._autograd._get_sequence_nr
         new_plan, new_input, new_signature, fail = self._plan, self._new_input, self._new_signature, self._fail
 
         def __torch_dispatch__(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if not self._on:
+            if not self._on:  # off, yet on this thread's stack: on the main thread, leave it after this call
+                main = self._main
+                if main is not None and native_id() == main_native:
+                    main.request()
                 return func(*args, **kwargs) if kwargs else func(*args)
             try:
                 plan = plans.get(id(func)) or new_plan(func)
@@ -370,6 +394,8 @@ class TorchOps:
         """Stop recording; return the ``collector`` row (name, records, buffers, callback_ns,
         failed_records, detail)."""
         self.recording = False
+        if self._main is not None:
+            self.counts["mode_moves"] = self._main.moves
         detail = json.dumps(self.counts, sort_keys=True)
         return ("torch-ops", self.counts["ops"], 0, 0, self.counts["failed"], detail)
 

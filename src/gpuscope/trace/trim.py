@@ -6,9 +6,8 @@ disabled, and a range recorder may hand over a range that began earlier. So the 
 per process, only what was *launched* (or began, for host-side records) inside one of that
 process's windows, as ``capture_window`` says:
 
-- kernels by their launch point: the launching API call's start with ``--trace cuda-api``, else
-  CUPTI's queued time, else their GPU start (as analysis/attribution.py places them); memory
-  copies, sets and graph launches by their API call, else their GPU start;
+- kernels, memory copies and sets by their launch point (trace/launch.py, as the analyses place
+  them); graph launches by their API call, else their GPU start;
 - API calls, synchronizations, synchronization sites, launch calls, operators and ranges by their
   start; Python samples by their time; host counters by their time, against every window;
 - step marks are kept whatever their time, so that steps keep their numbers (step_sum shows only
@@ -25,15 +24,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .launch import anchor_joins, anchored_start
+
 FOREVER = 9_223_372_036_854_775_807
 WINDOWS = "gpuscope_capture_windows"
 
 # table -> (join, launch-time expression); ``t`` is the table, ``a`` its launching API call
 _API = "LEFT JOIN api_call a ON a.pid = t.pid AND a.correlation_id = t.correlation_id"
+_ANCHORED = _API + anchor_joins("t")
 _TRIMMED: dict[str, tuple[str, str]] = {
-    "kernel": (_API, "coalesce(a.start_ns, nullif(t.queued_ns, 0), t.start_ns)"),
-    "memcpy": (_API, "coalesce(a.start_ns, t.start_ns)"),
-    "memset": (_API, "coalesce(a.start_ns, t.start_ns)"),
+    "kernel": (_ANCHORED, f"coalesce(a.start_ns, nullif(t.queued_ns, 0), {anchored_start('t')})"),
+    "memcpy": (_ANCHORED, f"coalesce(a.start_ns, {anchored_start('t')})"),
+    "memset": (_ANCHORED, f"coalesce(a.start_ns, {anchored_start('t')})"),
     "graph_launch": (_API, "coalesce(a.start_ns, t.start_ns)"),
     "api_call": ("", "t.start_ns"),  # after the tables that need it for their launch times
     "sync": ("", "t.start_ns"),
