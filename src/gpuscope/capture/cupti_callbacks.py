@@ -101,18 +101,22 @@ class CallbackHub:
             self._cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
 
     # -- CUPTI's call, on the thread that made the API call ----------------------------------
+    def _data(self, cbdata: Any) -> Any:
+        """The call's CallbackData, whether cupti-python passed the object or its address."""
+        return cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         try:
             fast = self._entry_only.get(cbid)
             if fast is not None and domain == self._driver:
-                data = cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+                data = self._data(cbdata)
                 if data.callback_site == self._enter_site:
                     fast(data.correlation_id)
                 return
             entry = self._table.get((int(domain), int(cbid)))
             if entry is None:
                 return
-            data = cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+            data = self._data(cbdata)
             enter = int(data.callback_site) == self._enter_site
             local = self._local
             depth = getattr(local, "depth", 0)

@@ -109,6 +109,7 @@ class CuptiCollector:
         self.enabled: list[str] = []
         self._cupti: Any = None
         self._np: Any = None
+        self._buffers: Any = None  # the cupti_buffers module, imported by bind()
         self._dtypes: dict[str, Any] = {}
         self._class_dtype: dict[type, Any] = {}
         self._unsupported: set[str] = set()
@@ -173,13 +174,11 @@ class CuptiCollector:
 
     def _register_raw(self) -> bool:
         """Take CUPTI's buffers through its C API (cupti_buffers.py); False where that is not possible."""
-        from .cupti_buffers import RawBuffers  # noqa: PLC0415
-
         lib = loaded_library("libcupti.so")
         if lib is None or os.environ.get(RAW_ENV) == "0":
             return False
         try:
-            raw = RawBuffers.load(lib, BUFFER_SIZE, self._on_raw_buffer, self._on_raw_error)
+            raw = self._buffers.RawBuffers.load(lib, BUFFER_SIZE, self._on_raw_buffer, self._on_raw_error)
             raw.register()
         except Exception as exc:  # noqa: BLE001
             self.diag("info", f"CUPTI buffers go through cupti-python's per-record objects: {explain(exc)}")
@@ -189,11 +188,11 @@ class CuptiCollector:
 
     def bind(self, cupti: Any, numpy: Any) -> None:
         """Learn the record layouts of this cupti-python (no driver needed)."""
-        from .cupti_buffers import StrideTable, struct_versions  # noqa: PLC0415
+        from . import cupti_buffers  # noqa: PLC0415  (needs numpy, which the agent itself does not)
 
-        self._cupti, self._np = cupti, numpy
+        self._cupti, self._np, self._buffers = cupti, numpy, cupti_buffers
         self._dtypes = struct_dtypes(cupti)
-        self._strides = StrideTable(struct_versions(cupti, self._dtypes))
+        self._strides = cupti_buffers.StrideTable(cupti_buffers.struct_versions(cupti, self._dtypes))
         self._api_domains = {
             int(cupti.ActivityKind.RUNTIME): "runtime",
             int(cupti.ActivityKind.DRIVER): "driver",
@@ -269,13 +268,12 @@ class CuptiCollector:
 
     def _on_raw_buffer(self, raw: Any, valid: int, next_record: Any) -> None:
         """Ship the records of one of CUPTI's buffers, read in place (CUPTI's thread)."""
-        from .cupti_buffers import full_walk, run_offsets, walk  # noqa: PLC0415
-
+        buffers = self._buffers
         t0 = time.thread_time_ns()
         try:
-            runs = walk(raw, valid, self._strides, next_record)
+            runs = buffers.walk(raw, valid, self._strides, next_record)
             if self.verify_walk:
-                got, want = run_offsets(runs), full_walk(valid, next_record)
+                got, want = buffers.run_offsets(runs), buffers.full_walk(valid, next_record)
                 self.walk_checked += len(want)
                 self.walk_mismatches += len(set(got) ^ set(want))
             by_kind: dict[int, list[Any]] = {}

@@ -106,16 +106,23 @@ def decode(table: str, recs: np.ndarray, resolve: Resolve) -> Columns:
     return _DECODERS[table](recs, resolve)
 
 
-def _kernel(r: np.ndarray, resolve: Resolve) -> Columns:
-    cols: Columns = {
+def _gpu_op(r: np.ndarray) -> Columns:
+    """The columns every GPU operation has: times, where it ran, and its launch's correlation id."""
+    return {
         "start_ns": _i64(r["start"]),
         "end_ns": _i64(r["end"]),
-        "queued_ns": _time_or_null(_field(r, "queued")),
-        "submitted_ns": _time_or_null(_field(r, "submitted")),
         "device_id": r["device_id"],
         "context_id": r["context_id"],
         "stream_id": r["stream_id"],
         "correlation_id": _i64(r["correlation_id"]),
+    }
+
+
+def _kernel(r: np.ndarray, resolve: Resolve) -> Columns:
+    cols: Columns = {
+        **_gpu_op(r),
+        "queued_ns": _time_or_null(_field(r, "queued")),
+        "submitted_ns": _time_or_null(_field(r, "submitted")),
         "graph_id": _i64(_field(r, "graph_id")),
         "graph_node_id": _i64(_field(r, "graph_node_id")),
         "mangled_id": resolve("ptr", r["name"]),
@@ -128,12 +135,7 @@ def _kernel(r: np.ndarray, resolve: Resolve) -> Columns:
 
 def _memcpy(r: np.ndarray, resolve: Resolve) -> Columns:
     return {
-        "start_ns": _i64(r["start"]),
-        "end_ns": _i64(r["end"]),
-        "device_id": r["device_id"],
-        "context_id": r["context_id"],
-        "stream_id": r["stream_id"],
-        "correlation_id": _i64(r["correlation_id"]),
+        **_gpu_op(r),
         "copy_kind": _enum(COPY_KIND, _field(r, "copy_kind", 10)),
         "src_kind": _enum(MEMORY_KIND, r["src_kind"]),
         "dst_kind": _enum(MEMORY_KIND, r["dst_kind"]),
@@ -146,12 +148,7 @@ def _memcpy(r: np.ndarray, resolve: Resolve) -> Columns:
 
 def _memset(r: np.ndarray, resolve: Resolve) -> Columns:
     return {
-        "start_ns": _i64(r["start"]),
-        "end_ns": _i64(r["end"]),
-        "device_id": r["device_id"],
-        "context_id": r["context_id"],
-        "stream_id": r["stream_id"],
-        "correlation_id": _i64(r["correlation_id"]),
+        **_gpu_op(r),
         "memory_kind": _enum(MEMORY_KIND, r["memory_kind"]),
         "bytes": _i64(r["bytes"]),
         "value": _i64(r["value"]),
@@ -258,12 +255,7 @@ def _nvtx_event(r: np.ndarray, resolve: Resolve) -> Columns:
 
 def _graph_launch(r: np.ndarray, resolve: Resolve) -> Columns:
     return {
-        "start_ns": _i64(r["start"]),
-        "end_ns": _i64(r["end"]),
-        "device_id": r["device_id"],
-        "context_id": r["context_id"],
-        "stream_id": r["stream_id"],
-        "correlation_id": _i64(r["correlation_id"]),
+        **_gpu_op(r),
         "graph_id": _i64(r["graph_id"]),
     }
 
