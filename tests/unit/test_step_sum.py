@@ -40,9 +40,12 @@ def _check_recorded(report: Report, launch: pd.Series) -> list[dict]:
     ranges = r[r["name"] == "step"].sort_values("start_ns").reset_index(drop=True)
     steps = _steps(table)
     assert [s["Step"] for s in steps] == ["1", "2", "3", "4"]
-    assert [s["Duration"] for s in steps] == list(ranges["duration_ns"])
     k = report.kernels().assign(launch=launch.values)
     inside = [k[(k["launch"] >= s) & (k["launch"] <= e)] for s, e in zip(ranges["start_ns"], ranges["end_ns"])]
+    # a step lasts until its range ended and the GPU finished the kernels launched before that end
+    ends = [max(e, k.loc[k["launch"] <= e, "end_ns"].max()) for e in ranges["end_ns"]]
+    assert [s["Duration"] for s in steps] == [e - s for s, e in zip(ranges["start_ns"], ends)]
+    assert all(s["Duration"] >= d for s, d in zip(steps, ranges["duration_ns"]))
     assert [s["Kernels"] for s in steps] == [len(x) for x in inside]
     # the sum of per-step kernels is every kernel launched inside a step range: all but two
     assert sum(s["Kernels"] for s in steps) == sum(len(x) for x in inside) == len(k) - 2 == 244
@@ -84,15 +87,16 @@ def test_steps_between_marks(tmp_path: Path) -> None:
     with torch_training(tmp_path / "t.gpuscope") as report:
         table = step_sum(report)
     assert table.notes == ["Steps: PyTorch's marks at the end of optimizer.step()."]
-    # step 1 from the first launch (500) to the first mark (23000), step 2 to the second (40000);
+    # step 1 from the first launch (500) to the first mark (23000), extended to 23200 where the GPU
+    # finished the last kernel launched before that mark; step 2 from there to the second (40000);
     # in step 1 relu_bwd and accumulate overlap on the GPU by 20 ns
     assert [(s["Start"], s["Duration"], s["GPU Busy"], s["Kernels"], s["Warm-up"]) for s in _steps(table)] == [
-        (500, 22500, 3290 - 20, 12, ""), (23000, 17000, 430, 3, "")]
+        (500, 22700, 3290 - 20, 12, ""), (23200, 16800, 430, 3, "")]
     summary = _summary(table)
     assert summary["mean"]["Duration"] == summary["median"]["Duration"] == 19750
-    assert summary["p95"]["Duration"] == pytest.approx(17000 + 0.95 * 5500)
-    assert summary["stddev"]["Duration"] == pytest.approx(5500 / 2**0.5)
-    assert summary["mean"]["Busy"] == pytest.approx((100 * 3270 / 22500 + 100 * 430 / 17000) / 2)
+    assert summary["p95"]["Duration"] == pytest.approx(16800 + 0.95 * 5900)
+    assert summary["stddev"]["Duration"] == pytest.approx(5900 / 2**0.5)
+    assert summary["mean"]["Busy"] == pytest.approx((100 * 3270 / 22700 + 100 * 430 / 16800) / 2)
     assert summary["mean"]["Kernels"] is None
 
 

@@ -4,7 +4,12 @@ Steps come from the first of these that the report has:
 
 1. ``gpuscope.step()`` marks (source ``gpuscope``, category and name ``step``);
 2. PyTorch's marks at the end of each ``optimizer.step()`` (source ``torch``, same category and name);
-3. ranges named exactly ``step`` (of any source, e.g. ``torch.cuda.nvtx.range("step")``).
+3. ranges named exactly ``step`` (of any source, e.g. ``torch.cuda.nvtx.range("step")``);
+4. without any of those, the program's loop as the repeating sequence of the GPU operations it
+   launched (without GPU operations, of the PyTorch operators its main thread ran):
+   :mod:`.step_pattern`. Step *k* runs from the launch that starts iteration *k* to the one that
+   starts iteration *k+1*; what came before the first iteration is set-up (process start, imports,
+   library set-up, compilation), not a step.
 
 With marks, step *k* runs from mark *k-1* to mark *k* in its process, and step 1 from the process's
 first range or first GPU-operation launch to the first mark; work after the last mark belongs to
@@ -17,13 +22,18 @@ it was launched (on any thread of the process; see :mod:`.attribution` for launc
 from __future__ import annotations
 
 import statistics
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
 
 from ..trace.report import Report
 from ..trace.trim import capture_limited
 from .attribution import ops_table, temp_table
 from .capture import windows_table
+from .step_pattern import Pattern, find_pattern
 from .table import Column, Table
 
 STEPS = "gpuscope_step"
@@ -39,33 +49,126 @@ SOURCES = {
     "gpuscope": "gpuscope.step() marks",
     "torch": "PyTorch's marks at the end of optimizer.step()",
     "range": "ranges named 'step' (no step marks were recorded)",
+    "pattern": "the program's repeating launch sequence (no step marks were recorded)",
 }
 
 
 @dataclass(frozen=True)
 class StepSource:
-    """Which records the steps of a report were taken from (a key of :data:`SOURCES`; None: none)."""
+    """Which records the steps of a report were taken from (a key of :data:`SOURCES`; None: none),
+    and for steps found as a pattern, how (``detail``)."""
 
     kind: str | None
+    detail: str = ""
 
     @property
     def description(self) -> str:
         """Return the source in words, for notes."""
+        if self.kind in ("pattern", None) and self.detail:
+            return self.detail
         return SOURCES[self.kind] if self.kind else "no steps"
 
 
 def step_source(report: Report) -> StepSource:
     """Return which records define the report's steps (see the module docstring)."""
-    if not report.count("nvtx_range"):
-        return StepSource(None)
-    for source in ("gpuscope", "torch"):
-        if report.sql(f"SELECT count(*) FROM ({_MARKS.format(source=source)})")[0][0]:
-            return StepSource(source)
-    ranges = report.sql(
-        "SELECT count(*) FROM nvtx_range r JOIN string n ON n.id = r.name_id "
-        "WHERE r.kind = 'range' AND n.value = 'step' AND r.end_ns IS NOT NULL"
-    )[0][0]
-    return StepSource("range" if ranges else None)
+    if report.count("nvtx_range"):
+        for source in ("gpuscope", "torch"):
+            if report.sql(f"SELECT count(*) FROM ({_MARKS.format(source=source)})")[0][0]:
+                return StepSource(source)
+        ranges = report.sql(
+            "SELECT count(*) FROM nvtx_range r JOIN string n ON n.id = r.name_id "
+            "WHERE r.kind = 'range' AND n.value = 'step' AND r.end_ns IS NOT NULL"
+        )[0][0]
+        if ranges:
+            return StepSource("range")
+    found = pattern_steps(report)
+    return StepSource("pattern", found.detail) if len(found.frame) else StepSource(None, found.detail)
+
+
+@dataclass(frozen=True)
+class PatternSteps:
+    """Steps found as a repeating pattern: ``frame`` (pid, step, start_ns, end_ns, stop_ns) and
+    ``detail``: how they were found, or why none were (one line)."""
+
+    frame: pd.DataFrame
+    detail: str
+
+
+_PATTERNS: weakref.WeakKeyDictionary[Report, PatternSteps] = weakref.WeakKeyDictionary()
+_COPY_TOKENS = {"HtoD": -2, "DtoH": -3, "DtoD": -4, "HtoH": -5, "PtoP": -6}
+
+
+def _gpu_tokens(report: Report) -> pd.DataFrame:
+    """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
+    times of copies and memsets are estimates, too rough to order them among kernels, while one
+    stream runs its operations in launch order."""
+    frame = report.df(f"SELECT pid, kind, name_id, copy_kind, launch_ns FROM {ops_table(report)} "
+                      "ORDER BY pid, start_ns, op_id")
+    token = frame["name_id"].astype("float64").fillna(-1).to_numpy(np.int64)
+    copies = frame["copy_kind"].map(_COPY_TOKENS).fillna(-7).to_numpy(np.int64)
+    kind = frame["kind"].to_numpy(object)
+    token = np.where(kind == "memcpy", copies, token)
+    token = np.where(kind == "memset", -10, token)
+    token = np.where(kind == "graph", -11, token)
+    return pd.DataFrame({"pid": frame["pid"], "token": token, "launch_ns": frame["launch_ns"],
+                         "exact": np.isin(kind, ("kernel", "graph"))})
+
+
+def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, np.ndarray] | None:
+    """The loop of one process and the launch times its starts index, from all its GPU operations
+    or from its kernels alone, whichever repeats better (a copy whose place among the kernels varies
+    blurs the pattern; a loop of identical kernels needs its copies to show where an iteration ends);
+    of two that repeat as well, the longer period."""
+    tries = [own]
+    if "exact" in own and not own["exact"].all() and own["exact"].any():
+        tries.append(own[own["exact"].to_numpy(bool)])
+    best: tuple[Pattern, np.ndarray] | None = None
+    for frame in tries:
+        launch = frame["launch_ns"].to_numpy(np.int64)
+        found = find_pattern(frame["token"].to_numpy(np.int64), launch)
+        if found is None:
+            continue
+        if best is None or found.score > best[0].score + 0.02 or (
+                found.score >= best[0].score - 0.02 and found.period > best[0].period):
+            best = (found, launch)
+    return best
+
+
+def pattern_steps(report: Report) -> PatternSteps:
+    """Return the steps of each process found as its repeating launch sequence (GPU operations;
+    without any, the PyTorch operators of its main thread), computed once per report."""
+    if report in _PATTERNS:
+        return _PATTERNS[report]
+    what = "GPU operations"
+    tokens = _gpu_tokens(report)
+    if not len(tokens) and report.count("torch_op"):
+        what = "PyTorch operators"
+        tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns FROM torch_op "
+                           "WHERE tid = pid ORDER BY pid, start_ns")
+    rows: list[tuple[int, int, int, int, int]] = []
+    details: list[str] = []
+    for pid, own in tokens.groupby("pid", sort=True):
+        result = _process_pattern(own)
+        if result is None:
+            continue
+        found, launch = result
+        starts = found.starts
+        after = np.minimum(starts[-1] + found.period, len(launch) - 1)
+        bounds = np.append(launch[starts], max(int(launch[after]), int(launch[starts[-1]]) + 1))
+        for i in range(len(starts)):
+            rows.append((int(pid), i + 1, int(bounds[i]), int(bounds[i + 1]), int(bounds[i + 1])))
+        details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}, "
+                       f"{len(starts)} times" + (f" (process {pid})" if tokens["pid"].nunique() > 1 else ""))
+    frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns"])
+    if details:
+        detail = "; ".join(details) + ": no step marks were recorded"
+    elif len(tokens):
+        detail = (f"no step marks, and the {len(tokens)} {what} do not repeat at least 4 times in one "
+                  "order: the whole capture counts as one step")
+    else:
+        detail = ""
+    _PATTERNS[report] = PatternSteps(frame, detail)
+    return _PATTERNS[report]
 
 
 def steps_table(report: Report, source: StepSource) -> str:
@@ -73,7 +176,11 @@ def steps_table(report: Report, source: StepSource) -> str:
 
     ``stop_ns`` is the first time after the step: its end for a range, the next mark for marks.
     """
-    if source.kind == "range":
+    if source.kind == "pattern":
+        frame = pattern_steps(report).frame
+        report.con.register("gpuscope_pattern_frame", frame)
+        query = "SELECT pid, step, start_ns, end_ns, stop_ns FROM gpuscope_pattern_frame"
+    elif source.kind == "range":
         query = """
             SELECT r.pid, row_number() OVER (PARTITION BY r.pid ORDER BY r.start_ns, r.end_ns) AS step,
                    r.start_ns, r.end_ns, r.end_ns + 1 AS stop_ns
@@ -112,6 +219,49 @@ def op_steps_table(report: Report, source: StepSource) -> str:
     return temp_table(report, f"{OP_STEPS}_{source.kind}", query)
 
 
+def step_windows(report: Report, source: StepSource | None = None) -> pd.DataFrame:
+    """Return every step's window: ``pid``, ``step`` (its number), ``start_ns``, ``end_ns``, ``warmup``.
+
+    A step ends when the host has reached its end (the next mark, the end of its range, the start of
+    the next iteration) *and* the GPU has finished every operation launched before that, so that a
+    GPU running behind the host still gets its own time per step. Marks and patterns give steps that
+    follow each other (a step starts where the previous one ended); ranges keep their gaps. Steps
+    that end up empty are left out. ``warmup`` flags the leading steps each longer than
+    :data:`WARMUP_FACTOR` times the median. ``step_sum``, the roofline, layers and the diagnosis all
+    take their steps from here.
+    """
+    source = source or step_source(report)
+    cols = ["pid", "step", "start_ns", "end_ns", "warmup"]
+    if source.kind is None:
+        return pd.DataFrame({c: pd.Series(dtype=bool if c == "warmup" else "int64") for c in cols})
+    steps = report.df(f"SELECT pid, step, start_ns, end_ns, stop_ns FROM {steps_table(report, source)} "
+                      "ORDER BY pid, start_ns")
+    ops = report.df(f"SELECT pid, launch_ns, end_ns FROM {ops_table(report)} ORDER BY pid, launch_ns")
+    out = []
+    for pid, mine in steps.groupby("pid", sort=True):
+        own = ops[ops["pid"] == pid]
+        launch = own["launch_ns"].to_numpy(np.int64)
+        # latest end of the operations launched before each time: a running maximum in launch order
+        end_by_launch = np.maximum.accumulate(own["end_ns"].to_numpy(np.int64)) if len(own) else np.array([])
+        rows = []
+        prev_end: int | None = None
+        for step, start, end, stop in zip(mine["step"], mine["start_ns"], mine["end_ns"], mine["stop_ns"]):
+            n = int(np.searchsorted(launch, stop, "left"))
+            finish = max(int(end), int(end_by_launch[n - 1]) if n else int(end))
+            begin = int(start) if prev_end is None else max(int(start), prev_end)
+            if source.kind != "range" and prev_end is not None:
+                begin = prev_end
+            if finish <= begin:
+                continue
+            rows.append((int(pid), int(step), begin, finish))
+            prev_end = finish
+        frame = pd.DataFrame(rows, columns=cols[:4])
+        warm = _warmup((frame["end_ns"] - frame["start_ns"]).tolist()) if len(frame) else 0
+        frame["warmup"] = np.arange(len(frame)) < warm
+        out.append(frame)
+    return pd.concat(out, ignore_index=True) if out else step_windows(report, StepSource(None))
+
+
 def _warmup(durations: list[int]) -> int:
     """The number of leading steps each longer than WARMUP_FACTOR times the median of all."""
     ordered = sorted(durations)
@@ -126,9 +276,9 @@ def _warmup(durations: list[int]) -> int:
 def step_sum(report: Report) -> Table:
     """Per step: start (since its process started), duration, GPU busy time and share, kernels, warm-up.
 
-    GPU busy time is the length of the union of the intervals of the GPU operations launched in the
-    step; they may run after the step ended, so the share can exceed 100% when the GPU lags behind
-    the host. The leading steps that each took longer than 1.5x the median step (of all steps of
+    Step windows are those of :func:`step_windows` (a step lasts until the GPU has finished what
+    was launched before its end). GPU busy time is the length of the union of the intervals of the
+    GPU operations launched in the step. The leading steps that each took longer than 1.5x the median step (of all steps of
     the process) are flagged as warm-up (torch.compile's first steps, cuDNN autotuning, lazy
     initialisation). After each process's steps come rows (Step ``mean``, ``median``, ``p95``,
     ``stddev``) with the mean, median, 95th percentile (interpolated) and sample standard deviation
@@ -143,9 +293,10 @@ def step_sum(report: Report) -> Table:
         note = ("No steps: mark them with gpuscope.step(), record PyTorch's optimizer steps with "
                 "--trace torch, or wrap each step in a range named 'step'.")
         return Table("step_sum", "Step Summary", cols, [], [note])
-    steps = steps_table(report, source)
+    windows = step_windows(report, source)
     op_steps = op_steps_table(report, source)
     ops = ops_table(report)
+    report.con.register("gpuscope_step_windows", windows)
     rows = report.sql(
         f"""
         WITH o AS (
@@ -167,13 +318,14 @@ def step_sum(report: Report) -> Table:
             GROUP BY pid, step),
         origin AS (
             SELECT s.pid, coalesce(min(p.start_ns), min(s.start_ns)) AS t
-            FROM {steps} s LEFT JOIN process p ON p.pid = s.pid AND p.start_ns <= s.start_ns
+            FROM gpuscope_step_windows s LEFT JOIN process p ON p.pid = s.pid AND p.start_ns <= s.start_ns
             GROUP BY s.pid)
         SELECT s.pid, s.step, s.start_ns - origin.t, s.end_ns - s.start_ns,
-               coalesce(b.busy, 0), coalesce(b.kernels, 0)
-        FROM {steps} s JOIN origin USING (pid) LEFT JOIN busy b USING (pid, step)
+               coalesce(b.busy, 0), coalesce(b.kernels, 0), s.warmup
+        FROM gpuscope_step_windows s JOIN origin USING (pid) LEFT JOIN busy b USING (pid, step)
         ORDER BY s.pid, s.step"""
     )
+    report.con.unregister("gpuscope_step_windows")
     out: list[tuple[object, ...]] = []
     notes = [f"Steps: {source.description}."]
     capture = report.meta.get("capture_range")
@@ -181,13 +333,16 @@ def step_sum(report: Report) -> Table:
         notes.append(f"Capture range: {capture['description']}; only the steps inside it are listed.")
     for pid in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == pid]
-        warm = _warmup([r[3] for r in mine])
+        warm = sum(1 for r in mine if r[6])
         table: list[tuple[object, ...]] = [
             (pid, str(step), start, dur, busy, 100.0 * busy / dur if dur else None, kernels,
-             "yes" if i < warm else "")
-            for i, (_, step, start, dur, busy, kernels) in enumerate(mine)
+             "yes" if warmup else "")
+            for (_, step, start, dur, busy, kernels, warmup) in mine
         ]
         out += table + _summary_rows(pid, table[warm:])
+        if source.kind == "pattern" and mine and mine[0][2] > 0:
+            notes.append(f"Process {pid}: set-up before step {mine[0][1]} (process start, imports, library "
+                         f"set-up, compilation) took {mine[0][2] / 1e9:.3f} s; it is not a step.")
         if warm:
             first, last = mine[0][1], mine[warm - 1][1]
             which = f"step {first} is" if warm == 1 else f"steps {first}-{last} are"

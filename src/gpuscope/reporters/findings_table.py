@@ -33,6 +33,8 @@ def saving_text(f: Finding) -> str:
     """``saves ~1.2 ms per step (10.0% of the step)``, or the one-time form."""
     if f.one_time:
         return f"{duration(f.saving_ns)} once ({f.share:.1%} of the capture's steps)"
+    if f.work_changing:
+        return f"~{duration(f.saving_ns)} per step's worth of samples ({f.share:.1%} per sample; changes the work)"
     return f"~{duration(f.saving_ns)} per step ({f.share:.1%} of the step)"
 
 

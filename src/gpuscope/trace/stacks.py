@@ -12,12 +12,15 @@ from dataclasses import dataclass
 
 from .report import Report
 
-_LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python3\.\d+[/\\]|^<")
+_LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python3\.\d+[/\\]|^<"
+                      r"|gpuscope-spool-[^/\\]*[/\\]boot[/\\]")
+# gpuscope's own frames (its hooks wrap the program's calls), wherever it was installed from
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def is_library(path: str) -> bool:
-    """Return whether ``path`` is a file of an installed package or the standard library."""
-    return bool(_LIBRARY.search(path))
+    """Return whether ``path`` is a file of an installed package, the standard library or gpuscope."""
+    return bool(_LIBRARY.search(path)) or path.startswith(_OWN)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ...trace.report import Report
 from ..table import Column, Table
 from .breakdown import LABELS, PARTS, ProcessBreakdown
-from .context import MIN_SHARE, Context
+from .context import MIN_SHARE, Context, fmt_ns
 from .finding import Finding, Skipped
 from .rule import Rule
 
@@ -81,6 +81,30 @@ def _scope(p: ProcessBreakdown, source: str) -> str:
     return text + "."
 
 
+def _within_step(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """Cap the savings of each process's fixes so that, taken in order of saving, they never add up
+    to more than the step's time beyond its GPU busy time that no fix of the program's host side
+    removes; a finding left under ``min_share`` is dropped. One-time, advisory and work-changing
+    findings are not capped (they are not part of the steady step)."""
+    steps = {p.pid: p for p in ctx.processes} if not ctx.missing("gpu") else {}
+    left: dict[int | None, float] = {pid: p.step_ns for pid, p in steps.items()}
+    out = []
+    for f in sorted(findings, key=lambda f: -f.share):
+        if f.one_time or f.advisory or f.work_changing or f.pid not in left:
+            out.append(f)
+            continue
+        saving = min(f.saving_ns, max(0.0, left[f.pid]))
+        left[f.pid] -= saving
+        share = steps[f.pid].share(saving) if f.pid is not None else f.share
+        if saving < f.saving_ns:
+            f.evidence.append(f"capped at {fmt_ns(saving)}: the fixes ranked above it already take the rest "
+                              "of the step")
+            f.saving_ns, f.share = saving, share
+        if f.share >= ctx.min_share:
+            out.append(f)
+    return out
+
+
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
@@ -98,7 +122,8 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
             skipped.append(Skipped(rule.name, reason))
             continue
         findings += rule.evaluate(ctx)
-    findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
+    findings = _within_step(ctx, findings)
+    findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
     processes = [p.breakdown for p in ctx.processes] if not ctx.missing("gpu") else []
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")

@@ -217,6 +217,27 @@ class Context:
         frame: pd.DataFrame = self.cache[key]
         return frame
 
+    def framework_ranges(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted, disjoint intervals in which the process's main thread ran PyTorch's own code:
+        a module's forward or backward, loss.backward(), the optimizer's step or zero_grad."""
+        key = ("framework", pid)
+        if key not in self.cache:
+            rows = self.report.sql(
+                """SELECT start_ns, end_ns FROM nvtx_range WHERE pid = ? AND source = 'torch' AND kind = 'range'
+                   AND category IN ('forward', 'backward', 'autograd', 'optimizer', 'zero_grad')
+                   AND end_ns IS NOT NULL AND (tid = pid OR tid IS NULL) ORDER BY start_ns""", [int(pid)])
+            lo: list[int] = []
+            hi: list[int] = []
+            for a, b in rows:
+                if lo and a <= hi[-1]:
+                    hi[-1] = max(hi[-1], int(b))
+                else:
+                    lo.append(int(a))
+                    hi.append(int(b))
+            self.cache[key] = (np.array(lo, np.int64), np.array(hi, np.int64))
+        out: tuple[np.ndarray, np.ndarray] = self.cache[key]
+        return out
+
     # -- locations and evidence -----------------------------------------------------------------
     def launch_ranges(self, op_ids: list[int]) -> dict[int, str]:
         """The innermost range (any source) open where each operation was launched, as

@@ -15,7 +15,9 @@ class Finding:
     that much shorter when the fix removes the part the rule measured. A ``one_time`` finding (the
     warm-up) saves ``saving_ns`` once, and its share is of the time of all the steps of the capture.
     An ``advisory`` finding reports an expected cost the program can only work around; it is listed
-    after the others whatever its saving.
+    after the others whatever its saving. A ``work_changing`` finding changes what the program
+    computes (a larger batch): its saving is per sample, as a share of the step's time per sample,
+    and it is ranked apart from the fixes that keep the work.
     """
 
     rule: str
@@ -28,6 +30,7 @@ class Finding:
     pid: int | None = None
     one_time: bool = False
     advisory: bool = False  # nothing in the program to fix (an expected cost): listed after the others
+    work_changing: bool = False  # changes the work (batch size): saving per sample, ranked apart
     data: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

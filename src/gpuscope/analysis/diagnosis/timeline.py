@@ -28,7 +28,7 @@ import pandas as pd
 
 from ...trace.report import Report
 from ..attribution import ops_table
-from ..steps import StepSource, _warmup, step_source, steps_table
+from ..steps import StepSource, step_source, step_windows
 from ..sync import sync_site_frame
 
 HOST_MEMORY_COPIES = ("HtoD", "DtoH", "HtoH", "HtoA", "AtoH", "PtoP")
@@ -143,39 +143,14 @@ def _calls(report: Report, sites: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFra
     return calls.sort_values(["pid", "start_ns", "end_ns"], kind="stable").reset_index(drop=True)
 
 
-def _windows(report: Report, source: StepSource, ops: pd.DataFrame) -> dict[int, pd.DataFrame]:
-    """Step windows per process (see the module docstring); processes without steps are absent."""
-    if source.kind is None:
-        return {}
-    steps = report.df(f"SELECT pid, step, start_ns, end_ns, stop_ns FROM {steps_table(report, source)} "
-                      "ORDER BY pid, start_ns")
+def _windows(report: Report, source: StepSource) -> dict[int, pd.DataFrame]:
+    """Step windows per process (:func:`..steps.step_windows`); processes without steps are absent."""
+    windows = step_windows(report, source)
     out = {}
-    for pid, mine in steps.groupby("pid", sort=True):
-        own = ops[ops["pid"] == pid]
-        launch = own["launch_ns"].to_numpy()
-        order = np.argsort(launch, kind="stable")
-        launch_sorted = launch[order]
-        # latest end of the operations launched before each time: a running maximum in launch order
-        end_by_launch = np.maximum.accumulate(own["end_ns"].to_numpy()[order]) if len(own) else np.array([])
-        starts, ends = [], []
-        prev_end = None
-        for start, end, stop in zip(mine["start_ns"], mine["end_ns"], mine["stop_ns"]):
-            n = int(np.searchsorted(launch_sorted, stop, "left"))
-            gpu_done = int(end_by_launch[n - 1]) if n else int(end)
-            finish = max(int(end), gpu_done)
-            begin = int(start) if prev_end is None else max(int(start), prev_end)
-            if source.kind != "range" and prev_end is not None:
-                begin = prev_end  # marks: the steps follow each other
-            if finish <= begin:
-                continue
-            starts.append(begin)
-            ends.append(finish)
-            prev_end = finish
-        frame = pd.DataFrame({"step": [str(i + 1) for i in range(len(starts))], "start_ns": starts, "end_ns": ends})
-        if len(frame):
-            warm = _warmup((frame["end_ns"] - frame["start_ns"]).tolist())
-            frame["warmup"] = np.arange(len(frame)) < warm
-            out[int(pid)] = frame
+    for pid, mine in windows.groupby("pid", sort=True):
+        frame = mine[["step", "start_ns", "end_ns", "warmup"]].reset_index(drop=True)
+        frame["step"] = frame["step"].astype(str)
+        out[int(pid)] = frame
     return out
 
 
@@ -203,7 +178,7 @@ def load_timelines(report: Report) -> Timelines:
            WHERE source = 'torch' AND category = 'dataloader' AND kind = 'range' AND end_ns IS NOT NULL
            ORDER BY pid, start_ns""")
     source = step_source(report)
-    windows = _windows(report, source, ops)
+    windows = _windows(report, source)
     processes = []
     for pid, own in ops.groupby("pid", sort=True):
         pid = int(pid)

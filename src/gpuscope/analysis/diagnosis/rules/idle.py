@@ -11,6 +11,7 @@ from ..rule import Rule
 from .gemm_loops import gemm_loops, idle_inside
 
 GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap left when a CUDA graph replays the launches
+SHORT_GAP_NS = 500_000  # outside PyTorch's ranges, a host gap shorter than this is launch machinery
 WARMUP_MIN_NS = 1_000_000_000  # warm-up excess below this, without signs of compilation, is not reported
 COMPILER_FILES = ("torch/_dynamo", "torch/_inductor", "triton/", "torch/_functorch")
 
@@ -19,6 +20,63 @@ def _pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
     idle = p.steady_idle
     mine = idle[idle["cause"] == cause].sort_values("start_ns")
     return mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+
+
+def _inside(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per piece [starts, ends), the time it shares with the sorted, disjoint intervals [lo, hi)."""
+    out = np.zeros(len(starts), dtype=np.float64)
+    if not len(lo):
+        return out
+    first = np.searchsorted(hi, starts, "right")
+    last = np.searchsorted(lo, ends, "left")
+    for i in np.flatnonzero(last > first):
+        a, b = first[i], last[i]
+        out[i] = float(np.clip(np.minimum(hi[a:b], ends[i]) - np.maximum(lo[a:b], starts[i]), 0, None).sum())
+    return out
+
+
+def _systematic(p: Process, ends: np.ndarray) -> np.ndarray:
+    """Per idle piece (given its end), whether a gap ends at the same place of the step (the same
+    operation of the step's sequence) in at least half the steady steps: the program's own work
+    at a fixed point of its loop, rather than jitter (garbage collection, scheduling)."""
+    if not p.breakdown.has_steps or not len(ends):
+        return np.zeros(len(ends), bool)
+    ops = p.timeline.ops
+    op_start = np.sort(ops["start_ns"].to_numpy(np.int64))
+    w = p.steady_windows
+    w_start = w["start_ns"].to_numpy(np.int64)
+    nxt = np.searchsorted(op_start, ends, "left")
+    step = np.searchsorted(w_start, ends, "right") - 1
+    first_op = np.searchsorted(op_start, w_start, "left")
+    position = nxt - first_op[np.maximum(step, 0)]
+    keys = position.astype(np.int64)
+    seen: dict[int, set[int]] = {}
+    for k, s in zip(keys.tolist(), step.tolist()):
+        seen.setdefault(k, set()).add(s)
+    need = max(2, 0.5 * len(w))
+    return np.array([len(seen[k]) >= need for k in keys.tolist()], bool)
+
+
+def graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CPU-work idle pieces of the steady steps (starts, ends) and, per piece, the time a CUDA
+    graph would remove: the host ran PyTorch's own code between two launches (inside a module's
+    forward, backward, the optimizer or zero_grad: dispatch, autograd, optimizer loops), or, outside
+    those ranges, a gap that does not recur at the same place of every step (jitter of the host
+    while it launches: a replayed graph leaves the host nothing to be late for). A gap at a fixed
+    place of the loop outside those ranges is the program's own work (preprocessing, logging),
+    which a graph does not replay. Without steps, gaps shorter than :data:`SHORT_GAP_NS` count as
+    launch machinery."""
+    starts, ends = _pieces(p, "idle_cpu")
+    lo, hi = ctx.framework_ranges(p.pid)
+    framework = _inside(starts, ends, lo, hi)
+    if p.breakdown.has_steps:
+        jitter = ~_systematic(p, ends) & (framework == 0)
+    else:
+        gaps = _stretches(starts, ends)
+        new = np.concatenate([[True], starts[1:] != ends[:-1]]) if len(starts) else np.array([], bool)
+        stretch = gaps[np.cumsum(new) - 1] if len(starts) else np.array([], np.int64)
+        jitter = (stretch < SHORT_GAP_NS) & (framework == 0)
+    return starts, ends, np.where(jitter, (ends - starts).astype(np.float64), framework)
 
 
 def _stretches(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -38,14 +96,17 @@ class IdleCpuWork(Rule):
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
         for p in ctx.processes:
-            starts, ends = _pieces(p, "idle_cpu")
+            starts, ends, graphed = graph_capturable(ctx, p)
+            own = (ends - starts) - graphed > 0
+            starts, ends = starts[own], ends[own]
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
-            ns = p.per_step(float((ends - starts).sum()) - looped)
+            ns = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
             if p.share(ns) < ctx.min_share:
                 continue
             gaps = _stretches(starts, ends)
-            evidence = [f"GPU idle {per_step_text(p, ns)} while the host launched nothing for more than "
-                        "100 µs at a time",
+            evidence = [f"GPU idle {per_step_text(p, ns)} while the host ran the program's own code and "
+                        "launched nothing for more than 100 µs at a time (PyTorch's own code between launches is "
+                        "counted under launch overhead: a CUDA graph removes it)",
                         f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
             lines = ctx.program_lines(p.pid, starts, ends)
             if lines:
@@ -76,7 +137,12 @@ class LaunchBound(Rule):
         for p in ctx.processes:
             starts, ends = _pieces(p, "idle_launch")
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
-            idle = p.per_step(float((ends - starts).sum()) - looped)
+            launch_idle = p.per_step(float((ends - starts).sum()) - looped)
+            cpu_starts, cpu_ends, graphed = graph_capturable(ctx, p)
+            keep = graphed > 0
+            cpu_looped = idle_inside(p, gemm_loops(ctx, p), cpu_starts[keep], cpu_ends[keep])
+            framework = p.per_step(max(0.0, float(graphed.sum()) - cpu_looped))
+            idle = launch_idle + framework
             ops = ctx.ops(p)
             w = p.steady_windows
             launched = ops[(ops["launch_ns"] >= w["start_ns"].min()) & (ops["launch_ns"] < w["end_ns"].max())]
@@ -92,19 +158,22 @@ class LaunchBound(Rule):
             where = ctx.top_launch_range(kernels["op_id"].tolist())
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                title=f"Launch-bound: {per_step:.0f} kernels per step, GPU idle between launches "
-                      f"{per_step_text(p, idle)}",
+                title=f"Launch-bound: capture the step in a CUDA graph; {per_step:.0f} kernels per step, GPU idle "
+                      f"between launches {per_step_text(p, idle)}",
                 evidence=[
                     f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
                     f"launches {fmt_ns(interval)}",
-                    f"GPU busy {busy_share:.0%} of the step; launch gaps {per_step_text(p, idle)}",
-                    f"estimate: the gaps minus about {fmt_ns(GRAPH_GAP_NS)} per kernel that a CUDA graph replay keeps",
+                    f"GPU busy {busy_share:.0%} of the step; back-to-back launch gaps {fmt_ns(launch_idle)} and "
+                    f"PyTorch's own code between launches (dispatch, autograd, optimizer) {fmt_ns(framework)} per step",
+                    f"estimate: a graph replay keeps the GPU work plus about {fmt_ns(GRAPH_GAP_NS)} per kernel and "
+                    "removes both",
                 ],
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
                 fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
                      "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
                      "small kernels with torch.compile; a larger batch gives each launch more work."),
-                data=data_dict(launch_idle_ns=idle, kernels_per_step=per_step, median_kernel_ns=duration,
+                data=data_dict(launch_idle_ns=launch_idle, framework_idle_ns=framework, kernels_per_step=per_step,
+                               median_kernel_ns=duration,
                                median_launch_interval_ns=interval),
             ))
         return out

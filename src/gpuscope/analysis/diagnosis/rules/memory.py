@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..context import Context, data_dict, fmt_bytes, fmt_ns
 from ..finding import Finding
 from ..rule import Rule
+from .idle import graph_capturable
 
 MOSTLY_UNUSED = 0.5  # peak use below this share of the memory
 HEADROOM = 0.8  # share of the memory a larger batch may plan to fill
@@ -32,22 +33,35 @@ class GpuMemory(Rule):
                     continue
                 factor = max(2, min(MAX_FACTOR, int(HEADROOM * total / peak)))
                 parts = p.breakdown.mean_parts()
-                fixed = parts["idle_launch"] + parts["idle_sync"]
-                ns = fixed * (1 - 1 / factor)
-                if p.share(ns) < ctx.min_share:
+                step = parts["duration_ns"]
+                busy = sum(v for k, v in parts.items() if k.startswith("busy_"))
+                _, _, graphed = graph_capturable(ctx, p)
+                framework = p.per_step(float(graphed.sum()))
+                own_cpu = max(0.0, parts["idle_cpu"] - framework)
+                # what grows with the batch: GPU work, loading data and the program's own per-sample code;
+                # what does not: launching, PyTorch's own code, synchronizations
+                grows = own_cpu + parts["idle_data"] + parts["idle_transfer"]
+                fixed = max(0.0, step - busy - grows)
+                bigger = max(factor * busy, fixed) + factor * grows
+                share = max(0.0, 1 - bigger / (factor * step)) if step else 0.0
+                ns = share * step
+                if share < ctx.min_share:
                     continue
                 out.append(Finding(
-                    rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+                    rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns), work_changing=True,
                     title=f"GPU {device} memory mostly unused: peak {fmt_bytes(peak)} of {fmt_bytes(total)} "
                           f"({peak / total:.0%}); a {factor}x larger batch fits",
                     evidence=[f"peak memory in use (NVML, all processes) {fmt_bytes(peak)} of {fmt_bytes(total)}",
-                              f"per step the GPU idles {fmt_ns(fixed)} on launch overhead and host syncs, costs "
-                              "that do not grow with the batch (CPU work, which often does, is left out)",
-                              f"estimate: with a {factor}x batch they are spread over {factor}x the samples "
-                              "(saving per sample, as a share of the step)"],
+                              f"per step the GPU works {fmt_ns(busy)}, and idles {fmt_ns(fixed)} on launch overhead, "
+                              "PyTorch's own code and host syncs, which do not grow with the batch",
+                              f"estimate: a {factor}x batch step takes max({factor} x GPU work, the fixed host time) "
+                              f"plus {factor}x the data loading and per-sample host work: {fmt_ns(bigger)} for "
+                              f"{factor}x the samples, {share:.0%} less time per sample; this changes the work, "
+                              "so it is ranked apart"],
                     location="the batch size",
                     fix=(f"Increase the batch size (about {factor}x fits; scale the learning rate or use fewer "
                          "gradient-accumulation steps), or use the room for a larger model or longer sequences."),
-                    data=data_dict(peak_bytes=float(peak), total_bytes=float(total), factor=factor, saving_ns=ns),
+                    data=data_dict(peak_bytes=float(peak), total_bytes=float(total), factor=factor, saving_ns=ns,
+                                   per_sample_share=round(share, 4)),
                 ))
         return out
