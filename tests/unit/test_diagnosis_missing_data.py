@@ -45,6 +45,7 @@ def test_without_steps_the_capture_is_one_step(recorded: Callable[[str], Path]) 
     assert all(not f.one_time for f in diag.findings)
     assert "whole capture" in " ".join(diag.breakdown_table().notes)
     assert "do not repeat at least 4 times" in diag.step_source
+    assert any("set-up before its first GPU launch took 3.280 s" in n for n in diag.notes)
 
 
 def test_without_torch_cpu_samples_nvml_or_roofline(recorded: Callable[[str], Path]) -> None:

@@ -86,6 +86,7 @@ def test_unmarked_program_gets_steps_and_setup(recorded: Callable[[str], Path]) 
     (p,) = diag.processes
     assert p.has_steps and len(p.steps) == 356
     assert diag.step_source == source.description
+    assert any("set-up before its first step took" in n for n in diag.notes)
 
 
 @pytest.mark.parametrize("name", ["diagnosis_sync_item", "gpt_eager", "crash_kill"])

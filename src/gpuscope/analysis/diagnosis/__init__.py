@@ -105,6 +105,23 @@ def _within_step(ctx: Context, findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _setup_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]:
+    """For each process, how long the set-up before its first step (or, without steps, before its
+    first GPU launch) took: process start, imports, CUDA and library set-up, compilation."""
+    starts = dict(report.sql("SELECT pid, min(start_ns) FROM process GROUP BY pid"))
+    out = []
+    for p in processes:
+        begin = starts.get(p.pid)
+        if begin is None or not len(p.steps):
+            continue
+        first = int(p.steps["start_ns"].min())
+        if first > begin:
+            what = "its first step" if p.has_steps else "its first GPU launch"
+            out.append(f"Process {p.pid}: set-up before {what} took {fmt_ns(first - begin)} (process start, "
+                       "imports, CUDA and library set-up, compilation); it is left out of the steps.")
+    return out
+
+
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
@@ -125,6 +142,7 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     findings = _within_step(ctx, findings)
     findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
     processes = [p.breakdown for p in ctx.processes] if not ctx.missing("gpu") else []
+    ctx.notes += _setup_notes(report, processes)
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
