@@ -87,8 +87,9 @@ def step_source(report: Report) -> StepSource:
 
 @dataclass(frozen=True)
 class PatternSteps:
-    """Steps found as a repeating pattern: ``frame`` (pid, step, start_ns, end_ns, stop_ns) and
-    ``detail``: how they were found, or why none were (one line)."""
+    """Steps found as a repeating pattern: ``frame`` (pid, step, start_ns, end_ns, stop_ns, gpu_side:
+    the bounds are GPU start times, see :func:`_bounds`) and ``detail``: how they were found, or why
+    none were (one line)."""
 
     frame: pd.DataFrame
     detail: str
@@ -102,7 +103,7 @@ def _gpu_tokens(report: Report) -> pd.DataFrame:
     """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
     times of copies and memsets are estimates, too rough to order them among kernels, while one
     stream runs its operations in launch order."""
-    frame = report.df(f"SELECT pid, kind, name_id, copy_kind, launch_ns FROM {ops_table(report)} "
+    frame = report.df(f"SELECT pid, kind, name_id, copy_kind, launch_ns, start_ns FROM {ops_table(report)} "
                       "ORDER BY pid, start_ns, op_id")
     token = frame["name_id"].astype("float64").fillna(-1).to_numpy(np.int64)
     copies = frame["copy_kind"].map(_COPY_TOKENS).fillna(-7).to_numpy(np.int64)
@@ -111,10 +112,10 @@ def _gpu_tokens(report: Report) -> pd.DataFrame:
     token = np.where(kind == "memset", -10, token)
     token = np.where(kind == "graph", -11, token)
     return pd.DataFrame({"pid": frame["pid"], "token": token, "launch_ns": frame["launch_ns"],
-                         "exact": np.isin(kind, ("kernel", "graph"))})
+                         "start_ns": frame["start_ns"], "exact": np.isin(kind, ("kernel", "graph"))})
 
 
-def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, np.ndarray] | None:
+def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
     """The loop of one process and the launch times its starts index, from all its GPU operations
     or from its kernels alone, whichever repeats better (a copy whose place among the kernels varies
     blurs the pattern; a loop of identical kernels needs its copies to show where an iteration ends);
@@ -122,16 +123,35 @@ def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, np.ndarray] | None:
     tries = [own]
     if "exact" in own and not own["exact"].all() and own["exact"].any():
         tries.append(own[own["exact"].to_numpy(bool)])
-    best: tuple[Pattern, np.ndarray] | None = None
+    best: tuple[Pattern, pd.DataFrame] | None = None
     for frame in tries:
-        launch = frame["launch_ns"].to_numpy(np.int64)
-        found = find_pattern(frame["token"].to_numpy(np.int64), launch)
+        found = find_pattern(frame["token"].to_numpy(np.int64), frame["launch_ns"].to_numpy(np.int64))
         if found is None:
             continue
         if best is None or found.score > best[0].score + 0.02 or (
                 found.score >= best[0].score - 0.02 and found.period > best[0].period):
-            best = (found, launch)
+            best = (found, frame)
     return best
+
+
+def _bounds(found: Pattern, frame: pd.DataFrame) -> tuple[np.ndarray, bool]:
+    """The times that start each iteration, and after them the end of the last one.
+
+    An iteration starts at the launch of its first operation. Where launch times do not tell
+    iterations apart (a host far ahead of a GPU-bound loop: CUPTI gives kernels queued deep no
+    queued time, and they share the estimate of their launch anchor), the GPU start of that
+    operation stands in. The last iteration ends at the launch (or GPU start) of the operation
+    after it, or just after its own last one. Returns the times, and whether they are GPU starts."""
+    launch = frame["launch_ns"].to_numpy(np.int64)
+    start = frame["start_ns"].to_numpy(np.int64) if "start_ns" in frame else launch
+    idx = np.append(found.starts, min(int(found.starts[-1]) + found.period, len(launch) - 1))
+    at = launch[idx]
+    gpu_side = len(np.unique(at)) < 0.9 * len(at)
+    if gpu_side:
+        at = start[idx]
+    if idx[-1] <= idx[-2]:
+        at[-1] = at[-2] + 1
+    return np.maximum.accumulate(at), gpu_side
 
 
 def pattern_steps(report: Report) -> PatternSteps:
@@ -143,7 +163,7 @@ def pattern_steps(report: Report) -> PatternSteps:
     tokens = _gpu_tokens(report)
     if not len(tokens) and report.count("torch_op"):
         what = "PyTorch operators"
-        tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns FROM torch_op "
+        tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
                            "WHERE tid = pid ORDER BY pid, start_ns")
     rows: list[tuple[int, int, int, int, int]] = []
     details: list[str] = []
@@ -151,15 +171,14 @@ def pattern_steps(report: Report) -> PatternSteps:
         result = _process_pattern(own)
         if result is None:
             continue
-        found, launch = result
+        found, frame = result
         starts = found.starts
-        after = np.minimum(starts[-1] + found.period, len(launch) - 1)
-        bounds = np.append(launch[starts], max(int(launch[after]), int(launch[starts[-1]]) + 1))
+        bounds, gpu_side = _bounds(found, frame)
         for i in range(len(starts)):
-            rows.append((int(pid), i + 1, int(bounds[i]), int(bounds[i + 1]), int(bounds[i + 1])))
+            rows.append((int(pid), i + 1, int(bounds[i]), int(bounds[i + 1]), int(bounds[i + 1]), gpu_side))
         details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}, "
                        f"{len(starts)} times" + (f" (process {pid})" if tokens["pid"].nunique() > 1 else ""))
-    frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns"])
+    frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns", "gpu_side"])
     if details:
         detail = "; ".join(details) + ": no step marks were recorded"
     elif len(tokens):
@@ -237,6 +256,10 @@ def step_windows(report: Report, source: StepSource | None = None) -> pd.DataFra
     steps = report.df(f"SELECT pid, step, start_ns, end_ns, stop_ns FROM {steps_table(report, source)} "
                       "ORDER BY pid, start_ns")
     ops = report.df(f"SELECT pid, launch_ns, end_ns FROM {ops_table(report)} ORDER BY pid, launch_ns")
+    gpu_side: set[int] = set()
+    if source.kind == "pattern":
+        found = pattern_steps(report).frame
+        gpu_side = {int(p) for p in found.loc[found["gpu_side"], "pid"].unique()}
     out = []
     for pid, mine in steps.groupby("pid", sort=True):
         own = ops[ops["pid"] == pid]
@@ -247,7 +270,7 @@ def step_windows(report: Report, source: StepSource | None = None) -> pd.DataFra
         prev_end: int | None = None
         for step, start, end, stop in zip(mine["step"], mine["start_ns"], mine["end_ns"], mine["stop_ns"]):
             n = int(np.searchsorted(launch, stop, "left"))
-            finish = max(int(end), int(end_by_launch[n - 1]) if n else int(end))
+            finish = int(end) if int(pid) in gpu_side else max(int(end), int(end_by_launch[n - 1]) if n else int(end))
             begin = int(start) if prev_end is None else max(int(start), prev_end)
             if source.kind != "range" and prev_end is not None:
                 begin = prev_end

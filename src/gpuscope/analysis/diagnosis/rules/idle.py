@@ -278,7 +278,9 @@ class WarmUp(Rule):
 
     @staticmethod
     def _compiler_share(ctx: Context, p: Process, lo: int, hi: int) -> float:
-        """The share of the sampled time in [lo, hi) whose stack holds a frame of the compiler."""
+        """The share of the sampled time in [lo, hi) whose stack holds a frame of the compiler, not
+        under an import (importing torch._dynamo, which the optimizers do on first use, is no
+        compilation)."""
         if ctx.missing("cpu_samples"):
             return 0.0
         like = " OR ".join(f"fl.value LIKE '%{f}%'" for f in COMPILER_FILES)
@@ -291,11 +293,13 @@ class WarmUp(Rule):
                     UNION ALL
                     SELECT w.stack_id, st.parent_id FROM walk w JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
                     WHERE w.node <> 0),
-                hit AS (
-                    SELECT DISTINCT w.stack_id FROM walk w
+                framed AS (
+                    SELECT w.stack_id, fl.value AS file FROM walk w
                     JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
-                    JOIN cpu_frame f ON f.pid = {pid} AND f.id = st.frame_id JOIN string fl ON fl.id = f.file_id
-                    WHERE {like})
+                    JOIN cpu_frame f ON f.pid = {pid} AND f.id = st.frame_id JOIN string fl ON fl.id = f.file_id),
+                hit AS (
+                    SELECT DISTINCT stack_id FROM framed fl WHERE {like.replace("fl.value", "fl.file")}
+                    EXCEPT SELECT stack_id FROM framed WHERE file LIKE '%importlib%')
                 SELECT (SELECT sum(w) FROM s), (SELECT sum(w) FROM s WHERE stack_id IN (SELECT stack_id FROM hit))""",
             )[0]
         return float(compiler or 0) / float(total) if total else 0.0
