@@ -33,8 +33,8 @@ memsets); time when several run at once is shared equally among them.
    framework code (preprocessing, logging, a slow loop) or waited for something else.
 
 Kernel-side rules also need to know which kernels hold up the step: a kernel is *critical* when
-the next GPU operation was launched before it ended (the GPU had queued work: it was the
-bottleneck) or the host was blocked waiting when it ended. Making a kernel that is not critical
+the next GPU operation was launched before it ended or started within 4 µs of its end (the GPU
+had queued work: it was the bottleneck), or the host was blocked waiting when it ended. Making a kernel that is not critical
 faster only lengthens the idle time after it.
 """
 
@@ -50,6 +50,7 @@ from .timeline import COPY_APIS, ProcessTimeline
 SLACK_NS = 20_000
 SCALAR_BYTES = 64 * 1024
 LAUNCH_INTERVAL_NS = 100_000
+BACK_TO_BACK_NS = 4_000  # an operation starting this soon after the previous one ended was queued behind it
 
 BOUNDS = ("compute", "memory", "latency", "unknown")
 PARTS = (
@@ -294,7 +295,11 @@ def _op_times(tl: ProcessTimeline, ws: np.ndarray, we: np.ndarray, warm: np.ndar
         exclusive[idx] = (_covered_before(steady_ws, steady_we, e[idx])
                           - _covered_before(steady_ws, steady_we, x0))
     next_launch = np.concatenate([launch[1:], [np.iinfo(np.int64).max]])
+    # the next operation started right after this one ended: it was queued (a kernel queued deep has no
+    # launch time of its own in CUPTI's record, only an estimate at its GPU start)
+    next_start = np.concatenate([s[1:], [np.iinfo(np.int64).max]])
+    queued = next_start - e <= BACK_TO_BACK_NS
     waited = latest_covering(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64),
                               e, slack=SLACK_NS) >= 0
     return pd.DataFrame({"op_id": ops["op_id"].to_numpy(), "steady_ns": exclusive,
-                         "critical": (next_launch < e) | waited})
+                         "critical": (next_launch < e) | queued | waited})

@@ -20,6 +20,7 @@ from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
 MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
+LAUNCH_WINDOW_NS = 2_000_000  # Python samples this soon after a launch show the line that made it
 
 
 @dataclass
@@ -292,6 +293,17 @@ class Context:
             main = mine[mine["tid"] == pid]
             out[int(pid)] = main if len(main) else mine
         return out
+
+    def launch_lines(self, pid: int, launches: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
+        """The program lines that Python samples show around the given launch times (within
+        :data:`LAUNCH_WINDOW_NS` after each): where the program launched that work, as
+        :meth:`program_lines` gives them."""
+        if not len(launches):
+            return []
+        t = np.unique(np.sort(launches.astype(np.int64)))
+        starts, ends = t, t + LAUNCH_WINDOW_NS
+        keep = np.concatenate([[True], starts[1:] >= ends[:-1]])  # disjoint: drop windows inside the one before
+        return self.program_lines(pid, starts[keep], ends[keep], top)
 
     def describe_lines(self, lines: list[tuple[str, str, float]]) -> str:
         """``file:line function (share), ...`` for evidence."""

@@ -40,3 +40,13 @@ def float32_without_tensor_cores(name: str) -> bool:
 def is_attention(name: str) -> bool:
     """Return whether the name is a fused attention kernel (TF32 does not apply; bf16/fp16 do)."""
     return bool(re.search(r"fmha|attention|flash", name, re.IGNORECASE))
+
+
+_ELEMENTWISE = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise|vectorized_elementwise",
+                          re.IGNORECASE)
+
+
+def is_elementwise(name: str) -> bool:
+    """Return whether ``name`` is one of PyTorch's elementwise kernels (one pass over its tensors:
+    arithmetic, activations, casts, copies)."""
+    return bool(_ELEMENTWISE.search(name))

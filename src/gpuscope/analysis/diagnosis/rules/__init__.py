@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..rule import Rule
 from .copies import PageableCopies, StreamOverlap, SyncCopies
+from .fusion import UnfusedElementwise
 from .gemm_loops import SmallGemms
 from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
 from .kernels import BelowRoofline, NoTensorCores
@@ -21,6 +22,7 @@ RULES: list[Rule] = [
     SyncCopies(),
     StreamOverlap(),
     NoTensorCores(),
+    UnfusedElementwise(),
     BelowRoofline(),
     GpuMemory(),
     WarmUp(),

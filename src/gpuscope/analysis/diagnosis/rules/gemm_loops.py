@@ -2,11 +2,14 @@
 
 A *GEMM loop* is a run, within one steady step, of at least ``MIN_LOOP`` launches of the same
 matmul kernel with the same launch configuration, each with at most half as many thread blocks as
-the GPU has SMs (so each leaves most of the GPU idle), with at most ``MAX_BETWEEN`` other
+the GPU has SMs (so each leaves most of the GPU idle) or run so far apart that the GPU is idle for
+most of the loop (a loop the host's launches pace), with at most ``MAX_BETWEEN`` other
 operations and ``MAX_GAP_NS`` between the starts of one and the next (a tight loop body; the
 same GEMM once per layer of a deep model, with a layer's work between, is not one: layers depend
-on each other and cannot be batched). One batched multiply would take about as long as the
-loop's multiplies need SMs: ``max(one kernel, sum of kernels x blocks / SMs)``; the saving is the
+on each other and cannot be batched). One batched multiply would take what the loop's FLOPs take at
+the roofline's attainable rate for that kernel (when the report has the work of its kernels: operator
+shapes), else about as long as the loop's multiplies need SMs: ``max(one kernel, sum of kernels x
+blocks / SMs)``; the saving is the
 loop's span (kernels, other operations of the body, and the launch gaps between them) minus that.
 The launch and CPU-work gaps inside a loop are counted here, not by ``launch_bound`` or
 ``idle_cpu_work``.
@@ -41,10 +44,13 @@ class GemmLoop:
     end_ns: int
     kernel_ns: float
     median_ns: float
+    roof_ns: float | None = None  # the loop's FLOPs at the attainable rate, when known
 
     @property
     def batched_ns(self) -> float:
         """The estimated time of one batched multiply doing the loop's work."""
+        if self.roof_ns is not None:
+            return max(self.median_ns, self.roof_ns)
         return max(self.median_ns, self.kernel_ns * min(1.0, self.blocks / max(self.sm_count, 1)))
 
     @property
@@ -72,10 +78,11 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
     sms = dict(ctx.report.sql("SELECT id, max(sm_count) FROM device GROUP BY id"))
     position = pd.Index(ops["op_id"])
     out = []
+    rates = _flops_and_rate(ctx)
     for (name, config, device), group in kern.groupby(["name", "config_id", "device_id"], dropna=False, observed=True):
         blocks = int(configs.get(config) or 0)
         sm_count = int(sms.get(device) or 0)
-        if len(group) < MIN_LOOP or not blocks or not sm_count or 2 * blocks > sm_count:
+        if len(group) < MIN_LOOP or not blocks or not sm_count:
             continue
         idx = position.get_indexer(group["op_id"])
         starts = group["start_ns"].to_numpy(np.int64)
@@ -85,9 +92,29 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
                 continue
             run = group.iloc[part]
             d = (run["end_ns"] - run["start_ns"]).to_numpy()
+            span = float(run["end_ns"].max() - run["start_ns"].min())
+            if 2 * blocks > sm_count and d.sum() >= 0.5 * span:
+                continue  # each fills the GPU and they run back to back: nothing to batch
+            rate = rates.get(str(name))
+            roof = len(run) * rate[0] / rate[1] * 1e9 if rate else None
             out.append(GemmLoop(str(name), blocks, sm_count, run["op_id"].astype(int).tolist(),
                                 int(run["start_ns"].min()), int(run["end_ns"].max()), float(d.sum()),
-                                float(np.median(d))))
+                                float(np.median(d)), roof))
+    return out
+
+
+def _flops_and_rate(ctx: Context) -> dict[str, tuple[float, float]]:
+    """Per kernel name: FLOPs per launch and the attainable FLOP/s, from the roofline's points."""
+    points = ctx.roofline
+    if points is None:
+        return {}
+    out = {}
+    for r in points.itertuples(index=False):
+        if r.kernels and r.flops and r.attainable_flops_per_s and r.attainable_flops_per_s > 0:
+            per = float(r.flops) / float(r.kernels)
+            name = str(r.name)
+            if name not in out:
+                out[name] = (per, float(r.attainable_flops_per_s))
     return out
 
 
@@ -108,8 +135,8 @@ def loop_op_ids(ctx: Context, p: Process) -> set[int]:
 
 class SmallGemms(Rule):
     name = "small_gemms"
-    description = ("Loops of many small same-shape matrix multiplies that each leave most SMs idle; "
-                   "one batched multiply would do them at once.")
+    description = ("Loops of many small same-shape matrix multiplies that each leave most SMs idle, or that "
+                   "the host's launches pace; one batched multiply would do them at once.")
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
@@ -132,14 +159,16 @@ class SmallGemms(Rule):
                     f"loop(s); each {fmt_ns(first.median_ns)} on {first.blocks} thread blocks for "
                     f"{first.sm_count} SMs",
                     f"the loops span {fmt_ns(span)} per step; one batched multiply would take about "
-                    f"{fmt_ns(p.per_step(sum(loop.batched_ns for loop in mine)))}",
+                    f"{fmt_ns(p.per_step(sum(loop.batched_ns for loop in mine)))}"
+                    + (" (their FLOPs at the roofline's attainable rate)" if first.roof_ns is not None
+                       else " (the loop's kernel time over the SMs they leave idle)"),
                 ]
                 shapes = _op_shapes(ctx, p.pid, first.start_ns, first.end_ns)
                 if shapes:
                     evidence.append(f"most frequent operator in the loop: {shapes}")
                 out.append(Finding(
                     rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                    title=f"{launches / p.n_steps:.0f} small same-shape matmuls per step: batch them",
+                    title=f"{launches / p.n_steps:.0f} same-shape matmuls in a loop per step: batch them",
                     evidence=evidence, location=f"launched in {where}" if where else "a loop of matmuls",
                     fix=("Stack the operands and multiply once: torch.bmm / torch.matmul on [N, m, k] tensors, "
                          "torch.baddbmm, or torch.einsum over the loop dimension (pad to a common shape when "

@@ -1,0 +1,286 @@
+"""Shared harness of the validation programs: their variants, the plain run, and the measurement.
+
+A program (``bmm_loop.py``, ``mlp_adam.py``, ...) is an ordinary PyTorch script: run plainly it
+builds the variant *as written* and runs it for a fixed number of iterations, with no profiler
+import and no step marks of its own (programs with an optimizer get PyTorch's ``optimizer.step``).
+It also declares candidate fixes, each with the diagnosis rules whose finding would name it:
+
+    python tests/workloads/bmm_loop.py                          # as written, as a user runs it
+    python tests/workloads/bmm_loop.py --variant bmm            # one fix, the same way
+    python tests/workloads/bmm_loop.py --measure --rounds 5 --timing-out bmm_loop.json
+
+``--measure`` builds every variant up front (CUDA graphs captured, compiled functions warmed), then
+times them interleaved in one process, ``A B C A B C ...``: each round runs a few untimed
+iterations of a variant and then times ``--iterations`` of them between two
+``torch.cuda.synchronize()`` calls, so the per-iteration time is the wall time over the count,
+whichever of host and GPU is the bottleneck. ``--device cpu --quick`` runs tiny sizes on a machine
+without a GPU (variants that need CUDA, such as CUDA graphs, are skipped there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+Step = Callable[[], object]
+
+AS_WRITTEN = "as_written"
+REWARM = 3  # untimed iterations of a variant at the start of each of its rounds
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to write the program: the one as written (first) or a candidate fix.
+
+    ``rules``: the diagnosis rules whose finding names this fix. ``work_changing``: the fix changes
+    the work of an iteration (a larger batch), so it is compared per sample; ``samples``: samples
+    per iteration at full size. ``needs_cuda``: left out on a CPU run (CUDA graphs).
+    """
+
+    name: str
+    description: str
+    rules: tuple[str, ...] = ()
+    work_changing: bool = False
+    samples: int = 1
+    needs_cuda: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the declaration as plain data."""
+        return {"description": self.description, "rules": list(self.rules), "work_changing": self.work_changing,
+                "samples_per_iteration": self.samples, "needs_cuda": self.needs_cuda}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how big a program runs: its device, and ``quick`` for tiny sizes (smoke tests)."""
+
+    device: torch.device
+    quick: bool = False
+
+    @property
+    def cuda(self) -> bool:
+        """Whether the program runs on a GPU."""
+        return self.device.type == "cuda"
+
+    def pick(self, full: T, quick: T) -> T:
+        """Return ``quick`` for a smoke test, ``full`` otherwise."""
+        return quick if self.quick else full
+
+    def sync(self) -> None:
+        """Wait for the GPU (nothing on a CPU)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+@dataclass(frozen=True)
+class Program:
+    """A validation program: what it is, its variants (the one as written first), how to build them.
+
+    ``build(variant, setup)`` returns the function of one iteration. ``iterations``: of the plain run
+    (warm-up included: enough for 50 steady ones); ``measure_iterations``: timed per round;
+    ``warmup``: untimed iterations of each variant after it is built. ``nothing_to_fix``: no finding
+    should save more than 5%. ``marks``: step marks the program makes by itself (``none``, or
+    ``optimizer``: PyTorch's ``optimizer.step``).
+    """
+
+    name: str
+    description: str
+    variants: tuple[Variant, ...]
+    build: Callable[[str, Setup], Step]
+    iterations: int
+    measure_iterations: int
+    warmup: int = 10
+    nothing_to_fix: bool = False
+    marks: str = "none"
+
+    @property
+    def as_written(self) -> Variant:
+        """The variant the plain run runs."""
+        return self.variants[0]
+
+    @property
+    def fixes(self) -> tuple[Variant, ...]:
+        """The candidate fixes."""
+        return self.variants[1:]
+
+    def variant(self, name: str) -> Variant:
+        """The variant named ``name``; KeyError when there is none."""
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(f"{self.name} has no variant {name!r}; it has {', '.join(v.name for v in self.variants)}")
+
+
+def python_work(seconds: float) -> int:
+    """Run Python bytecode for ``seconds``: host work of a known length (logging, bookkeeping, metrics)."""
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def capture(fn: Callable[[], T], before: Callable[[], object] | None = None, warmup: int = 3) -> Callable[[], T]:
+    """Capture one call of ``fn`` in a CUDA graph; return a function that replays it and returns ``fn``'s outputs.
+
+    ``fn`` first runs ``warmup`` times on a side stream, as capture requires. ``before`` runs before
+    each of those calls and once before the capture: ``optimizer.zero_grad(set_to_none=True)`` for a
+    training step, so that the captured backward allocates the gradients in the graph's memory.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            if before is not None:
+                before()
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    if before is not None:
+        before()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay() -> T:
+        graph.replay()
+        return out
+
+    return replay
+
+
+def parser(program: Program) -> argparse.ArgumentParser:
+    """The command line of a program."""
+    p = argparse.ArgumentParser(description=program.description)
+    p.add_argument("--variant", default=AS_WRITTEN, choices=[v.name for v in program.variants],
+                   help="plain run of this variant (default: as written)")
+    p.add_argument("--iterations", type=int, help="iterations of the plain run, or timed per round with --measure")
+    p.add_argument("--measure", action="store_true", help="time every variant, interleaved, in this process")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of --measure")
+    p.add_argument("--warmup", type=int, help="untimed iterations of each variant after it is built (--measure)")
+    p.add_argument("--timing-out", help="write the timing (JSON) here")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to run (default cuda)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few iterations: a smoke test")
+    return p
+
+
+def _setup(device: str, quick: bool) -> Setup:
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("this program needs a CUDA GPU (or --device cpu --quick for a smoke test)")
+    return Setup(torch.device(device), quick)
+
+
+def _device_name(setup: Setup) -> str:
+    return torch.cuda.get_device_name() if setup.cuda else f"CPU ({platform.processor() or platform.machine()})"
+
+
+def run_plain(program: Program, setup: Setup, variant: str = AS_WRITTEN, iterations: int | None = None) -> float:
+    """Build one variant and run it ``iterations`` times, as a user's script would; return the wall seconds."""
+    if program.variant(variant).needs_cuda and not setup.cuda:
+        sys.exit(f"variant {variant} of {program.name} needs CUDA")
+    n = iterations or (5 if setup.quick else program.iterations)
+    t0 = time.perf_counter()
+    step = program.build(variant, setup)
+    for _ in range(n):
+        step()
+    setup.sync()
+    return time.perf_counter() - t0
+
+
+def measure(program: Program, setup: Setup, rounds: int, iterations: int, warmup: int) -> dict[str, Any]:
+    """Time every variant of ``program`` interleaved (``A B C A B C ...``); return the timing document.
+
+    Per variant: the per-iteration seconds of each round (``round_s``), their median, min, max and
+    spread ((max - min) / median), and the median per sample.
+    """
+    variants = [v for v in program.variants if setup.cuda or not v.needs_cuda]
+    steps: dict[str, Step] = {}
+    build_s: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for v in variants:
+        t0 = time.perf_counter()
+        try:
+            steps[v.name] = program.build(v.name, setup)
+            for _ in range(warmup):
+                steps[v.name]()
+            setup.sync()
+        except Exception as exc:  # noqa: BLE001  (a fix that cannot run here is reported, the others measured)
+            failed[v.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            print(f"{program.name} {v.name}: failed to build: {failed[v.name]}", file=sys.stderr)
+            steps.pop(v.name, None)
+            if setup.cuda:
+                torch.cuda.synchronize()
+            continue
+        build_s[v.name] = time.perf_counter() - t0
+    variants = [v for v in variants if v.name in steps]
+    times: dict[str, list[float]] = {v.name: [] for v in variants}
+    for _ in range(rounds):
+        for v in variants:
+            step = steps[v.name]
+            for _ in range(min(REWARM, warmup)):
+                step()
+            setup.sync()
+            t0 = time.perf_counter()
+            for _ in range(iterations):
+                step()
+            setup.sync()
+            times[v.name].append((time.perf_counter() - t0) / iterations)
+    out: dict[str, Any] = {}
+    for v in program.variants:
+        doc = {**v.as_dict(), "as_written": v is program.as_written}
+        if v.name in times:
+            t = times[v.name]
+            med = statistics.median(t)
+            doc.update(round_s=t, median_s=med, min_s=min(t), max_s=max(t),
+                       spread=(max(t) - min(t)) / med if med else 0.0, per_sample_s=med / v.samples,
+                       build_s=round(build_s[v.name], 3))
+        else:
+            doc["skipped"] = failed.get(v.name, f"needs CUDA, ran on {setup.device.type}")
+        out[v.name] = doc
+    return {
+        "program": program.name,
+        "description": program.description,
+        "device": _device_name(setup),
+        "torch": torch.__version__,
+        "quick": setup.quick,
+        "rounds": rounds,
+        "iterations": iterations,
+        "warmup": warmup,
+        "nothing_to_fix": program.nothing_to_fix,
+        "marks": program.marks,
+        "as_written": program.as_written.name,
+        "variants": out,
+    }
+
+
+def main(program: Program, argv: list[str] | None = None) -> None:
+    """The program's command line: a plain run of one variant, or ``--measure`` of all of them."""
+    args = parser(program).parse_args(argv)
+    setup = _setup(args.device, args.quick)
+    if args.measure:
+        iterations = args.iterations or (3 if args.quick else program.measure_iterations)
+        warmup = args.warmup if args.warmup is not None else (2 if args.quick else program.warmup)
+        doc = measure(program, setup, args.rounds, iterations, warmup)
+        for name, v in doc["variants"].items():
+            if "median_s" in v:
+                print(f"{program.name} {name}: {v['median_s'] * 1e3:.3f} ms per iteration "
+                      f"(median of {args.rounds}, spread {v['spread']:.1%})")
+            else:
+                print(f"{program.name} {name}: skipped ({v['skipped']})")
+    else:
+        n = args.iterations or (5 if args.quick else program.iterations)
+        wall = run_plain(program, setup, args.variant, n)
+        doc = {"program": program.name, "variant": args.variant, "device": _device_name(setup),
+               "iterations": n, "wall_s": wall}
+        print(f"{program.name} ({args.variant.replace('_', ' ')}): {n} iterations in {wall:.2f} s")
+    if args.timing_out:
+        with open(args.timing_out, "w") as fh:
+            json.dump(doc, fh, indent=1)
