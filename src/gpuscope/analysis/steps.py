@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from ..trace.stacks import stack_sites
 from ..trace.trim import capture_limited
 from .attribution import ops_table, temp_table
 from .capture import windows_table
@@ -154,6 +155,30 @@ def _bounds(found: Pattern, frame: pd.DataFrame) -> tuple[np.ndarray, bool]:
     return np.maximum.accumulate(at), gpu_side
 
 
+LINE_WINDOW_NS = 2_000_000  # Python samples this soon after an iteration's first launch show the loop's line
+
+
+def _launch_line(report: Report, pid: int, starts: np.ndarray) -> str | None:
+    """The program line (``file:line``) that Python samples of the main thread show most often
+    just after the iterations start (the loop body that launches them), or None without samples."""
+    if not report.count("cpu_sample") or not len(starts):
+        return None
+    samples = report.df("SELECT ts_ns, stack_id FROM cpu_sample WHERE pid = ? AND tid = pid ORDER BY ts_ns", [pid])
+    ts = samples["ts_ns"].to_numpy(np.int64)
+    w = np.searchsorted(np.sort(starts.astype(np.int64)), ts, "right") - 1
+    inside = (w >= 0) & (ts < np.sort(starts.astype(np.int64))[np.maximum(w, 0)] + LINE_WINDOW_NS)
+    frame = samples[inside].groupby("stack_id").size().rename("n").reset_index()
+    if not len(frame):
+        return None
+    sites = stack_sites(report, {(pid, int(sid)) for sid in frame["stack_id"]})
+    counts: dict[str, int] = {}
+    for sid, n in zip(frame["stack_id"], frame["n"]):
+        loc = sites[(pid, int(sid))].location
+        if not loc.startswith("("):
+            counts[loc] = counts.get(loc, 0) + int(n)
+    return max(counts, key=lambda k: counts[k]) if counts else None
+
+
 def pattern_steps(report: Report) -> PatternSteps:
     """Return the steps of each process found as its repeating launch sequence (GPU operations;
     without any, the PyTorch operators of its main thread), computed once per report."""
@@ -176,8 +201,10 @@ def pattern_steps(report: Report) -> PatternSteps:
         bounds, gpu_side = _bounds(found, frame)
         for i in range(len(starts)):
             rows.append((int(pid), i + 1, int(bounds[i]), int(bounds[i + 1]), int(bounds[i + 1]), gpu_side))
-        details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}, "
-                       f"{len(starts)} times" + (f" (process {pid})" if tokens["pid"].nunique() > 1 else ""))
+        line = _launch_line(report, int(pid), bounds[:-1])
+        details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}"
+                       + (f" launched from {line}" if line else "") + f", {len(starts)} times"
+                       + (f" (process {pid})" if tokens["pid"].nunique() > 1 else ""))
     frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns", "gpu_side"])
     if details:
         detail = "; ".join(details) + ": no step marks were recorded"

@@ -36,7 +36,8 @@ class UnfusedElementwise(Rule):
                 continue
             names = kern["name"].astype(str).to_numpy(object)
             dur = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.int64)
-            ok = np.array([is_elementwise(n) for n in names]) & (dur >= MIN_KERNEL_NS)
+            elementwise = {n: is_elementwise(n) for n in set(names.tolist())}
+            ok = np.array([elementwise[n] for n in names], bool) & (dur >= MIN_KERNEL_NS)
             ok &= kern["critical"].fillna(False).to_numpy(bool)
             # a chain ends with its step: one fused kernel per step and chain
             step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
