@@ -23,7 +23,20 @@ With ``--end-to-end ROUNDS`` it also profiles that training (fresh processes, in
 ``-t torch,host`` and ``-t torch,host,torch-ops``, and reports the difference per recorded operator,
 the flush and the report writing included.
 
+``--after-window ROUNDS`` (instead of the above) measures the sampling recorder (``--trace
+torch-shapes``) once its window is over: a recorder with the default policy is installed, the
+training runs with step marks until its window has closed, and then the three loops are timed as
+above against ``plain``, with the handler's calls counted (none are expected).
+
+``--shapes ROUNDS`` profiles the training of bench/workloads/cpu_work.py (1000 steps) untraced,
+with ``-t torch,host``, ``-t torch,host,torch-shapes`` and ``-t torch,host,torch-ops``, fresh
+processes, the order of the four turning from round to round; it reports the whole run and its last
+800 steps (well after the sample window, which closes at the end of step 3) as ratios to the
+untraced run of the same round (median and range).
+
     python3 bench/torch_ops_cost.py [--rounds 15] [--end-to-end 5]
+    python3 bench/torch_ops_cost.py --after-window 15
+    python3 bench/torch_ops_cost.py --shapes 7
 """
 
 from __future__ import annotations
@@ -31,9 +44,11 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +93,12 @@ def training() -> None:
         OPT.zero_grad()
         MODEL(X).square().mean().backward()
         OPT.step()
+
+
+def training_step() -> None:
+    OPT.zero_grad()
+    MODEL(X).square().mean().backward()
+    OPT.step()
 
 
 def _count_ops(work: Callable[[], None]) -> int:
@@ -186,11 +207,127 @@ def end_to_end(rounds: int) -> None:
           f"(range {min(extra):.2f} - {max(extra):.2f})")
 
 
+def _extra_per_op(times: dict[str, list[float]], ops: int, case: str) -> str:
+    extra = [(t - p) / ops * 1e6 for t, p in zip(times[case], times["plain"])]
+    return f"{statistics.median(extra):+.2f} µs per operator (range {min(extra):+.2f} to {max(extra):+.2f})"
+
+
+def after_window(rounds: int) -> None:
+    """The sampling recorder once its window is over: extra CPU time per operator against ``plain``."""
+    from gpuscope.capture.op_sample import RECORDING, WAITING, SamplePolicy
+
+    before = {name: getattr(_python_dispatch, name) for name in MODE_FLAGS}
+    rec = TorchOps(0, lambda level, msg: None, SamplePolicy(later_s=0))
+    rec.install(torch)
+    after = {name: getattr(_python_dispatch, name) for name in MODE_FLAGS}
+    steps = 0
+    while rec.sample is not None and rec.sample.state in (WAITING, RECORDING):
+        training_step()
+        steps += 1
+        rec.step_mark(steps)
+    rec.take()
+    calls = [0]
+    handler = type(rec.mode).__torch_dispatch__
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return handler(*args, **kwargs)
+
+    type(rec.mode).__torch_dispatch__ = counting
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"torch {torch.__version__}; {rounds} rounds, process CPU time")
+    print(f"window over after {steps} steps: {rec.counts['ops']:,} operators recorded "
+          f"({rec.sample.windows[0][3] if rec.sample and rec.sample.windows else '-'})")
+
+    def plain(work: Callable[[], None]) -> None:
+        for name, value in before.items():
+            setattr(_python_dispatch, name, value)
+        try:
+            work()
+        finally:
+            for name, value in after.items():
+                setattr(_python_dispatch, name, value)
+
+    cases = {"plain": plain, "after the window": lambda work: work()}
+    for work in (small_ops, mlp, training):
+        ops = _count_ops(work)
+        for case in cases.values():
+            case(work)
+        calls[0] = 0
+        times: dict[str, list[float]] = {k: [] for k in cases}
+        names = list(cases)
+        for r in range(rounds):
+            for name in names[r % 2:] + names[:r % 2]:
+                gc.collect()
+                times[name].append(_cpu_time(functools.partial(cases[name], work)))
+        print(f"{work.__name__}: {ops} operators a run, plain {statistics.median(times['plain']) / ops * 1e6:.2f} µs "
+              f"per operator; after the window {_extra_per_op(times, ops, 'after the window')}; "
+              f"handler calls {calls[0]}")
+
+
+SHAPES_MODES = {"untraced": None, "torch,host": "torch,host", "torch,host,torch-shapes": "torch,host,torch-shapes",
+                "torch,host,torch-ops": "torch,host,torch-ops"}
+
+
+def _timed(mode: str | None, scratch: str) -> dict[str, float]:
+    """One fresh run of the CPU training, profiled with ``mode`` (None: untraced); its own timings."""
+    work = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads", "cpu_work.py")
+    out = os.path.join(scratch, "t.json")
+    cmd = [sys.executable, work, "torch", out]
+    if mode is not None:
+        cmd = [sys.executable, "-m", "gpuscope", "profile", "-t", mode, "-o", os.path.join(scratch, mode),
+               "--force-overwrite", *cmd[1:]]
+    subprocess.run(cmd, check=True, capture_output=True)
+    with open(out) as fh:
+        return dict(json.load(fh))
+
+
+def shapes(rounds: int) -> None:
+    """The four modes end to end, interleaved: the whole run and its last 800 steps, as ratios to untraced."""
+    import gpuscope
+
+    whole: dict[str, list[float]] = {m: [] for m in SHAPES_MODES}
+    late: dict[str, list[float]] = {m: [] for m in SHAPES_MODES}
+    names = list(SHAPES_MODES)
+    with tempfile.TemporaryDirectory() as scratch:
+        for r in range(rounds):
+            for label in names[r % len(names):] + names[:r % len(names)]:
+                got = _timed(SHAPES_MODES[label], scratch)
+                whole[label].append(got["seconds"])
+                late[label].append(got["late_seconds"])
+        with gpuscope.load(os.path.join(scratch, "torch,host,torch-shapes.gpuscope")) as report:
+            windows = report.sql("SELECT operators, reason FROM torch_op_window")
+        with gpuscope.load(os.path.join(scratch, "torch,host,torch-ops.gpuscope")) as report:
+            every = report.count("torch_op")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"torch {torch.__version__}; {rounds} rounds, fresh processes, wall time the workload measured")
+    print(f"torch-shapes windows: {windows}; torch-ops recorded {every:,} operators")
+    print("| mode | whole run (s) | ratio | range | steps 201-1000 (s) | ratio | range |\n| --- | --- | --- | --- | --- | --- | --- |")
+    for label in names:
+        cells = []
+        for t in (whole, late):
+            ratios = [a / b for a, b in zip(t[label], t["untraced"])]
+            cells.append(f"{statistics.median(t[label]):.3f} | {statistics.median(ratios):.3f} | "
+                         f"{min(ratios):.3f} - {max(ratios):.3f}")
+        print(f"| {label} | {' | '.join(cells)} |", flush=True)
+    for t, what in ((whole, "whole run"), (late, "steps 201-1000")):  # the sampling's own cost
+        ratios = [a / b for a, b in zip(t["torch,host,torch-shapes"], t["torch,host"])]
+        print(f"torch-shapes over torch,host, {what}: {statistics.median(ratios):.3f} "
+              f"(range {min(ratios):.3f} - {max(ratios):.3f})")
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds in-process")
     p.add_argument("--end-to-end", type=int, default=0, metavar="ROUNDS")
+    p.add_argument("--after-window", type=int, default=0, metavar="ROUNDS")
+    p.add_argument("--shapes", type=int, default=0, metavar="ROUNDS")
     a = p.parse_args()
-    main(a.rounds)
-    if a.end_to_end:
-        end_to_end(a.end_to_end)
+    if a.after_window:
+        after_window(a.after_window)
+    elif a.shapes:
+        shapes(a.shapes)
+    else:
+        main(a.rounds)
+        if a.end_to_end:
+            end_to_end(a.end_to_end)

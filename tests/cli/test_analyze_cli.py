@@ -56,13 +56,28 @@ def test_analyze_a_file_that_is_not_a_report(gs: Gpuscope) -> None:
 
 
 def test_a_run_without_gpu_work(gs: Gpuscope) -> None:
-    """A CPU-only program: the profile ends without diagnosis lines, and analyze says what is missing."""
-    gs.script("cpu.py", "total = sum(i * i for i in range(200_000))\nprint(total)\n")
+    """A CPU-only program: the profile ends with the CPU breakdown and its hot line, and analyze
+    diagnoses the CPU side and lists the GPU rules as not checked."""
+    gs.script("cpu.py", "total = sum(i * i for i in range(400_000))\nprint(total)\n")
     res = gs.profile("-t", "cpu,host", "-o", "c", "cpu.py")
     assert res.returncode == 0, res.describe()
-    assert "Step time" not in res.stderr and "diagnosis failed" not in res.stderr
+    assert "CPU step time" in res.stderr and "diagnosis failed" not in res.stderr
     assert "gpuscope analyze " in res.own_lines[-1] and res.own_lines[-1].endswith("c.gpuscope")
     out = gs.run("analyze", "c.gpuscope")
     assert out.returncode == 0, out.describe()
-    assert "No GPU operations in this report" in out.stdout
-    assert "host_sync: no GPU operations in this report" in out.stdout
+    assert "CPU Step-Time Breakdown" in out.stdout and "[cpu_hot_line]" in out.stdout
+    assert "where: cpu.py:1" in out.stdout
+    assert "host_sync" in out.stdout and "no GPU operations in this report" in out.stdout
+
+def test_analyze_a_report_recorded_without_a_gpu(gs: Gpuscope) -> None:
+    """The CPU side of a DataLoader-starved training loop: the CPU breakdown, the DataLoader first."""
+    report = _fixture(gs, "cpu_dataloader_starved")
+    res = gs.run("analyze", report)
+    assert res.returncode == 0, res.describe()
+    out = res.stdout
+    assert out.startswith("CPU Step-Time Breakdown (no GPU operations) (cpu_step_breakdown)")
+    assert "Data loading (waiting for batches)" in out and "[cpu_data_loader]" in out
+    assert out.index("[cpu_data_loader]") < out.index("[cpu_startup]")
+    doc = json.loads(gs.run("analyze", "-f", "json", report).stdout)
+    assert doc["analysis"] == "cpu" and doc["findings"][0]["rule"] == "cpu_data_loader"
+    assert doc["step_source"] == "PyTorch's marks at the end of optimizer.step()"

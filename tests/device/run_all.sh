@@ -6,7 +6,8 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis anchors rangecost rawcheck memory overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes anchors rangecost rawcheck memory overhead
+# PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
 mkdir -p "$OUT/fixtures" "$OUT/work"
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis probe anchors rangecost rawcheck memory overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis programs probe anchors rangecost rawcheck memory overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -171,10 +172,47 @@ fi
 
 if has diagnosis; then
   step "diagnosis: planted bottlenecks (tests/workloads), planted vs fixed, top finding vs measured gain"
-  $PY bench/diagnosis.py --out "$OUT/diagnosis"; echo "diagnosis rc=$?"
+  $PY bench/diagnosis.py --out "$OUT/diagnosis" --skip-new; echo "diagnosis rc=$?"
   for r in "$OUT"/diagnosis/reports/*.gpuscope; do
     [ -e "$r" ] && gzip -c "$r" > "$OUT/fixtures/diagnosis_$(basename "$r").gz"
   done
+fi
+
+if has programs; then
+  step "programs: ordinary scripts without step marks (tests/workloads), every candidate fix timed in one process, the program as written diagnosed"
+  # the reports leave as $OUT/fixtures/program_NAME.gpuscope.gz (bench/diagnosis.py --rediagnose $OUT/programs finds
+  # them there); the rows as $OUT/programs.json and the tables as $OUT/programs.md
+  $PY bench/diagnosis.py --out "$OUT/programs" --skip-old ${PROGRAMS_ARGS:-}; echo "programs rc=$?"
+  for r in "$OUT"/programs/reports/*.gpuscope; do
+    [ -e "$r" ] && gzip -c "$r" > "$OUT/fixtures/program_$(basename "$r").gz" && rm "$r"
+  done
+  cp "$OUT/programs/diagnosis.json" "$OUT/programs.json"; cp "$OUT/programs/diagnosis.md" "$OUT/programs.md"
+fi
+
+if has programs-trace; then
+  step "programs: reports only (each as written under the default collectors and Python samples), packed in one file"
+  # PROGRAMS_MEASURE: programs whose fixes are timed again (--measure) in the same call
+  mkdir -p "$OUT/programs_trace"
+  for n in $($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(' '.join(diagnosis.PROGRAMS))"); do
+    timeout 200 $PY -m gpuscope profile -t "$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(diagnosis.TRACE)")" \
+      -o "$OUT/programs_trace/$n" --force-overwrite tests/workloads/$n.py > "$OUT/programs_trace/$n.log" 2>&1
+    echo "$n rc=$? $(tail -c 300 "$OUT/programs_trace/$n.log" | tail -1)"
+  done
+  for n in ${PROGRAMS_MEASURE:-}; do
+    timeout 200 $PY tests/workloads/$n.py --measure --rounds 5 --timing-out "$OUT/programs_trace/$n.measure.json" \
+      > "$OUT/programs_trace/$n.measure.log" 2>&1; tail -6 "$OUT/programs_trace/$n.measure.log"
+  done
+  gzip -f "$OUT"/programs_trace/*.gpuscope
+  tar cf "$OUT/programs_trace.tar" -C "$OUT" programs_trace && rm -rf "$OUT/programs_trace"
+fi
+
+if has shapes; then
+  step "operator samples (torch-shapes) against every operator, on the GPT"
+  gs profile -o $W/gpt_shapes --force-overwrite $WL/transformer.py --steps 30 --warmup 3 --timing-out $W/shapes_with.json > /dev/null 2>&1
+  gs profile -t cuda,nvtx,torch,host,nvml -o $W/gpt_noshapes --force-overwrite $WL/transformer.py --steps 30 --warmup 3 --timing-out $W/shapes_without.json > /dev/null 2>&1
+  gs profile -t cuda,cuda-api,nvtx,torch,torch-ops,host,nvml -o $W/gpt_allops --force-overwrite $WL/transformer.py --steps 30 --warmup 3 > /dev/null 2>&1
+  $PY tests/device/check_torch_shapes.py $W/gpt_shapes.gpuscope $W/gpt_allops.gpuscope --timing-with $W/shapes_with.json --timing-without $W/shapes_without.json > "$OUT/shapes_check.json"; echo "shapes rc=$?"
+  head -c 3000 "$OUT/shapes_check.json"
 fi
 
 if has overhead; then

@@ -129,6 +129,37 @@ def collection_off_takes_the_mode_off_the_main_thread():
             "after_backward_rows": [r["name"] for r in rows()],
             "failed": rec.counts["failed"]}
 
+def a_switch_inside_a_guard_waits_for_its_end():
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode as current
+    python = torch._C.DispatchKey.Python
+    def keys():  # the mode on the stack, and the Python key among the thread's keys: alike where consistent
+        return [current() is rec.mode, torch._C._dispatch_tls_is_dispatch_key_included(python)]
+    class Mine(TorchDispatchMode):
+        seen = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Mine.seen += 1
+            return func(*args, **(kwargs or {}))
+    rows()
+    out = {}
+    rec.recording = False
+    with torch.inference_mode():  # saves the thread's dispatch keys, and restores them whole at its end
+        rec.recording = True
+        out["on_inside"] = keys()
+    out["on_after"] = keys()
+    with Mine():  # a mode the program enters afterwards
+        torch.ones(2)
+    out["mine_seen"] = Mine.seen
+    with torch.inference_mode():
+        rec.recording = False
+        out["off_inside"] = keys()
+    out["off_after"] = keys()
+    torch.zeros(3)  # no tensor arguments
+    out["tensor"] = torch.tensor([1, 2]).tolist()
+    rec.recording = True
+    out["rows"] = [r["name"] for r in rows()]
+    out["failed"] = rec.counts["failed"]
+    return out
+
 def sequence_numbers_link_backward_calls_to_forward_ones():
     x = torch.ones(3, requires_grad=True)
     y = x * 2
@@ -237,6 +268,17 @@ def test_collection_off_takes_the_mode_off_the_main_thread(results: dict[str, An
     assert got["inside_mine"] == ["aten::ones"]
     # switched on inside a backward pass: the mode is back once the pass is over
     assert got["after_backward"] is True and got["after_backward_rows"] == ["aten::ones"] and got["failed"] == 0
+
+
+def test_a_switch_inside_a_guard_waits_for_its_end(results: dict[str, Any]) -> None:
+    got = results["a_switch_inside_a_guard_waits_for_its_end"]
+    # put back inside inference_mode, the mode would lose the Python key at the guard's end and be skipped
+    # (with every mode entered after it); taken off inside, the key would come back with no mode, and
+    # torch.zeros fail inside torch. Either move waits for the guard's end.
+    assert got["on_inside"] == [False, False] and got["on_after"] == [True, True]
+    assert got["mine_seen"] == 1 and got["rows"] == ["aten::ones"]
+    assert got["off_inside"] == [True, True] and got["off_after"] == [False, False]
+    assert got["tensor"] == [1, 2] and got["failed"] == 0
 
 
 def test_sequence_numbers_link_backward_calls_to_forward_ones(results: dict[str, Any]) -> None:

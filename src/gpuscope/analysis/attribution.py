@@ -60,7 +60,8 @@ def ops_table(report: Report) -> str:
     Columns: ``op_id``, ``kind`` (kernel, memcpy, memset, graph: a whole CUDA graph launch, recorded
     with ``--trace cuda-graph``), ``pid``, ``tid`` (the launching thread,
     NULL when unknown), ``launch_ns``, ``start_ns``, ``end_ns``, ``device_id``, ``name_id`` (the
-    kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only). A kernel
+    kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only), ``config_id``
+    (the kernel's ``kernel_config`` row; kernels only). A kernel
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
     GPU start between its anchors, like a memory operation (trace/launch.py).
     """
@@ -68,24 +69,25 @@ def ops_table(report: Report) -> str:
         WITH ops AS (
             SELECT 'kernel' AS kind, k.pid, coalesce(a.tid, g.tid) AS tid,
                    coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0), {anchored_start('k')}) AS launch_ns,
-                   k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind
+                   k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind,
+                   k.config_id
             FROM kernel k JOIN kernel_config c ON c.id = k.config_id
             LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
             LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id
             {anchor_joins('k')}
             UNION ALL
             SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
-                   m.device_id, NULL, m.copy_kind
+                   m.device_id, NULL, m.copy_kind, NULL
             FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
             {anchor_joins('m')}
             UNION ALL
             SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
-                   m.device_id, NULL, NULL
+                   m.device_id, NULL, NULL, NULL
             FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
             {anchor_joins('m')}
             UNION ALL
             SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
-                   g.start_ns, g.end_ns, g.device_id, NULL, NULL
+                   g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL
             FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
             LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
         SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""

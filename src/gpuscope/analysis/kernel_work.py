@@ -15,6 +15,10 @@ FP32 matrix work counts as TF32 on a kernel whose name says it runs on tensor co
 ``eligible-unused`` for FP32 matrix work on CUDA cores (TF32 off, or a kernel without tensor
 cores), and ``n/a`` for other work (and FP64, whose tensor-core use cannot be told from names).
 
+With ``--trace torch-shapes`` operators are recorded in sample windows only; kernels launched
+outside them take the work of sampled launches of the same kernel configuration
+(:mod:`.carried_work`).
+
 In a report without kernels (a program profiled on the CPU), the items are the operators
 themselves, timed by their duration on the CPU (tensor-core use ``n/a``).
 """
@@ -28,6 +32,7 @@ import pandas as pd
 
 from ..trace.report import Report
 from .attribution import ops_table, ranges_table
+from .carried_work import carry
 from .layers import OUTSIDE, op_owners_sql
 from .steps import step_source, steps_table
 from .work_model import Work, op_work_json
@@ -54,7 +59,8 @@ def _torch_ops() -> tuple[object, object]:
 
 
 def has_torch_ops(report: Report) -> bool:
-    """Return whether the report recorded PyTorch operators (``--trace torch-ops``)."""
+    """Return whether the report recorded PyTorch operators (``--trace torch-ops``, or samples of them with
+    ``--trace torch-shapes``)."""
     return bool(report.count("torch_op"))
 
 
@@ -103,8 +109,10 @@ def kernel_work(report: Report) -> pd.DataFrame:
     Columns: ``item`` (the operation's ``op_id``; the operator's id without kernels), ``name``,
     ``pid``, ``start_ns``, ``time_ns``, ``torch_op_id`` and ``op_name`` (its operator; NULL when
     none), ``work_kind``, ``precision``, ``flops``, ``matrix_flops``, ``bytes`` (NaN without a work
-    model), ``tensor_cores``, ``source`` (``model``; ``ncu`` where a kernel without a work model took
-    its name's measured means; None), ``layer`` (the PyTorch module that owns it, else None), ``owner``
+    model), ``tensor_cores``, ``source`` (``model``; ``carried`` where a launch outside the operator
+    sample windows took the work of sampled launches of its configuration, :mod:`.carried_work`; ``ncu``
+    where a kernel without a work model took its name's measured means; None), ``layer`` (the PyTorch
+    module that owns it, else None), ``owner``
     (the owning PyTorch range of any kind, or ``(not in a module)``), ``in_step``.
     Empty when the report has no PyTorch operators.
     """
@@ -123,7 +131,7 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     links = op_kernels_table(report)  # type: ignore[operator]
     frame = report.df(
         f"""SELECT o.op_id AS item, n.value AS name, o.pid, o.start_ns, o.end_ns - o.start_ns AS time_ns,
-                   l.torch_op_id, w.row_name AS owner, w.row_kind, w.in_step
+                   l.torch_op_id, w.row_name AS owner, w.row_kind, w.owner_rid, w.in_step
             FROM {ops_table(report)} o JOIN string n ON n.id = o.name_id
             LEFT JOIN {links} l ON l.op_id = o.op_id
             LEFT JOIN ({op_owners_sql(report)}) w ON w.op_id = o.op_id
@@ -141,6 +149,7 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     frame.loc[frame["flops"].isna(), ["precision", "work_kind"]] = None
     frame["tensor_cores"] = _tensor_state(frame)
     frame["source"] = frame["flops"].notna().map({True: "model", False: None})
+    frame = carry(report, frame)
     frame = _with_measured(report, frame)
     frame["layer"] = frame["owner"].where(frame["row_kind"] == "module", None)
     frame["owner"] = frame["owner"].fillna(OUTSIDE)

@@ -45,7 +45,8 @@ def _owned(report: Report, source: StepSource) -> str:
             SELECT o.op_id, o.kind, o.name_id, o.end_ns - o.start_ns AS d, {in_step} AS in_step,
                    r.category,
                    CASE WHEN r.rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
-                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind
+                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
+                   r.rid AS owner_rid
             FROM {ops} o
             LEFT JOIN {own} a ON a.op_id = o.op_id
             LEFT JOIN {backward_call} b ON b.op_id = o.op_id
@@ -57,8 +58,9 @@ def op_owners_sql(report: Report) -> str:
     """SQL: every GPU operation with the PyTorch range that owns it, as ``layer_sum`` counts it.
 
     Columns: ``op_id, kind, name_id, d`` (duration), ``in_step``, ``category`` (of the owning
-    range), ``row_name`` (its name, or ``(not in a module)``) and ``row_kind`` (``module``,
-    ``optimizer``, ``autograd``, ...; NULL outside every range).
+    range), ``row_name`` (its name, or ``(not in a module)``), ``row_kind`` (``module``,
+    ``optimizer``, ``autograd``, ...; NULL outside every range) and ``owner_rid`` (the owning
+    range's ``rid`` in :func:`.attribution.ranges_table`; NULL outside every range).
     """
     return _owned(report, step_source(report))
 

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..trace.report import Report
 from .ceilings import Ceilings, for_report
+from . import carried_work
 from .kernel_work import has_torch_ops, kernel_work
 from .steps import step_source, steps_table
 from .table import Column, Table
@@ -146,9 +147,13 @@ def step_point(report: Report, ceilings: Ceilings | None = None) -> tuple[pd.Ser
     source = step_source(report)
     steps = report.sql(f"SELECT count(*) FROM {steps_table(report, source)}")[0][0] if source.kind else 0
     what = "the whole run"
+    windows_only = not report.count("kernel") and carried_work.sampled(report)  # no kernels to carry work to
+    if windows_only:
+        steps = carried_work.steps_in_windows(report, steps_table(report, source)) if steps else 0
+        what = "the sample windows"
     if steps:
         items = items[items["in_step"].fillna(False).astype(bool)]
-        what = f"one step (mean of {steps})"
+        what = f"one step (mean of {steps}{' in the sample windows' if windows_only else ''})"
     if items.empty:
         return None, what
     point = _points(items.assign(name="step"), ["name"], ceilings or for_report(report)).iloc[0].copy()
@@ -216,10 +221,18 @@ def _notes(report: Report, df: pd.DataFrame, ceilings: Ceilings) -> list[str]:
                      f"{point['bytes'] / 1e9:.4g} GB; {eff} of attainable; {point['bound']} bound.")
     notes.append("Rows by headroom: the kernel time that running at the roof would save. FLOPs and bytes come "
                  "from the PyTorch operators' shapes (minimum bytes), given to the operators' kernels.")
+    sample = carried_work.note(report)
+    if sample:
+        notes.append(sample)
     return notes
 
 
 def _no_ops_note(report: Report) -> list[str]:
+    trace = report.meta.get("trace")
+    if isinstance(trace, list) and "torch-shapes" in trace:
+        return ["No PyTorch operators in this report: --trace torch-shapes records them in a sample window that "
+                "opens at the end of the first step (or, without steps, after the program's set-up operators), "
+                "and no window opened in this run; record every operator with --trace torch-ops."]
     hint = report.not_recorded().get("torch-ops")
     if hint:
         return [f"No PyTorch operators in this report: {hint}."]

@@ -22,6 +22,7 @@ from .attribution import (
     parent_tree,
     temp_table,
 )
+from .carried_work import sampled, windows
 from .table import Column, Table
 
 TORCH_OPS = "gpuscope_torch_op"
@@ -119,6 +120,10 @@ def op_kernels_table(report: Report) -> str:
 
 def _no_ops(report: Report) -> list[str]:
     trace = report.meta.get("trace")
+    if isinstance(trace, list) and "torch-shapes" in trace:
+        return ["No PyTorch operators in this report: no sample window of --trace torch-shapes opened (the first "
+                "opens at the end of the first step, or without steps after the set-up's operators); record "
+                "every operator with --trace torch-ops."]
     hint = report.not_recorded().get("torch_ops")
     if hint:
         return [f"No PyTorch operators in this report: {hint}."]
@@ -161,6 +166,11 @@ def op_sum(report: Report) -> Table:
              "last tensor; null for others). CPU: time from the call's start "
              "to its end, on its thread. GPU: operations launched while the call was the innermost "
              "operator running on the launching thread."]
+    if sampled(report):
+        n, recorded, ns = windows(report)
+        notes.append(f"Operators were recorded in {n} sample window{'s' if n != 1 else ''} only (--trace "
+                     f"torch-shapes; {recorded:,} operators in {ns / 1e6:.4g} ms): calls, CPU and GPU times "
+                     "cover those windows; GPU operations launched outside them are in the last row.")
     gpu = bool(report.count(ops))  # without GPU activity the GPU columns are left empty, not 0
     if not gpu:
         notes.append("No GPU activity in this report.")

@@ -51,7 +51,7 @@ class Agent:
         self.stacks = StackTable()
         self.ranges = RangeRecorder()
         self.torch_hooks: Any = None
-        self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops
+        self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops or torch-shapes
         self.sampler: Any = None
         self.clock = "monotonic"
         self.clock_offset_ns = 0
@@ -132,6 +132,8 @@ class Agent:
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
+        if self.torch_ops is not None:
+            self.torch_ops.end_sample()  # a sample window still open ends at the process's end
         self.capture.finish()
         self._stop_event.set()
         self.capture.flush_soon.set()
@@ -241,7 +243,7 @@ class Agent:
             hooks["nvtx"] = [self._install_nvtx_python]
         if "torch" in self.trace:
             hooks["torch"] = [self._install_torch]
-        if "torch-ops" in self.trace:
+        if "torch-ops" in self.trace or "torch-shapes" in self.trace:  # every operator wins over samples
             hooks.setdefault("torch", []).append(self._install_torch_ops)
         imports.when_imported(hooks, lambda name, exc: self.diag(
             "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
@@ -260,9 +262,12 @@ class Agent:
         self.torch_hooks = hooks
 
     def _install_torch_ops(self, module: Any) -> None:
+        from .op_sample import policy_from_env  # noqa: PLC0415
         from .torch_ops import TorchOps  # noqa: PLC0415
 
-        ops = TorchOps(self.clock_offset_ns, self.diag)
+        policy = None if "torch-ops" in self.trace else policy_from_env(self.diag)  # every operator wins
+        ops = TorchOps(self.clock_offset_ns, self.diag, policy, lambda *row: self._add_row("torch_op_window", row),
+                       self.ranges.anchor)
         ops.install(module)
         self.capture.apply_to(ops)
         self.torch_ops = ops

@@ -48,7 +48,7 @@ class CaptureControl:
     def start(self) -> None:
         """Install the triggers the spec needs and set the initial state (after the collectors start)."""
         agent = self.agent
-        agent.ranges.on_step = self.window.step_mark
+        agent.ranges.on_step = self._step_mark
         if self.spec.range == "nvtx":
             agent.ranges.watch = self.window
             imports.when_imported({"torch": [self._watch_torch_nvtx]}, lambda name, exc: agent.diag(
@@ -71,6 +71,14 @@ class CaptureControl:
         if self.spec.limited or self.window.windows:
             self.agent._add_row("collector", ("capture", self.window.windows, 0, 0, 0,
                                               json.dumps(info, sort_keys=True)))
+
+    def _step_mark(self, source: str, t: int) -> None:
+        """A step mark: to the capture window, then, where step_sum counts it, to the operator samples."""
+        window = self.window
+        window.step_mark(source, t)
+        ops = getattr(self.agent, "torch_ops", None)
+        if ops is not None and source == window.step_source:
+            ops.step_mark(t)
 
     def api(self, start: bool) -> bool:
         """gpuscope.start() / gpuscope.stop(); return whether collection is on after the call."""

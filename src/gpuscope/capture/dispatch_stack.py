@@ -15,46 +15,109 @@ While PyTorch dispatches an operator to the mode it holds the mode aside (off th
 back after: the mode is therefore put back only where it was taken off here, and where it is not seen
 when it should leave, its handler asks again at its next call, and the move waits for the thread's
 first Python event after that call (a one-shot profile function; where the program has its own
-profile function, a retry a millisecond later). Nor is it moved while autograd evaluates a node on
-the thread (the engine gives the node the stack of the ``backward()`` call and restores the thread's
-own after, so a change made there would be undone): that too waits for the first event after.
+profile function, a retry a millisecond later).
+
+Nor is it moved where torch will restore a dispatch state saved before the move (:class:`SafePoint`):
+while autograd evaluates a node on the thread (the engine restores the thread's stack after), and
+inside a guard that saves the thread's dispatch keys and puts them back whole when it ends
+(``torch.inference_mode``, the wrapper of every ``torch.compile``d call, fake and functional
+tensors). Taking the last mode off the stack drops the Python key from the thread's keys; such a
+guard, entered while the mode was on, adds it back with the stack empty, and the next operator
+without tensor arguments (``torch.tensor(list)``, ``torch.zeros(3)``) fails inside torch ("Hit Python
+dispatch key but no arguments had PyInterpreter"). Putting the mode back inside one is undone the
+other way: the key goes, the mode stays, and it and every mode the program enters later are skipped.
+Such a move waits for the first Python event outside these (a bounded number of events, then tries
+again later, less and less often): until then the mode stays where it is, passing calls through.
 
 The mode goes back at the bottom of the stack's user modes, where it was put when torch was imported,
 beneath any mode the program entered meanwhile; it is taken off from under them too.
 
 Other threads keep the mode while collection is off and pass calls through: the main thread is the
 only one that another thread can reach (autograd's worker threads take the stack of the thread that
-calls ``backward()``, so the backward pass of the main thread follows it).
+calls ``backward()``, so the backward pass of the main thread follows it). Where the mode is not to
+come back (the sample windows of ``--trace torch-shapes`` are over), a thread takes it off its own
+stack at its first safe Python event after an operator reached the mode (:func:`leave_on_next_event`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
+import time
 from typing import Any, Callable
 
-RETRY_S = 0.001  # where the program has its own profile function: a deferred move is tried again after this
+RETRY_S = 0.001  # a deferred move that no profile function can wait for (the program has its own) is tried
+# again after this, and after each try that found no safe point twice as long
+PATIENCE = 2_000  # Python events a deferred move waits for a safe point before it tries again later
+MAX_WAIT_S = 1.0  # ... up to this
+
+
+class SafePoint:
+    """Tells whether the calling thread is at a point where its dispatch mode stack may change for good.
+
+    Torch keeps the Python dispatch key among a thread's keys while a mode is on its stack. A guard that
+    saves the thread's keys and restores them whole at its end would, after a change of the stack inside
+    it, bring back keys that no longer match the stack (see the module docstring). Such a guard is
+    recognized by what it does to the keys (``torch.inference_mode`` drops autograd's: the keys are not
+    those of the thread outside every guard, read at install) or, where it leaves them as they were, by
+    the frames of the torch code that holds it (``torch.compile``'s wrapper, fake and functional tensors,
+    higher-order operators); autograd by its graph task. Unknown guards of the same kind are not seen.
+    """
+
+    HOLDERS = ("_dynamo", "_subclasses", "_higher_order_ops", "_export", "_functorch")  # packages of torch
+
+    def __init__(self, torch: Any) -> None:
+        """Call with no guard active (where the mode is installed): the thread's keys now are its plain ones."""
+        c = torch._C
+        self._include, self._exclude = c._dispatch_tls_local_include_set, c._dispatch_tls_local_exclude_set
+        self._graph_task = getattr(c, "_current_graph_task_id", lambda: -1)
+        python = [c.DispatchKeySet(k).raw_repr() for k in (c.DispatchKey.Python, c.DispatchKey.PythonTLSSnapshot)]
+        self._not_python = ~(python[0] | python[1])  # the keys of the mode stack: they follow it
+        self.include = self._include().raw_repr() & self._not_python
+        self.exclude = self._exclude().raw_repr()  # autocast's keys: autocast takes them out, not a guard
+        root = os.path.dirname(torch.__file__) + os.sep
+        self._holders = tuple(root + name + os.sep for name in self.HOLDERS)
+
+    def __call__(self) -> bool:
+        if self._graph_task() != -1:
+            return False
+        if self._include().raw_repr() & self._not_python != self.include:
+            return False
+        if self._exclude().raw_repr() & ~self.exclude:  # more than autocast's keys are excluded
+            return False
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(self._holders):
+                return False
+            frame = frame.f_back
+        return True
 
 
 class MainThreadMode:
     """Keeps a dispatch mode on the main thread's stack while it is wanted and off it while it is not."""
 
-    def __init__(self, torch: Any, mode: Any, fail: Callable[[BaseException], None]) -> None:
-        """Call on the main thread, with ``mode`` on its stack; ``fail`` is told of errors (never raised)."""
+    def __init__(self, torch: Any, mode: Any, fail: Callable[[BaseException], None],
+                 safe: SafePoint | None = None) -> None:
+        """Call on the main thread, with ``mode`` on its stack and no guard active; ``fail`` is told of errors
+        (never raised)."""
         self.mode = mode
         self.thread = threading.get_ident()
         self.wanted = True
         self.moves = 0  # times the mode was taken off or put back
+        self.waits = 0  # times a move waited for a safe point
         self._torch_c = torch._C
         self._infra_keys = list(torch._C._TorchDispatchModeKey.__members__.values())
-        self._graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+        self._safe = safe or SafePoint(torch)
         self._on_stack = True  # as far as this object knows: put there, and not taken off since
         self._fail = fail
         self._queued = False  # a pending call is queued
         self._deferred = False  # a profile function or a timer will try again
         self._busy = False  # a move is under way
         self._again = False  # asked for again while under way
+        self._patience = 0  # Python events the profile function still waits for a safe point
+        self._tries = 0  # deferred tries in a row that found none (the next waits longer)
         self._add_pending = _pending_call(self._on_pending)
         # off: the mode stays on the stack (in a forked child; where another thread could not put it back)
         self.enabled = self._add_pending is not None
@@ -94,7 +157,10 @@ class MainThreadMode:
             self._busy = False
 
     def _move(self) -> None:
-        if self._graph_task() != -1:  # inside autograd's evaluation of a node: a change would be undone
+        if self.wanted == self._on_stack:
+            self._tries = 0  # nothing to do
+        elif not self._safe():  # inside a node, or a guard that would undo the change or make it wrong
+            self.waits += 1
             self._defer()
         elif self.wanted:
             # Only where it was taken off here: a mode that is on the stack but not seen is one that PyTorch
@@ -103,9 +169,11 @@ class MainThreadMode:
                 if place(self._torch_c, self._infra_keys, self.mode, True):
                     self.moves += 1
                 self._on_stack = True
+            self._tries = 0
         elif place(self._torch_c, self._infra_keys, self.mode, False):
             self.moves += 1
             self._on_stack = False
+            self._tries = 0
         # else: not seen, either off already or held aside; in the latter case the handler asks again
 
     def _seen(self) -> bool:
@@ -116,19 +184,37 @@ class MainThreadMode:
             return
         self._deferred = True
         if sys.getprofile() is None:
+            self._patience = PATIENCE
             sys.setprofile(self._on_event)
         else:  # the program's own profile function stays
-            timer = threading.Timer(RETRY_S, self._retry)
-            timer.name = "gpuscope-dispatch"
-            timer.daemon = True
-            timer.start()
+            self._later()
 
     def _on_event(self, frame: Any, event: str, arg: Any) -> None:
-        if self._graph_task() != -1 or (not self.wanted and self._on_stack and not self._seen()):
-            return  # inside a node; inside an operator dispatched to the mode (held aside until it returns)
+        try:  # an exception here would surface in the program
+            if self.wanted != self._on_stack and (
+                    (not self.wanted and not self._seen()) or not self._safe()):
+                # inside an operator dispatched to the mode (held aside until it returns); a node; a guard
+                self._patience -= 1
+                if self._patience > 0:
+                    return
+                sys.setprofile(None)  # the mode stays where it is, passing calls through; tried again later
+                self._later()
+                return
+        except Exception as exc:  # noqa: BLE001  (the mode stays where it is)
+            sys.setprofile(None)
+            self._fail(exc)
+            return
         sys.setprofile(None)
         self._deferred = False
         self.sync()
+
+    def _later(self) -> None:
+        wait = min(MAX_WAIT_S, RETRY_S * 2 ** min(self._tries, 20))
+        self._tries += 1
+        timer = threading.Timer(wait, self._retry)
+        timer.name = "gpuscope-dispatch"
+        timer.daemon = True
+        timer.start()
 
     def _retry(self) -> None:
         self._deferred = False
@@ -147,6 +233,44 @@ class MainThreadMode:
         self._queued = False  # first: a switch from now on queues another call
         if self.enabled:
             self.sync()
+
+
+LEAVE_PATIENCE = PATIENCE  # Python events a thread waits for a safe point before it keeps the mode for a while
+_left_alone: dict[int, tuple[float, float]] = {}  # thread -> (no try before this time, the wait after the next)
+
+
+def leave_on_next_event(torch_c: Any, mode: Any, safe: Callable[[], bool],
+                        fail: Callable[[BaseException], None]) -> None:
+    """Take ``mode`` off the calling thread's stack at its first Python event where that is safe: the mode is
+    on the stack (not held aside by an operator dispatched to it) and ``safe()`` (a :class:`SafePoint`).
+
+    Call it on the thread itself (from the mode's handler, say); it returns at once. A thread with a profile
+    function of its own (or one already waiting to leave) keeps the mode, passing calls through; so does one
+    that found no safe point in :data:`LEAVE_PATIENCE` events, until it is asked again a while later.
+    """
+    if sys.getprofile() is not None:
+        return
+    thread = threading.get_ident()
+    not_before, wait = _left_alone.get(thread, (0.0, RETRY_S))
+    if time.monotonic() < not_before:
+        return
+    patience = [LEAVE_PATIENCE]
+
+    def on_event(frame: Any, event: str, arg: Any) -> None:
+        try:  # an exception here would surface in the program
+            if _position(torch_c, mode) is None or not safe():
+                patience[0] -= 1
+                if patience[0] > 0:
+                    return
+                _left_alone[thread] = (time.monotonic() + wait, min(MAX_WAIT_S, 2 * wait))
+            else:
+                _left_alone.pop(thread, None)
+                place(torch_c, list(torch_c._TorchDispatchModeKey.__members__.values()), mode, False)
+        except Exception as exc:  # noqa: BLE001  (the mode stays, and only passes calls through)
+            fail(exc)
+        sys.setprofile(None)
+
+    sys.setprofile(on_event)
 
 
 def place(torch_c: Any, infra_keys: list[Any], mode: Any, on: bool) -> bool:
@@ -197,3 +321,22 @@ def _pending_call(fn: Callable[[], None]) -> Callable[[], bool] | None:
         return int(add(thunk, None)) == 0
 
     return queue
+
+
+def dynamo_skips(handler: Callable[..., Any]) -> bool:
+    """Tell TorchDynamo never to trace the handler or what it calls; return whether that worked.
+
+    Without it, torch wraps a mode's handler in a per-call ``torch._dynamo.disable`` (and imports
+    torch._dynamo at the first operator).
+    """
+    try:
+        from torch._C._dynamo.eval_frame import (  # noqa: PLC0415
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+
+        set_code_exec_strategy(handler.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    except Exception:  # noqa: BLE001  (an older or newer torch: its own wrapper does it)
+        return False
+    return True

@@ -80,7 +80,7 @@ class Profile:
         path = output_path(str(self.output) if self.output is not None else None, self.force_overwrite)
         trace = traces.parse_trace(self.trace_spec)
         if self.trace_spec is None:
-            trace = ["cuda", "nvtx", "torch"] if traces.gpu_present() else ["torch", "cpu"]
+            trace = ["cuda", "nvtx", "torch", "torch-shapes"] if traces.gpu_present() else ["torch", "cpu"]
         trace = [t for t in trace if t not in LAUNCHER_SIDE]
         self.report, self.trace = path, trace
         self._spool = tempfile.mkdtemp(prefix="gpuscope-spool-")

@@ -8,9 +8,11 @@ Frames and stack nodes are interned in the process's shared :class:`~.stacks.Sta
 sample is three integers. Every 0.1 s, and when sampling stops, the
 threads' CPU times are read from /proc, for CPU time against wall time per thread.
 
-Outside a capture window (``set_active(False)``) the thread sleeps until collection is back on.
-When it ends, the thread's CPU time (sampling and waking up, nothing while it waits) is kept in
-``busy_ns`` for the report's overhead line: one read of the thread's CPU clock, none per sample.
+While it runs, the interpreter's switch interval is at most half the sampling interval (see
+:meth:`Sampler.start`). Outside a capture window (``set_active(False)``) the thread sleeps until
+collection is back on. When it ends, the thread's CPU time (sampling and waking up, nothing while
+it waits) is kept in ``busy_ns`` for the report's overhead line: one read of the thread's CPU
+clock, none per sample.
 
 Standard library only.
 """
@@ -47,6 +49,7 @@ class Sampler:
         self._active = threading.Event()
         self._active.set()
         self._thread: threading.Thread | None = None
+        self._switch: float | None = None  # the switch interval to restore
         self.busy_ns = 0
 
     def set_active(self, on: bool) -> None:
@@ -57,11 +60,20 @@ class Sampler:
             self._active.clear()
 
     def start(self) -> None:
+        # The sampler needs the GIL: a thread running Python hands it over only when the switch
+        # interval (5 ms by default) has passed, so a sample would land up to 5 ms late, often
+        # after a short hot loop has ended, and count it to whatever line runs then. Half the
+        # sampling interval keeps samples where the time went; restored by stop().
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, self.interval / 2))
         self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop sampling, with a last reading of the threads' CPU times."""
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
         self._stop.set()
         self._active.set()  # wake a sleeping sampler so that it sees the stop
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -138,7 +138,10 @@ def _not_recorded(trace: list[str]) -> dict[str, str]:
         out["torch"] = "PyTorch module, optimizer and step ranges: add --trace torch"
     if "torch" in trace and "torch-backward" not in trace:
         out["torch_backward"] = "per-module backward ranges (backward columns of layer_sum): add --trace torch-backward"
-    if "torch-ops" not in trace:
+    if "torch-ops" not in trace and "torch-shapes" in trace:
+        out["torch_ops"] = ("every PyTorch operator (op_sum shows those of the sample windows of --trace "
+                            "torch-shapes only): add --trace torch-ops")
+    elif "torch-ops" not in trace:
         out["torch_ops"] = "PyTorch operators with their shapes (op_sum): add --trace torch-ops"
     if "cpu" not in trace:
         out["cpu"] = "Python stack samples (cpu_hotspots): add --trace cpu"

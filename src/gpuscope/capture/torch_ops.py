@@ -22,13 +22,14 @@ operator runs as usual.
 
 Outside a capture window the mode is taken off the main thread's stack, so that its operators cost
 what they cost without gpuscope, and put back when collection resumes (dispatch_stack.py says how
-and when); other threads keep it and pass calls through.
+and when); other threads keep it and pass calls through. With ``--trace torch-shapes`` operators
+are recorded only in a few sample windows (op_sample.py); once they are over every thread takes the
+mode off its own stack.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import threading
@@ -36,100 +37,117 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from .dispatch_stack import MainThreadMode, place
+from .dispatch_stack import MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
+from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy
+from .op_signature import SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
 
 # start_ns, end_ns, tid, name, seq, shapes, dtypes, out_shapes, scalars: the torch_op columns (name
 # not yet interned, pid left out)
 Row = tuple[Any, ...]
 
-# What an argument is, from the operator's schema: a tensor (or none), a list of tensors, a value
-# that decides the work (recorded in ``scalars``), something else (a generator, a storage: left out),
-# or not known (a higher-order operator has no schema: tensors are recognized by their type).
-TENSOR, TENSOR_LIST, SCALAR, IGNORED, UNKNOWN = 0, 1, 2, 3, 4
-_SCALAR_TYPES = {"int", "float", "bool", "number", "complex", "str", "Device", "SymInt", "SymFloat", "SymBool"}
 _NO_NODE = (1 << 64) - 1  # the sequence number of nodes that have none (AccumulateGrad)
 _MAX_SIGNATURES = 200_000  # distinct signatures given ids; further ones travel with their rows
 _intern_lock = threading.Lock()
 
 
-class _Plan:
-    """What the handler needs to know of one operator overload, worked out on its first call."""
-
-    __slots__ = ("func", "name", "kinds", "names", "keyword_kinds")
-
-    def __init__(self, func: Any) -> None:
-        self.func = func  # plans are found by id(func): keep it alive so that its id stays its own
-        schema = getattr(func, "_schema", None)
-        if schema is None:  # a higher-order operator: no schema, arguments looked at one by one
-            self.name = f"hop::{func.name()}"
-            self.kinds: tuple[int, ...] = ()
-            self.names: tuple[str, ...] = ()
-            self.keyword_kinds: dict[str, int] = {}
-            return
-        self.name = schema.name
-        self.names = tuple(a.name for a in schema.arguments)
-        self.kinds = tuple(_kind(str(a.type)) for a in schema.arguments)
-        self.keyword_kinds = dict(zip(self.names, self.kinds))
-
-
-def _kind(type_name: str) -> int:
-    """The kind of a schema argument type (``Optional[List[int]]``, ``Tensor``, ...)."""
-    if "Tensor" in type_name:
-        return TENSOR_LIST if type_name.startswith(("List[", "Optional[List[")) else TENSOR
-    while type_name.startswith(("Optional[", "List[")):
-        type_name = type_name[type_name.index("[") + 1 : -1]
-    return SCALAR if type_name in _SCALAR_TYPES else IGNORED
-
-
 class TorchOps:
     """Records ATen operator calls; the agent takes the finished rows at each flush."""
 
-    def __init__(self, clock_offset_ns: int, diag: Callable[[str, str], None]) -> None:
+    def __init__(self, clock_offset_ns: int, diag: Callable[[str, str], None], policy: SamplePolicy | None = None,
+                 emit_window: Emit | None = None, anchor: Callable[[], None] | None = None) -> None:
+        """Record every operator, or with a ``policy`` only in sample windows (op_sample.py), each of which
+        ``emit_window`` is given as a ``torch_op_window`` row. ``anchor`` (a launch anchor, launch_anchors.py)
+        is called right before each time read of a sampled operator and of a window's ends, so that the GPU
+        work an operator launched is placed inside it even where it ran much later."""
         self.offset = clock_offset_ns
         self.diag = diag
-        self._on = True  # read by the handler; set through ``recording``
+        self.anchor = anchor if policy is not None else None  # not for every operator: ~3 µs each on a GPU host
+        self._on = True  # read by the handler: record this call; set through ``recording`` and the sample
+        self._capture = True  # inside a capture window (``recording``)
+        self._waiting = False  # passing calls through, counted, until a sample window opens
+        self._gone = False  # sampling rests or is over: threads take the mode off their stacks
         self.counts = {"ops": 0, "failed": 0, "threads": 0, "signatures": 0, "uninterned": 0}
         self.mode: Any = None
         self._main: MainThreadMode | None = None  # moves the mode on and off the main thread's stack
+        self._safe: SafePoint | None = None  # where a thread's stack may change (None: threads keep the mode)
         # Rows are (start, end, tid, signature, seq): integers only, so the garbage collector stops
         # looking at them, where rows holding shapes made every collection slower as they piled up.
         self._raw: deque[tuple[Any, ...]] = deque()  # appended by any thread, drained by take()
-        self._plans: dict[int, _Plan] = {}  # by id() of the operator (its hash is Python code)
+        self._plans: dict[int, Plan] = {}  # by id() of the operator (its hash is Python code)
         self._inputs: dict[tuple[Any, ...], int] = {}  # (plan, shapes, dtypes, scalars) -> id
         self._input_keys: list[tuple[Any, ...]] = []
         self._signatures: dict[tuple[Any, ...], int] = {}  # (input id, output shapes) -> id
         self._signature_keys: list[tuple[Any, ...]] = []
         self._encoded: list[tuple[str, str, str, str, str] | None] = []  # by signature id; None: failed
-        self._dtype_names: dict[Any, str] = {}
+        self._texts = SignatureText()
         # per thread: autograd's next sequence number after its last recorded operator (None: not known)
         self._last_seq: dict[int, int | None] = {}
         self._said = False
         self._take_lock = threading.RLock()
         self._traced_process = True  # False in a forked child
+        self.sample: OpSample | None = None
+        if policy is not None:
+            sample = OpSample(policy, self._boundary, lambda: self.counts["ops"], emit_window or (lambda *row: None))
+            sample.on_change = self._apply
+            self.sample = sample
+            self._apply()
 
     @property
     def recording(self) -> bool:
-        """Whether operators are recorded (the capture window sets it; off, the mode leaves the main thread's
-        stack and other threads pass calls through)."""
+        """Whether operators are recorded now (the capture window sets it, and the sample windows decide within
+        it; off, the mode leaves the main thread's stack and other threads pass calls through)."""
         return self._on
 
     @recording.setter
     def recording(self, on: bool) -> None:
-        on = on and self._traced_process
+        self._capture = on
+        if self.sample is not None:
+            self.sample.set_capture(on and self._traced_process)
+        self._apply()
+
+    def _apply(self) -> None:
+        """Set what the handler does and where the mode should be, from the capture window and the sample."""
+        capture = self._capture and self._traced_process
+        state = RECORDING if self.sample is None else self.sample.state
+        on = capture and state == RECORDING
         if on and not self._on:  # autograd numbered nodes meanwhile: the next call can not tell its own
             for tid in list(self._last_seq):
                 self._last_seq[tid] = None
         self._on = on
+        self._waiting = capture and state == WAITING
+        self._gone = state in (RESTING, FINISHED)
         if self._main is not None:
-            self._main.want(on)
+            self._main.want(on or self._waiting)
+
+    def _boundary(self) -> int:
+        """Return the time of a sample window's end on the session clock, an anchor made right before."""
+        if self.anchor is not None:
+            self.anchor()
+        return time.monotonic_ns() + self.offset
+
+    def step_mark(self, t: int) -> None:
+        """A step ended at ``t`` (session clock): sample windows open and close at step marks."""
+        if self.sample is not None:
+            self.sample.step_mark(t)
+
+    def end_sample(self) -> None:
+        """The process ends: close an open sample window (``process end``) and plan no other."""
+        if self.sample is not None:
+            self.sample.finish()
+            self._apply()
 
     # -- installation ----------------------------------------------------------------------
     def install(self, torch: Any) -> None:
         """Push the recording mode on this thread and on every thread started from now on."""
         from torch.utils import _python_dispatch as dispatch  # noqa: PLC0415
 
+        try:
+            self._safe = SafePoint(torch)  # read now, before the program could have entered a guard
+        except Exception as exc:  # noqa: BLE001  (an older torch: no thread could tell where a move is safe)
+            self.diag("warning", f"PyTorch operators: the recorder's dispatch mode stays on every thread's stack, "
+                                 f"passing operators through outside the recorded ones: {exc!r}")
         handler = self._handler(torch)
-        skip_in_dynamo = _skip_in_dynamo(handler)
+        skip_in_dynamo = dynamo_skips(handler)
 
         class GpuscopeOps(dispatch.TorchDispatchMode):  # type: ignore[misc]
             supports_higher_order_operators = True
@@ -152,7 +170,7 @@ class TorchOps:
         def on_thread_start(frame: Any, event: str, arg: Any) -> None:
             sys.setprofile(previous)
             try:
-                if self._traced_process:  # also while recording is paused: it may resume
+                if self._traced_process and not self._gone:  # also while recording is paused: it may resume
                     push(mode)
                     self.counts["threads"] += 1
             except Exception as exc:  # noqa: BLE001
@@ -163,13 +181,13 @@ class TorchOps:
         mode.__enter__()  # where anything above failed, the program runs without the mode
         self.mode = mode
         self.counts["threads"] += 1
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() and self._safe is not None:
             try:
-                main = MainThreadMode(torch, mode, self._fail)
+                main = MainThreadMode(torch, mode, self._fail, self._safe)
             except Exception as exc:  # noqa: BLE001  (the mode stays on the stack, passing calls through)
                 self._fail(exc)
             else:
-                main.want(self._on)
+                main.want(self._on or self._waiting)
                 self._main = main
 
     def _forked(self, torch: Any) -> None:
@@ -178,10 +196,14 @@ class TorchOps:
         self._traced_process = False
         if self._main is not None:
             self._main.enabled = False  # the child's pending calls are not ours to make
-        self.recording = False
+        self._capture = False
+        self._apply()  # not through the sample: its lock may have been held by a thread the child lacks
         self._raw.clear()
         try:
-            place(torch._C, list(torch._C._TorchDispatchModeKey.__members__.values()), self.mode, False)
+            if self._safe is not None and self._safe():
+                place(torch._C, list(torch._C._TorchDispatchModeKey.__members__.values()), self.mode, False)
+            elif self._safe is not None:  # forked inside a guard that the child may still end: not here
+                leave_on_next_event(torch._C, self.mode, self._safe, lambda exc: None)
         except Exception:  # noqa: BLE001,S110  (the mode stays, and only passes calls through)
             pass
 
@@ -195,12 +217,22 @@ class TorchOps:
         current_node = torch._C._current_autograd_node
         next_seq = torch._C._autograd._get_sequence_nr
         new_plan, new_input, new_signature, fail = self._plan, self._new_input, self._new_signature, self._fail
+        sample = self.sample
+        waited = sample.waited_op if sample is not None else None
+        torch_c, graph_task = torch._C, getattr(torch._C, "_current_graph_task_id", lambda: -1)
+        safe = self._safe
+        anchor = self.anchor
 
         def __torch_dispatch__(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if not self._on:  # off, yet on this thread's stack: on the main thread, leave it after this call
-                main = self._main
-                if main is not None and native_id() == main_native:
-                    main.request()
+            # off, yet on this thread's stack: on the main thread, leave it after this call; on another one
+            # whose sampling is over, at its next Python event. Waiting for a sample window: count the call.
+            if not self._on and not (self._waiting and waited() and self._on):  # type: ignore[misc]
+                if native_id() == main_native:
+                    main = self._main
+                    if main is not None:
+                        main.request()
+                elif self._gone and safe is not None and graph_task() == -1:
+                    leave_on_next_event(torch_c, mode, safe, fail)
                 return func(*args, **kwargs) if kwargs else func(*args)
             try:
                 plan = plans.get(id(func)) or new_plan(func)
@@ -255,8 +287,12 @@ class TorchOps:
             except Exception as exc:  # noqa: BLE001
                 fail(exc)
                 return func(*args, **kwargs) if kwargs else func(*args)
+            if anchor is not None:  # the GPU work of the call falls between these two anchors
+                anchor()
             start = now()
             out = func(*args, **kwargs) if kwargs else func(*args)
+            if anchor is not None:
+                anchor()
             end = now()
             try:
                 if isinstance(out, tensor_type):
@@ -275,14 +311,16 @@ class TorchOps:
                     signature = new_signature(out_key)
                 raw.append((start, end, tid, signature, seq))
                 counts["ops"] += 1
+                if sample is not None and counts["ops"] >= sample.limit:
+                    sample.at_limit()
             except Exception as exc:  # noqa: BLE001
                 fail(exc)
             return out
 
         return __torch_dispatch__
 
-    def _plan(self, func: Any) -> _Plan:
-        plan = self._plans[id(func)] = _Plan(func)
+    def _plan(self, func: Any) -> Plan:
+        plan = self._plans[id(func)] = Plan(func)
         return plan
 
     def _new_input(self, key: tuple[Any, ...]) -> Any:
@@ -300,12 +338,16 @@ class TorchOps:
         if len(self._signature_keys) >= _MAX_SIGNATURES or type(key[0]) is not int:
             self.counts["uninterned"] += 1
             return key
+        new = False
         with _intern_lock:
             found = self._signatures.get(key)
             if found is None:
                 found = self._signatures[key] = len(self._signature_keys)
                 self._signature_keys.append(key)
                 self.counts["signatures"] += 1
+                new = True
+        if new and self.sample is not None:
+            self.sample.new_signature()
         return found
 
     def _fail(self, exc: BaseException) -> None:
@@ -348,80 +390,19 @@ class TorchOps:
         """Return name, shapes, dtypes, out_shapes and scalars (JSON) of a signature."""
         input_id, outs = signature
         plan, shapes, dtypes, scalars = self._input_keys[input_id] if type(input_id) is int else input_id
-        values = {}
-        for k, v in scalars:
-            value = self._scalar(v)
-            if value is not None:
-                values[k] = value
-        return (
-            plan.name,
-            json.dumps([_shape(s) for s in shapes], separators=(",", ":")),
-            json.dumps([self._dtype(d) for d in dtypes], separators=(",", ":")),
-            json.dumps([_shape(s) for s in outs], separators=(",", ":")),
-            json.dumps(values, separators=(",", ":")),
-        )
-
-    def _dtype(self, d: Any) -> Any:
-        if d is None:
-            return None
-        if type(d) is tuple:
-            return [self._dtype(x) for x in d]
-        name = self._dtype_names.get(d)
-        if name is None:
-            name = self._dtype_names[d] = str(d).removeprefix("torch.")
-        return name
-
-    def _scalar(self, v: Any) -> Any:
-        """A JSON value for a non-tensor argument; None for those without a meaningful one."""
-        if isinstance(v, (bool, int, str)):
-            return v
-        if isinstance(v, float):
-            return v if math.isfinite(v) else str(v)
-        if isinstance(v, complex):
-            return str(v)
-        if isinstance(v, (tuple, list)):
-            return [self._scalar(x) for x in v]
-        kind = type(v).__name__
-        if kind == "dtype":
-            return self._dtype(v)
-        if kind in ("device", "layout", "memory_format"):
-            return str(v).removeprefix("torch.")
-        if kind in ("SymInt", "SymBool", "SymFloat"):
-            return str(v)
-        return None  # generators, callables, opaque objects
+        return self._texts.encode(plan, shapes, dtypes, scalars, outs)
 
     def stop(self) -> tuple[Any, ...]:
         """Stop recording; return the ``collector`` row (name, records, buffers, callback_ns,
-        failed_records, detail)."""
+        failed_records, detail): ``torch-ops``, or ``torch-shapes`` with what the sample did."""
+        self.end_sample()
         self.recording = False
+        info: dict[str, Any] = dict(self.counts)
         if self._main is not None:
-            self.counts["mode_moves"] = self._main.moves
-        detail = json.dumps(self.counts, sort_keys=True)
-        return ("torch-ops", self.counts["ops"], 0, 0, self.counts["failed"], detail)
-
-
-def _shape(s: Any) -> Any:
-    if s is None:
-        return None
-    if type(s) is tuple and (not s or type(s[0]) is not int):  # a list of tensors (or of none)
-        return [_shape(x) for x in s]
-    return [int(x) for x in s]
-
-
-def _skip_in_dynamo(handler: Callable[..., Any]) -> bool:
-    """Tell TorchDynamo never to trace the handler or what it calls; return whether that worked.
-
-    Without it, torch wraps a mode's handler in a per-call ``torch._dynamo.disable`` (and imports
-    torch._dynamo at the first operator).
-    """
-    try:
-        from torch._C._dynamo.eval_frame import (  # noqa: PLC0415
-            _FrameAction,
-            _FrameExecStrategy,
-            set_code_exec_strategy,
-        )
-
-        set_code_exec_strategy(handler.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
-    except Exception:  # noqa: BLE001  (an older or newer torch: its own wrapper does it)
-        return False
-    return True
+            info["mode_moves"] = self._main.moves
+            info["mode_waits"] = self._main.waits
+        if self.sample is not None:
+            info.update(self.sample.summary())
+        detail = json.dumps(info, sort_keys=True)
+        name = "torch-ops" if self.sample is None else "torch-shapes"
+        return (name, self.counts["ops"], 0, 0, self.counts["failed"], detail)

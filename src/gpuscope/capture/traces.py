@@ -15,6 +15,8 @@ KNOWN_TRACES = {
     "torch-backward": "the backward of every PyTorch module (autograd hooks; about 4x the cost of forward ranges)",
     "torch-ops": "every PyTorch (ATen) operator, forward and backward, with input shapes, dtypes and arguments "
                  "(tens of µs per operator on a slow CPU)",
+    "torch-shapes": "PyTorch operators as torch-ops, in a few short sample windows of steady steps only; their FLOPs "
+                    "and bytes are carried to every launch of the same kernels (the roofline without torch-ops)",
     "cpu": "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
     "host": "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
     "nvml": "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz)",
@@ -47,4 +49,6 @@ def parse_trace(spec: str | None) -> list[str]:
         names.insert(names.index("torch-backward"), "torch")
     if ("cuda-api" in names or "cuda-graph" in names) and "cuda" not in names:
         names.insert(0, "cuda")
+    if "torch-ops" in names and "torch-shapes" in names:  # every operator, not samples of them
+        names.remove("torch-shapes")
     return names

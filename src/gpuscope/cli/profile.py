@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     command = launcher.resolve_command(list(args.program), args.module)
     output = output_path(args.output, args.force_overwrite)
     if args.trace is None and not traces.gpu_present():
-        trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml")] + ["torch-ops", "cpu"]
+        trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml", "torch-shapes")] + ["torch-ops", "cpu"]
         _say("no NVIDIA GPU driver found: profiling the CPU side "
              "(Python stacks, PyTorch ranges and operators, host counters)")
     from ..analysis import stats_reports

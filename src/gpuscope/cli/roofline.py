@@ -14,7 +14,7 @@ HELP = ("Roofline of a report: FLOPs, bytes, intensity, efficiency and bound per
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", nargs="?", help="a .gpuscope report file (recorded with --trace torch-ops)")
+    p.add_argument("report", nargs="?", help="a .gpuscope report file (with PyTorch operators: --trace torch-shapes, the default, or torch-ops)")
     p.add_argument("--calibrate", action="store_true",
                    help="measure DRAM and L2 bandwidth and FLOP/s peaks of this machine and cache them per device")
     p.add_argument("--device", default="auto", help="what --calibrate measures: auto (default), cuda, cuda:N or cpu")
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             points = (kernel_points if args.by == "kernel" else layer_points)(report, ceilings)
         if out is not None:
             if points.empty:
-                raise GpuscopeError(f"{args.report} has no FLOPs to draw: record it with --trace torch-ops")
+                raise GpuscopeError(f"{args.report} has no FLOPs to draw: record it with --trace torch-shapes or torch-ops")
             from ..reporters import roofline_plot
 
             roofline_plot.write(points, ceilings, out, f"Roofline of {Path(args.report).name}: {ceilings.device}")

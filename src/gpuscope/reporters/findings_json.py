@@ -7,10 +7,13 @@ from typing import Any
 
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.diagnosis.breakdown import PARTS
+from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
 
 
 def as_dict(diag: Diagnosis) -> dict[str, Any]:
     """Return the diagnosis as plain data."""
+    cpu = isinstance(diag, CpuDiagnosis)
+    parts = diag.parts if isinstance(diag, CpuDiagnosis) else PARTS
     processes = []
     for p in diag.processes:
         mean = p.mean_parts()
@@ -22,13 +25,14 @@ def as_dict(diag: Diagnosis) -> dict[str, Any]:
             "mean_ns": {k: int(round(v)) for k, v in mean.items()},
             "steps": [
                 {"step": r["step"], "start_ns": int(r["start_ns"]), "duration_ns": int(r["duration_ns"]),
-                 "warmup": bool(r["warmup"]), **{k: int(r[k]) for k in PARTS}}
+                 "warmup": bool(r["warmup"]), **{k: int(r[k]) for k in parts}}
                 for r in p.steps.to_dict("records")
             ],
         })
     return {
+        **({"analysis": "cpu"} if cpu else {}),  # a report without GPU operations: the CPU side's parts
         "step_source": diag.step_source,
-        "parts": list(PARTS),
+        "parts": list(parts),
         "processes": processes,
         "findings": [f.as_dict() for f in diag.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in diag.skipped],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.table import Table
-from .findings_table import saving_text
+from .findings_table import saving_text, skipped_lines
 from .units import human
 
 
@@ -33,5 +33,5 @@ def render(diag: Diagnosis) -> str:
         out.append("None above 1% of the step.")
     if diag.skipped:
         out += ["", "## Not checked", ""]
-        out += [f"- `{s.rule}`: {s.reason}" for s in diag.skipped]
+        out += [f"- `{rules}`: {reason}" for rules, reason in skipped_lines(diag)]
     return "\n".join(out) + "\n"

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from ..analysis.diagnosis import Diagnosis, Finding
+from ..analysis.diagnosis.cpu_breakdown import CPU_PARTS, CPU_SHORT, CpuBreakdown
+from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
 from ..analysis.table import Table
 from .units import duration, human
 
@@ -32,7 +34,8 @@ def _steps(table: Table) -> Table:
 def saving_text(f: Finding) -> str:
     """``saves ~1.2 ms per step (10.0% of the step)``, or the one-time form."""
     if f.one_time:
-        return f"{duration(f.saving_ns)} once ({f.share:.1%} of the capture's steps)"
+        of = "the run" if f.data.get("share_of") == "run" else "the capture's steps"
+        return f"{duration(f.saving_ns)} once ({f.share:.1%} of {of})"
     if f.work_changing:
         return f"~{duration(f.saving_ns)} per step's worth of samples ({f.share:.1%} per sample; changes the work)"
     return f"~{duration(f.saving_ns)} per step ({f.share:.1%} of the step)"
@@ -79,15 +82,39 @@ def render(diag: Diagnosis) -> str:
         console.print("Findings, ranked by estimated saving: none above 1% of the step", soft_wrap=True)
     if diag.skipped:
         console.print("\nNot checked", soft_wrap=True)
-        for sk in diag.skipped:
-            console.print(f"  {sk.rule}: {sk.reason}", soft_wrap=True)
+        for rules, reason in skipped_lines(diag):
+            console.print(f"  {rules}: {reason}", soft_wrap=True)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def skipped_lines(diag: Diagnosis) -> list[tuple[str, str]]:
+    """The rules not checked, as (rules, reason) lines. A CPU diagnosis lists the GPU rules, which all
+    share one reason, on one line."""
+    if not isinstance(diag, CpuDiagnosis):
+        return [(sk.rule, sk.reason) for sk in diag.skipped]
+    grouped: dict[str, list[str]] = {}
+    for sk in diag.skipped:
+        grouped.setdefault(sk.reason, []).append(sk.rule)
+    return [(", ".join(rules), reason) for reason, rules in grouped.items()]
+
+
+def _cpu_short(p: CpuBreakdown) -> str:
+    """The CPU breakdown of one process in one line."""
+    mean = p.mean_parts()
+    step = mean["duration_ns"] or 1.0
+    parts = sorted(((mean[k], k) for k in CPU_PARTS if mean[k] >= 0.01 * step), reverse=True)
+    text = ", ".join(f"{CPU_SHORT[k].lower()} {100 * v / step:.0f}%" for v, k in parts)
+    what = "step" if p.has_steps else "run after start-up"
+    return f"CPU step time ({what} {duration(step)}, process {p.pid}; no GPU operations): {text}"
 
 
 def render_short(diag: Diagnosis, top: int = 3) -> str:
     """A few lines for the end of ``gpuscope profile``: the breakdown in one line, the top findings."""
     lines = []
     for p in diag.processes:
+        if isinstance(p, CpuBreakdown):
+            lines.append(_cpu_short(p))
+            continue
         mean = p.mean_parts()
         step = mean["duration_ns"] or 1.0
         busy = sum(v for k, v in mean.items() if k.startswith("busy_"))

@@ -28,6 +28,7 @@ from ..errors import GpuscopeError
 from . import schema
 from .report import Report
 
+KERNEL_METRICS_SINCE = 4  # the schema version that added the kernel_metric table
 _TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 _PREFIXED = re.compile(r"^([KMGT]?)(byte|inst|cycle|warp|sector|request|thread|block|ops?)(/second|/nsecond)?$")
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -189,9 +190,9 @@ def store(path: Path, matched: Matched) -> None:
         raise GpuscopeError(f"cannot write kernel metrics into {path}: {str(exc).splitlines()[0]}") from None
     try:
         (version,) = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() or (None,)
-        if version is None or int(version) != schema.SCHEMA_VERSION:
-            raise GpuscopeError(f"{path} is a report of schema version {version}: only version "
-                                f"{schema.SCHEMA_VERSION} reports hold kernel metrics; record it again")
+        if version is None or not KERNEL_METRICS_SINCE <= int(version) <= schema.SCHEMA_VERSION:
+            raise GpuscopeError(f"{path} is a report of schema version {version}: only reports of version "
+                                f"{KERNEL_METRICS_SINCE} to {schema.SCHEMA_VERSION} hold kernel metrics; record it again")
         con.execute(f"CREATE TABLE IF NOT EXISTS kernel_metric ({schema.TABLES['kernel_metric']}\n)")
         con.execute("BEGIN")
         names = sorted({r[0] for r in matched.rows})

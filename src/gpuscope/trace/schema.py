@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -233,6 +233,12 @@ TABLES: dict[str, str] = {
         start_ns BIGINT,
         end_ns BIGINT,
         reason VARCHAR""",
+    "torch_op_window": """
+        pid BIGINT,
+        start_ns BIGINT,
+        end_ns BIGINT,
+        operators BIGINT,
+        reason VARCHAR""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -257,6 +263,7 @@ UPGRADES: dict[int, list[str]] = {
 ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
     4: ["torch_op", "sync_site", "launch_call", "graph_launch", "capture_window", "kernel_metric"],
+    5: ["torch_op_window"],
 }
 
 

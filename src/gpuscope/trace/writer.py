@@ -216,10 +216,10 @@ class ReportWriter:
                 continue
             if table not in schema.TABLES:
                 continue
-            if table == "capture_window":  # sent when a window opens, and again when it closes
+            if table in ("capture_window", "torch_op_window"):  # sent when a window opens, again when it closes
                 items = list({row[0]: row for row in items}.values())
                 for row in items:
-                    self.con.execute("DELETE FROM capture_window WHERE pid = ? AND start_ns = ?", [pid, row[0]])
+                    self.con.execute(f"DELETE FROM {table} WHERE pid = ? AND start_ns = ?", [pid, row[0]])
             names = [c for c in schema.columns(table) if c != "pid"]
             frame = pd.DataFrame(list(items), columns=names)
             frame["pid"] = pid

@@ -131,6 +131,10 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     from .rules import RULES
 
     ctx = Context(report, min_share)
+    if ctx.missing("gpu"):  # no GPU work: the CPU side is all there is
+        from .cpu_diagnosis import diagnose_cpu
+
+        return diagnose_cpu(report, rules, min_share)
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     for rule in RULES if rules is None else rules:

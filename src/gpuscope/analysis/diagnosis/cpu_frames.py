@@ -1,0 +1,124 @@
+"""Python stacks folded to the program's own code, for the CPU-side diagnosis.
+
+A sample's stack runs from the program's code down through libraries (PyTorch, the standard
+library) and gpuscope's own wrappers. What the user can change is the *user frame*: the deepest
+frame whose file is neither an installed package, the standard library, frozen or generated code,
+nor gpuscope itself. Library frames below it are folded into it, so ``model(x)`` through
+``Module.__call__`` and gpuscope's range wrapper counts at the program's line, and a Dataset's
+``__getitem__`` called by the DataLoader's fetcher counts at the Dataset's line.
+
+Each stack is also classified: *importing* (it runs the import machinery: start-up, or a lazy
+import), *operator* (a PyTorch operator runs under gpuscope's operator recorder) and *overhead*
+(the innermost frame is gpuscope's own: the cost of recording, which the program does not have
+without the profiler).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ...trace.report import Report
+from ...trace.stacks import is_library, short_path
+
+# gpuscope's own modules, wherever it is installed (a checkout, site-packages) or whichever machine
+# analyzes the report; a program that merely lives in a folder named gpuscope is not matched.
+_OWN = re.compile(r"[/\\]gpuscope[/\\](?:capture|analysis|trace|cli|reporters)[/\\][^/\\]+\.py$"
+                  r"|[/\\]gpuscope[/\\](?:__init__|__main__|annotation|errors)\.py$"
+                  r"|gpuscope-spool-[^/\\]*[/\\]boot[/\\]")
+_IMPORTING = re.compile(r"^<frozen importlib\._bootstrap(?:_external)?>$|[/\\]importlib[/\\]__init__\.py$")
+_OPERATOR_FRAME = re.compile(r"[/\\]gpuscope[/\\]capture[/\\]torch_ops\.py$")
+_PACKAGE_ROOT = re.compile(r".*(?:site-packages|dist-packages|[/\\]lib[/\\]python3\.\d+)[/\\]")
+_DATASET_FETCH = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]fetch\.py$")
+
+Frame = tuple[str, str, int]  # function, file, line
+
+
+def is_own(path: str) -> bool:
+    """Return whether ``path`` is a file of gpuscope itself (its hooks wrap the program's calls)."""
+    return bool(_OWN.search(path))
+
+
+def is_user(path: str) -> bool:
+    """Return whether ``path`` is the program's own code: not a library, the standard library,
+    frozen or generated code (``<...>``), nor gpuscope."""
+    return not is_library(path) and not is_own(path)
+
+
+def user_frame(path: Sequence[Frame]) -> Frame | None:
+    """The deepest user frame of a stack given innermost first (None when it has none)."""
+    return next((f for f in path if is_user(f[1])), None)
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What a diagnosis needs to know of one stack.
+
+    ``user`` and ``caller``: the deepest user frame and the user frame on another line that called
+    into it (None when there is none); ``innermost``: the innermost frame (None for an empty
+    stack); ``importing``: the import machinery is on the stack; ``operator``: a
+    PyTorch operator runs under gpuscope's recorder; ``overhead``: the innermost frame is
+    gpuscope's own; ``fetching``: a DataLoader fetches samples from the Dataset in this process.
+    """
+
+    user: Frame | None
+    caller: Frame | None
+    innermost: Frame | None
+    importing: bool
+    operator: bool
+    overhead: bool
+    fetching: bool
+
+    @property
+    def location(self) -> str:
+        """``file:line function`` of the user frame (``(no program code)`` without one)."""
+        return frame_text(self.user) if self.user else "(no program code)"
+
+
+def frame_text(frame: Frame) -> str:
+    """``file:line function``, the file relative to the working directory when inside it."""
+    func, file, line = frame
+    return f"{short_path(file)}:{line} {func}"
+
+
+def library_path(path: str) -> str:
+    """A library file as its package path (``torch/nn/modules/linear.py``), else as :func:`short_path`."""
+    m = _PACKAGE_ROOT.search(path)
+    return path[m.end():] if m else short_path(path)
+
+
+def classify(path: Sequence[Frame]) -> StackInfo:
+    """Fold and classify one stack given innermost first."""
+    users = [f for f in path if is_user(f[1])]
+    return StackInfo(
+        user=users[0] if users else None,
+        caller=next((f for f in users[1:] if f[1:] != users[0][1:]), None),
+        innermost=path[0] if path else None,
+        importing=any(_IMPORTING.search(f[1]) for f in path),
+        operator=any(_OPERATOR_FRAME.search(f[1]) for f in path),
+        overhead=bool(path) and is_own(path[0][1]),
+        fetching=any(_DATASET_FETCH.search(f[1]) for f in path),
+    )
+
+
+def load_stacks(report: Report, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], StackInfo]:
+    """Return the :class:`StackInfo` of each (pid, stack id) asked for."""
+    wanted = set(wanted)
+    if not wanted:
+        return {}
+    frames = {(pid, fid): (func, file, int(line or 0)) for pid, fid, func, file, line in report.sql(
+        """SELECT f.pid, f.id, fn.value, fl.value, f.line FROM cpu_frame f
+           JOIN string fn ON fn.id = f.function_id JOIN string fl ON fl.id = f.file_id""")}
+    parents = {(pid, sid): (parent, fid) for pid, sid, parent, fid in report.sql(
+        "SELECT pid, id, parent_id, frame_id FROM cpu_stack")}
+    out = {}
+    for pid, sid in wanted:
+        path: list[Frame] = []
+        node = sid
+        while node and (pid, node) in parents and len(path) < 10_000:
+            node, fid = parents[(pid, node)]
+            if (pid, fid) in frames:
+                path.append(frames[(pid, fid)])
+        out[(pid, sid)] = classify(path)
+    return out

@@ -1,0 +1,73 @@
+"""The shape of a CPU-side rule (that of :class:`..rule.Rule`, on a :class:`..cpu_context.CpuContext`)
+and what several CPU rules share: sampled time by folded program line, and evidence text."""
+
+from __future__ import annotations
+
+import linecache
+from collections import defaultdict
+from typing import ClassVar
+
+import pandas as pd
+
+from ..context import fmt_ns
+from ..cpu_context import CpuContext, CpuProcess
+from ..cpu_frames import Frame, frame_text
+from ..finding import Finding
+from ..rule import Rule
+
+
+class CpuRule(Rule):
+    """A rule of the CPU-side diagnosis. ``needs`` names data of :meth:`CpuContext.missing`
+    (``cpu_samples``, ``torch``, ``torch_ops``, ``host``, ``steps``)."""
+
+    needs: ClassVar[tuple[str, ...]] = ("cpu_samples",)
+
+    def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
+        """Return the findings of this rule (empty when it finds nothing worth fixing)."""
+        raise NotImplementedError
+
+
+def by_line(ctx: CpuContext, p: CpuProcess, samples: pd.DataFrame) -> list[tuple[Frame, float, Frame | None]]:
+    """Sampled time of ``samples`` by the program line they fold into (their user frame), most first:
+    (frame, ns, the user frame that called it most). A line counts once whichever code object ran
+    it (a comprehension and the function around it share their line). Samples without a user frame
+    are left out."""
+    total: dict[tuple[str, int], float] = defaultdict(float)
+    funcs: dict[tuple[str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    callers: dict[tuple[str, int], dict[Frame | None, float]] = defaultdict(lambda: defaultdict(float))
+    weights = samples.groupby("stack_id")["weight_ns"].sum()
+    for sid, ns in weights.items():
+        info = ctx.stack(p.pid, int(sid))  # type: ignore[arg-type]
+        if info.user is None:
+            continue
+        func, file, line = info.user
+        key = (file, line)
+        total[key] += float(ns)
+        funcs[key][func] += float(ns)
+        callers[key][info.caller] += float(ns)
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = []
+    for (file, line), ns in ranked:
+        func = max(funcs[(file, line)].items(), key=lambda kv: kv[1])[0]
+        known = {c: v for c, v in callers[(file, line)].items() if c is not None}
+        caller = max(known.items(), key=lambda kv: kv[1])[0] if known else None
+        out.append(((func, file, line), ns, caller))
+    return out
+
+
+def describe_lines(lines: list[tuple[Frame, float, Frame | None]], total: float, top: int = 3) -> str:
+    """``file:line function (share), ...`` of the first ``top`` lines, shares of ``total``."""
+    return ", ".join(f"{frame_text(f)} ({ns / total:.0%})" for f, ns, _ in lines[:top]) if total else ""
+
+
+def source_text(frame: Frame, width: int = 90) -> str | None:
+    """The text of the frame's line where the file is readable here (None where it is not)."""
+    text = linecache.getline(frame[1], frame[2]).strip()
+    if not text:
+        return None
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def per_step_text(p: CpuProcess, ns: float) -> str:
+    """``1.2 ms per step (10.0% of the step)``, or over the run without steps."""
+    return f"{fmt_ns(ns)} {p.unit} ({p.share(ns):.1%} of {'the step' if p.breakdown.has_steps else 'it'})"

@@ -1,0 +1,118 @@
+"""``cpu_data_loader``: the loop waits for its DataLoader, and where the batches' time goes."""
+
+from __future__ import annotations
+
+from ..context import data_dict, fmt_ns
+from ..cpu_breakdown import DATA
+from ..cpu_context import CpuContext
+from ..cpu_frames import frame_text
+from ..finding import Finding
+from .base import CpuRule, by_line, describe_lines, per_step_text
+
+MAX_WORKERS = 8
+IN_PROCESS = 0.5  # share of the wait's samples in the Dataset's fetcher that says it loads in the loop's process
+
+
+def hidden_wait(wait_ns: float, rest_ns: float, workers: int, cores: float = 0.0, loop_cores: float = 1.0) -> float:
+    """The wait that ``workers`` processes loading batches beside the loop hide (at most the wait).
+
+    A batch takes ``wait_ns`` to load in the loop's process; the rest of the step takes
+    ``rest_ns`` with ``loop_cores`` cores busy (PyTorch's threads). With ``workers`` loading side by
+    side, a batch is ready every ``wait_ns / workers``; the loop keeps the cores the workers leave
+    it (at least one: PyTorch's threads cut to fit, as the fix says), so its work takes
+    ``loop_cores * rest_ns / kept``; and the ``cores`` (0: as many as needed) must run the loop's
+    work and the loading together. The step becomes the longest of the three.
+    """
+    if workers <= 0 or wait_ns <= 0:
+        return 0.0
+    work = loop_cores * rest_ns
+    kept = max(1.0, min(loop_cores, cores - workers)) if cores > 0 else loop_cores
+    step = max(work / kept, wait_ns / workers)
+    if cores > 0:
+        step = max(step, (work + wait_ns) / cores)
+    return max(0.0, min(wait_ns, rest_ns + wait_ns - step))
+
+
+def best_workers(wait_ns: float, rest_ns: float, cores: int, usable: float, loop_cores: float) -> tuple[int, float]:
+    """The fewest workers (up to ``min(8, cores)``) that hide the most of the wait, and that saving.
+
+    ``min(8, cores - 1)`` workers leave the loop a core of its own; when loading takes longer than
+    the rest of the step, the loop mostly waits and one worker more can use its core too.
+    """
+    best, saving = 0, 0.0
+    for w in range(1, max(1, min(MAX_WORKERS, cores)) + 1):
+        hidden = hidden_wait(wait_ns, rest_ns, w, usable, loop_cores)
+        if hidden > saving * 1.02:
+            best, saving = w, hidden
+    return best, saving
+
+
+class CpuDataLoader(CpuRule):
+    name = "cpu_data_loader"
+    description = "The loop waits for batches: the DataLoader loads them in the loop's process, or too slowly."
+    needs = ("torch",)
+
+    def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
+        out = []
+        for p in ctx.processes:
+            mean = p.breakdown.mean_parts()
+            wait = mean["cpu_data"]
+            if wait <= 0 or p.share(wait) < ctx.min_share:
+                continue
+            s = p.samples[p.samples["steady"] & (p.samples["part"] == DATA)]
+            sampled = float(s["weight_ns"].sum())
+            fetch = s[[ctx.stack(p.pid, int(i)).fetching for i in s["stack_id"]]] if len(s) else s
+            fetch_ns = float(fetch["weight_ns"].sum())
+            in_process = sampled > 0 and fetch_ns >= IN_PROCESS * sampled
+            lines = by_line(ctx, p, fetch if in_process else s)
+            cores = ctx.cores
+            rest = mean["duration_ns"] - wait
+            load = ctx.host_load(p)
+            own, other = load if load else (1.0, 0.0)
+            usable = max(1.0, cores - other) if cores else 0.0
+            # the cores the loop keeps busy outside the wait (it runs on one while it loads)
+            loop_cores = 1.0
+            if rest > 0:
+                loop_cores = min(max((own * mean["duration_ns"] - wait) / rest, 1.0), float(cores or 1))
+            evidence = [f"the loop waits {per_step_text(p, wait)} for the next batch"
+                        + (f", over {len(p.breakdown.steady)} steady steps" if p.breakdown.has_steps else "")]
+            if in_process:
+                evidence.append(f"batches are loaded in the loop's own process (num_workers=0): "
+                                f"{fetch_ns / sampled:.0%} of the wait runs the Dataset: "
+                                f"{describe_lines(lines, fetch_ns)}")
+            elif lines:
+                evidence.append(f"where the wait was sampled: {describe_lines(lines, sampled)}")
+            workers, saving = best_workers(wait, rest, cores or 2, usable, loop_cores) if in_process else (0, 0.0)
+            if workers:
+                machine = (f"{cores} cores, {other:.1f} of them busy with other programs" if cores
+                           else "cores not recorded (2 assumed)")
+                evidence.append(
+                    f"{machine}; outside the wait the loop keeps {loop_cores:.1f} busy for {fmt_ns(rest)}; with "
+                    f"{workers} worker process{'es' if workers > 1 else ''} a batch is ready every "
+                    f"{fmt_ns(wait / workers)}, and the machine runs the loop and the loading side by side: "
+                    f"the step would take about {fmt_ns(mean['duration_ns'] - saving)} instead of "
+                    f"{fmt_ns(mean['duration_ns'])}")
+                threads = ""
+                if cores and workers + loop_cores > usable + 0.25:
+                    threads = (f", and torch.set_num_threads({max(1, cores - workers)}) so that PyTorch's threads "
+                               "do not fight the workers for cores")
+                fix = (f"DataLoader(..., num_workers={workers}, persistent_workers=True){threads}: batches load in "
+                       "worker processes while the step runs; past that, make the Dataset's __getitem__ cheaper"
+                       + (f" ({frame_text(lines[0][0])})" if lines else "") + " or load whole batches at once "
+                       "(a batch sampler and a Dataset that indexes a list of samples).")
+            else:
+                saving = 0.5 * wait
+                why = (f"{cores} core{'s' if cores != 1 else ''}, {other:.1f} busy with other programs: worker "
+                       "processes would take turns with the loop" if in_process
+                       else "workers already load the batches and still fall behind")
+                evidence.append(f"{why}; estimate (rough): half of the wait, for a Dataset twice as fast")
+                fix = ("Make the Dataset's __getitem__ cheaper" + (f" ({frame_text(lines[0][0])})" if lines else "")
+                       + ": vectorize per-sample Python, decode less, cache what repeats"
+                       + ("" if in_process else f", or add workers (up to {min(MAX_WORKERS, max(cores, 2))})") + ".")
+            location = frame_text(lines[0][0]) if lines else "the DataLoader of the training loop"
+            out.append(Finding(self.name, "The loop waits for its DataLoader", saving, p.share(saving), evidence,
+                               location, fix, pid=p.pid,
+                               data=data_dict(wait_ns=wait, rest_ns=rest, workers=workers, in_process=in_process,
+                                              cores=cores, other_cores=round(other, 2),
+                                              loop_cores=round(loop_cores, 2))))
+        return out

@@ -1,0 +1,120 @@
+"""The CPU-side diagnosis on reports recorded without a GPU (tests/workloads/cpu, recorded by
+bench/diagnosis_cpu.py with the default collectors of a machine without a GPU): the planted
+problem's rule comes first, at the program's own line; the parts of every step add up to it; no
+location is in gpuscope or a library; the balanced program has nothing above 5%."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import unpack_fixture
+
+from gpuscope.analysis.diagnosis import diagnose
+from gpuscope.analysis.diagnosis.cpu_breakdown import CPU_PARTS, CpuBreakdown
+from gpuscope.analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
+from gpuscope.reporters import diagnosis_formats
+from gpuscope.reporters.findings_table import render_short
+from gpuscope.trace.report import Report
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads" / "cpu"
+PROGRAMS = ("dataloader_starved", "infer_hot_line", "one_thread", "balanced")
+NOTHING = 0.05
+
+
+def _line_of(program: str, marker: str) -> str:
+    """``program.py:N``: the line of the workload that carries ``marker`` in a comment."""
+    lines = (WORKLOADS / f"{program}.py").read_text().splitlines()
+    return f"{program}.py:{next(i for i, text in enumerate(lines, 1) if marker in text)}"
+
+
+@pytest.fixture(scope="module")
+def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, CpuDiagnosis]]:
+    out = {}
+    directory = tmp_path_factory.mktemp("cpu")
+    for name in PROGRAMS:
+        with Report.open(unpack_fixture(f"cpu_{name}", directory)) as report:
+            diag = diagnose(report)
+        assert isinstance(diag, CpuDiagnosis)
+        out[name] = diag
+    yield out
+
+
+def _actionable(diag: CpuDiagnosis) -> list:  # type: ignore[type-arg]
+    return [f for f in diag.findings if not f.advisory]
+
+
+@pytest.mark.parametrize("program, rule, marker", [
+    ("dataloader_starved", "cpu_data_loader", "the per-sample Python that costs"),
+    ("infer_hot_line", "cpu_hot_line", "the hot line"),
+])
+def test_the_planted_problem_comes_first_at_its_line(diagnoses: dict[str, CpuDiagnosis], program: str, rule: str,
+                                                     marker: str) -> None:
+    top = _actionable(diagnoses[program])[0]
+    assert top.rule == rule
+    assert _line_of(program, marker) in top.location
+    assert top.share > NOTHING
+
+
+def test_the_data_loader_finding_recommends_workers(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    top = _actionable(diagnoses["dataloader_starved"])[0]
+    assert top.data["in_process"] and top.data["workers"] >= 1
+    assert f"num_workers={top.data['workers']}" in top.fix
+    assert top.saving_ns <= top.data["wait_ns"]
+
+
+def test_one_thread_on_two_cores_leaves_a_core_idle(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    """Recorded with one core free: the operators' time, at 80% of a perfect speedup on it."""
+    top = _actionable(diagnoses["one_thread"])[0]
+    assert top.rule == "cpu_idle_cores" and "one_thread.py:" in top.location
+    assert top.data["cores"] == 2 and top.data["used_cores"] < 1.3 and top.data["other_cores"] < 0.5
+    assert "torch.set_num_threads(" in top.fix and 0.2 < top.share < 0.5
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_parts_add_up_to_every_step(diagnoses: dict[str, CpuDiagnosis], program: str) -> None:
+    (p,) = diagnoses[program].processes
+    assert isinstance(p, CpuBreakdown) and len(p.steps)
+    assert (p.steps[list(CPU_PARTS)].sum(axis=1) == p.steps["duration_ns"]).all()
+    assert (p.steps[list(CPU_PARTS)] >= 0).all().all()
+    mean = p.mean_parts()
+    assert sum(mean[k] for k in CPU_PARTS) == pytest.approx(mean["duration_ns"])
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_locations_are_the_programs_code(diagnoses: dict[str, CpuDiagnosis], program: str) -> None:
+    for f in diagnoses[program].findings:
+        assert "site-packages" not in f.location and "<frozen" not in f.location, f
+        assert "gpuscope/capture" not in f.location and "gpuscope/analysis" not in f.location, f
+        assert f.location.split(":")[0].endswith(".py") or f.advisory, f
+
+
+def test_the_balanced_program_has_nothing_to_fix(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    assert all(f.share < NOTHING for f in _actionable(diagnoses["balanced"]))
+
+
+def test_steps_come_from_the_optimizer_and_start_up_is_left_out(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    diag = diagnoses["dataloader_starved"]
+    doc = json.loads(diagnosis_formats()["json"](diag))
+    assert doc["analysis"] == "cpu" and doc["parts"] == list(CPU_PARTS)
+    assert doc["step_source"] == "PyTorch's marks at the end of optimizer.step()"
+    (p,) = doc["processes"]
+    assert p["has_steps"] and p["steady_steps"] >= 10
+    assert p["mean_ns"]["cpu_data"] > 0 and p["mean_ns"]["cpu_backward"] > 0
+    startup = [f for f in diag.findings if f.rule == "cpu_startup"]
+    assert startup and startup[0].advisory and startup[0].one_time
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
+def test_every_format_shows_the_cpu_breakdown_and_findings(diagnoses: dict[str, CpuDiagnosis], fmt: str) -> None:
+    text = diagnosis_formats()[fmt](diagnoses["dataloader_starved"])
+    assert "cpu_data_loader" in text and "host_sync" in text
+    assert ("Data loading" in text) if fmt != "json" else ('"cpu_data"' in text)
+
+
+def test_the_profile_summary_shows_the_cpu_breakdown(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    text = render_short(diagnoses["dataloader_starved"])
+    assert text.startswith("CPU step time (step ") and "data " in text
+    assert "1. The loop waits for its DataLoader" in text
