@@ -72,17 +72,17 @@ def test_missing_ncu_is_one_line_and_a_failure(gs: Gpuscope, report: Path, tmp_p
 
 def test_counters_not_permitted_is_one_line_with_the_fix(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path)
-    res = gs.run("kernels", str(report), "--ncu", env=_env(tmp_path, GPUSCOPE_NCU=str(ncu), FAKE_NCU_MODE="perm",
-                                                            FAKE_NCU_RECORD=str(tmp_path / "args.json")))
+    res = gs.run("kernels", str(report), "--ncu", "--", sys.executable, "train.py",
+                 env=_env(tmp_path, GPUSCOPE_NCU=str(ncu), FAKE_NCU_MODE="perm", FAKE_NCU_RECORD=str(tmp_path / "args.json")))
     assert res.returncode == 3, res.describe()
     assert len(res.errors) == 1 and "ERR_NVGPUCTRPERM" in res.errors[0]
     assert "NVreg_RestrictProfilingToAdminUsers=0" in res.errors[0] and "Traceback" not in res.stderr
 
 
-def test_ncu_reruns_the_reports_program_and_stores_metrics(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
+def test_ncu_runs_the_given_program_and_stores_metrics(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path)
     record = tmp_path / "args.json"
-    res = gs.run("kernels", str(report), "--ncu", "--top", "2",
+    res = gs.run("kernels", str(report), "--ncu", "--top", "2", "--", sys.executable, "train.py", "--steps", "3",
                  env=_env(tmp_path, GPUSCOPE_NCU=str(ncu), FAKE_NCU_RECORD=str(record)))
     assert res.returncode == 0, res.describe()
     seen = json.loads(record.read_text())
@@ -170,3 +170,22 @@ def test_roofline_of_a_program_profiled_on_the_cpu(gs: Gpuscope, tmp_path: Path)
     assert any("timed on the CPU" in n for n in doc["roofline_sum"]["notes"])
     layers = {r["Name"] for r in doc["roofline_layer_sum"]["rows"]}
     assert {"Sequential.0", "Sequential.2"} <= layers
+
+
+def test_ncu_never_runs_what_the_report_names(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
+    """A report is data: one edited to name a command is never run; the user gives the program."""
+    import duckdb
+
+    con = duckdb.connect(str(report))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'command'",
+                [json.dumps(["bash", "-c", "touch PWNED; printf '\x1b]0;x\x07'"])])
+    con.close()
+    ncu = _fake_ncu(tmp_path)
+    res = gs.run("kernels", str(report), "--ncu", env=_env(tmp_path, GPUSCOPE_NCU=str(ncu),
+                                                            FAKE_NCU_RECORD=str(tmp_path / "args.json")))
+    assert res.returncode == 2, res.describe()
+    assert len(res.errors) == 1 and "never the one a report names" in res.errors[0], res.describe()
+    assert "touch PWNED" in res.errors[0] and "\x1b" not in res.stderr  # shown, escaped, not run
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "args.json").exists()
+    res = gs.run("kernels", str(report), "--", "python", "x.py", env=_env(tmp_path))
+    assert res.returncode == 2 and "only run with --ncu" in res.errors[0], res.describe()

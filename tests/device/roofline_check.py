@@ -137,7 +137,8 @@ def check_flops(out: Path) -> dict[str, Any]:
         str(HERE / "workloads" / "gemm_conv.py"))
     with gpuscope.load(str(report)) as r:
         launches = r.count("kernel")
-    _gs(out, "ncu.txt", "kernels", str(report), "--ncu", "-k", ".", "-c", str(launches))
+    _gs(out, "ncu.txt", "kernels", str(report), "--ncu", "-k", ".", "-c", str(launches), "--", sys.executable,
+        str(HERE / "workloads" / "gemm_conv.py"))
     _gs(out, "roofline.txt", "roofline", str(report), "-o", str(out / "roofline.html"), "--force-overwrite")
     rows = compare_ops(report)
     kinds_seen = {r["kind"] for r in rows}

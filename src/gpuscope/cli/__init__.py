@@ -45,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             own, program = profile.split_argv(argv[1:])
             args = parser.parse_args([profile.NAME, *own])
             profile.apply_program(args, program)
+        elif argv and argv[0] == kernels.NAME and "--" in argv:  # kernels REPORT --ncu -- PROGRAM ARGS
+            cut = argv.index("--")
+            args = parser.parse_args(argv[:cut])
+            args.program = argv[cut + 1:]
         else:
             args = parser.parse_args(argv)
         return int(args._run(args))

@@ -1,7 +1,8 @@
 """``gpuscope kernels``: hardware metrics of a report's kernels, measured by Nsight Compute.
 
-``--ncu`` runs the report's program again under ncu for the chosen kernels; ``--import`` reads a
-CSV that ncu wrote. Either way the metrics are stored in the report (table ``kernel_metric``) and
+``--ncu`` runs a program under ncu for the chosen kernels: the program the user gives after ``--``
+(never the one the report names: a report is data someone may have sent, and opening it must not
+run anything it holds); ``--import`` reads a CSV that ncu wrote. Either way the metrics are stored in the report (table ``kernel_metric``) and
 ncu's CSV is kept beside it (``REPORT.ncu.csv``), so later commands (``roofline``) use them.
 """
 
@@ -20,7 +21,9 @@ HELP = "Kernel metrics (throughput, occupancy, DRAM bytes, hit rates, FLOPs) mea
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--ncu", action="store_true", help="run the report's program again under ncu (Nsight Compute)")
+    how.add_argument("--ncu", action="store_true",
+                     help="run the program given after -- under ncu (Nsight Compute): gpuscope kernels REPORT --ncu -- "
+                          "python train.py")
     how.add_argument("--import", dest="import_csv", metavar="CSV", help="read ncu's CSV (--csv --page raw or details)")
     pick = p.add_mutually_exclusive_group()
     pick.add_argument("--top", type=int, metavar="N", help="profile the N kernels with the most time (default 10)")
@@ -31,22 +34,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--launch-count", type=int, metavar="N", help="launches to profile in all (default: enough "
                    "for --per-kernel of each chosen kernel)")
     p.add_argument("-f", "--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(program=[])  # with --ncu: the program after --, as it was profiled (cli.main splits it off)
 
 
 def _say(message: str) -> None:
     print(f"gpuscope: {message}", file=sys.stderr, flush=True)
 
 
-def _program(meta: dict[str, object], processes: list[tuple[object, ...]]) -> list[str]:
-    command = meta.get("command")
-    if isinstance(command, list) and command:
-        return [str(a) for a in command]
+def _recorded(meta: dict[str, object], processes: list[tuple[object, ...]]) -> str:
+    """The command the report says it profiled, quoted and with control characters escaped, to show."""
     import json
+    import shlex
 
-    for (argv,) in processes:
-        if argv:
-            return [str(a) for a in json.loads(str(argv))]
-    raise GpuscopeError("the report does not say what program it profiled (no command in its meta)")
+    command = meta.get("command")
+    if not (isinstance(command, list) and command):
+        command = next((json.loads(str(argv)) for (argv,) in processes if argv), None)
+    if not command:
+        return "(not recorded)"
+    text = shlex.join(str(a) for a in command)
+    return text.encode("unicode_escape").decode("ascii")[:500]
+
+
+def _command(args: argparse.Namespace, report_path: Path) -> list[str]:
+    """The program to run under ncu: what the user gave after --; without it, one line that says
+    what the report recorded and how to give it."""
+    command = list(args.program or [])
+    if command:
+        return command
+    from ..trace.report import Report
+
+    with Report.open(report_path) as report:
+        recorded = _recorded(report.meta, report.sql("SELECT argv FROM process ORDER BY start_ns"))
+    raise GpuscopeError(f"--ncu runs only the program you give after --, never the one a report names; this report "
+                        f"recorded: {recorded}; run it as: gpuscope kernels {shlex_quote(str(report_path))} --ncu -- "
+                        "PROGRAM ARGS")
+
+
+def shlex_quote(text: str) -> str:
+    """``text`` quoted for a shell, control characters escaped."""
+    import shlex
+
+    return shlex.quote(text).encode("unicode_escape").decode("ascii")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,25 +89,25 @@ def run(args: argparse.Namespace) -> int:
         from ..capture import ncu as runner
 
         runner.find_ncu()  # before anything else: one line and a non-zero exit when it is missing
+        program = _command(args, path)
         with Report.open(path) as report:
-            program = _program(report.meta, report.sql("SELECT argv FROM process ORDER BY start_ns"))
-            cwd = report.meta.get("cwd")
             if args.nvtx and not (args.top or args.kernel):  # the range chooses: any kernel in it
                 regex, base, count = None, "mangled", 50
             else:
                 regex, base, count = profile_selection(report, args.top, args.kernel, args.per_kernel)
         count = args.launch_count or count
         log = path.with_suffix(".ncu.csv")
-        _say(f"running {' '.join(program)} under ncu for {count} kernel launches "
+        _say(f"running {shlex_quote(' '.join(program))} under ncu for {count} kernel launches "
              "(each is replayed to read its counters)")
-        text = runner.run(program, str(cwd) if cwd else None, log, regex=regex, name_base=base, count=count,
-                          nvtx=args.nvtx)
+        text = runner.run(program, None, log, regex=regex, name_base=base, count=count, nvtx=args.nvtx)
         _say(f"ncu's CSV: {log}")
     elif args.import_csv:
         try:
             text = Path(args.import_csv).read_text(errors="replace")
         except OSError as exc:
             raise GpuscopeError(f"cannot read {args.import_csv}: {exc.strerror}") from None
+    elif args.program:
+        raise GpuscopeError("a program after -- is only run with --ncu")
     if text is not None:
         launches = ncu.parse_csv(text)
         with Report.open(path) as report:
