@@ -83,9 +83,8 @@ def _scope(p: ProcessBreakdown, source: str) -> str:
 
 def _within_step(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Cap the savings of each process's fixes so that, taken in order of saving, they never add up
-    to more than the step's time beyond its GPU busy time that no fix of the program's host side
-    removes; a finding left under ``min_share`` is dropped. One-time, advisory and work-changing
-    findings are not capped (they are not part of the steady step)."""
+    to more than the step; a finding left under ``min_share`` is dropped. One-time, advisory and
+    work-changing findings are not capped (they are not part of the steady step's time)."""
     steps = {p.pid: p for p in ctx.processes} if not ctx.missing("gpu") else {}
     left: dict[int | None, float] = {pid: p.step_ns for pid, p in steps.items()}
     out = []
