@@ -20,30 +20,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ...trace.report import Report
-from ...trace.stacks import is_library, short_path
+from ...trace.stacks import Frame, is_library, is_own, short_path, stack_paths
 
-# gpuscope's own modules, wherever it is installed (a checkout, site-packages) or whichever machine
-# analyzes the report; a program that merely lives in a folder named gpuscope is not matched.
-_OWN = re.compile(r"[/\\]gpuscope[/\\](?:capture|analysis|trace|cli|reporters)[/\\][^/\\]+\.py$"
-                  r"|[/\\]gpuscope[/\\](?:__init__|__main__|annotation|errors)\.py$"
-                  r"|gpuscope-spool-[^/\\]*[/\\]boot[/\\]")
 _IMPORTING = re.compile(r"^<frozen importlib\._bootstrap(?:_external)?>$|[/\\]importlib[/\\]__init__\.py$")
 _OPERATOR_FRAME = re.compile(r"[/\\]gpuscope[/\\]capture[/\\]torch_ops\.py$")
 _PACKAGE_ROOT = re.compile(r".*(?:site-packages|dist-packages|[/\\]lib[/\\]python3\.\d+)[/\\]")
 _DATASET_FETCH = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]fetch\.py$")
 
-Frame = tuple[str, str, int]  # function, file, line
-
-
-def is_own(path: str) -> bool:
-    """Return whether ``path`` is a file of gpuscope itself (its hooks wrap the program's calls)."""
-    return bool(_OWN.search(path))
-
-
 def is_user(path: str) -> bool:
     """Return whether ``path`` is the program's own code: not a library, the standard library,
-    frozen or generated code (``<...>``), nor gpuscope."""
-    return not is_library(path) and not is_own(path)
+    frozen or generated code (``<...>``), nor gpuscope (:func:`...trace.stacks.is_library`)."""
+    return not is_library(path)
 
 
 def user_frame(path: Sequence[Frame]) -> Frame | None:
@@ -104,21 +91,4 @@ def classify(path: Sequence[Frame]) -> StackInfo:
 
 def load_stacks(report: Report, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], StackInfo]:
     """Return the :class:`StackInfo` of each (pid, stack id) asked for."""
-    wanted = set(wanted)
-    if not wanted:
-        return {}
-    frames = {(pid, fid): (func, file, int(line or 0)) for pid, fid, func, file, line in report.sql(
-        """SELECT f.pid, f.id, fn.value, fl.value, f.line FROM cpu_frame f
-           JOIN string fn ON fn.id = f.function_id JOIN string fl ON fl.id = f.file_id""")}
-    parents = {(pid, sid): (parent, fid) for pid, sid, parent, fid in report.sql(
-        "SELECT pid, id, parent_id, frame_id FROM cpu_stack")}
-    out = {}
-    for pid, sid in wanted:
-        path: list[Frame] = []
-        node = sid
-        while node and (pid, node) in parents and len(path) < 10_000:
-            node, fid = parents[(pid, node)]
-            if (pid, fid) in frames:
-                path.append(frames[(pid, fid)])
-        out[(pid, sid)] = classify(path)
-    return out
+    return {key: classify(path) for key, path in stack_paths(report, set(wanted)).items()}
