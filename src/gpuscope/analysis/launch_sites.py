@@ -11,12 +11,44 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+import pandas as pd
+
 from ..trace.report import Report
 from ..trace.stacks import stack_sites
 from .attribution import ops_table
 from .table import Column, Table
 
 WINDOW_NS = 2_000_000  # a sample later than this after the launch says nothing about it
+
+
+def after_launches(launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of ``WINDOW_NS`` after each launch time: sorted starts and their ends (they may
+    overlap; :func:`sampled_lines` counts a sample once)."""
+    starts = np.unique(np.asarray(launches, dtype=np.int64))
+    return starts, starts + WINDOW_NS
+
+
+def sampled_lines(report: Report, pid: int, samples: pd.DataFrame, starts: np.ndarray,
+                  ends: np.ndarray) -> list[tuple[str, str, float]]:
+    """The program lines (``file:line``, function, summed ``weight``) of the ``samples`` (``ts_ns``,
+    ``stack_id``, ``weight``) of process ``pid`` taken inside the windows [starts, ends), most first.
+    The windows are sorted by start, and each ends no earlier than the one before (disjoint, or all
+    of one length)."""
+    if not len(samples) or not len(starts):
+        return []
+    ts = samples["ts_ns"].to_numpy(np.int64)
+    w = np.searchsorted(starts, ts, "right") - 1
+    inside = (w >= 0) & (ts < ends[np.maximum(w, 0)])
+    weight = samples[inside].groupby("stack_id")["weight"].sum()
+    if not len(weight):
+        return []
+    sites = stack_sites(report, {(pid, int(s)) for s in weight.index})
+    by_line: dict[tuple[str, str], float] = defaultdict(float)
+    for sid, value in weight.items():
+        site = sites[(pid, int(sid))]
+        by_line[(site.location, site.function)] += float(value)
+    return [(loc, func, value) for (loc, func), value in sorted(by_line.items(), key=lambda kv: -kv[1])]
 
 
 def launch_sum(report: Report) -> Table:

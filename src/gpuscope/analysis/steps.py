@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from ..trace.stacks import stack_sites
 from ..trace.trim import capture_limited
 from .attribution import ops_table, temp_table
 from .capture import windows_table
+from .launch_sites import after_launches, sampled_lines
 from .step_pattern import Pattern, find_pattern
 from .table import Column, Table
 
@@ -155,27 +155,17 @@ def _bounds(found: Pattern, frame: pd.DataFrame) -> tuple[np.ndarray, bool]:
     return np.maximum.accumulate(at), gpu_side
 
 
-LINE_WINDOW_NS = 2_000_000  # Python samples this soon after an iteration's first launch show the loop's line
-
-
 def _launch_line(report: Report, pid: int, starts: np.ndarray) -> str | None:
     """The program line (``file:line``) that Python samples of the main thread show most often
     just after the iterations start (the loop body that launches them), or None without samples."""
     if not report.count("cpu_sample") or not len(starts):
         return None
-    samples = report.df("SELECT ts_ns, stack_id FROM cpu_sample WHERE pid = ? AND tid = pid ORDER BY ts_ns", [pid])
-    ts = samples["ts_ns"].to_numpy(np.int64)
-    w = np.searchsorted(np.sort(starts.astype(np.int64)), ts, "right") - 1
-    inside = (w >= 0) & (ts < np.sort(starts.astype(np.int64))[np.maximum(w, 0)] + LINE_WINDOW_NS)
-    frame = samples[inside].groupby("stack_id").size().rename("n").reset_index()
-    if not len(frame):
-        return None
-    sites = stack_sites(report, {(pid, int(sid)) for sid in frame["stack_id"]})
-    counts: dict[str, int] = {}
-    for sid, n in zip(frame["stack_id"], frame["n"]):
-        loc = sites[(pid, int(sid))].location
+    samples = report.df("SELECT ts_ns, stack_id, 1 AS weight FROM cpu_sample WHERE pid = ? AND tid = pid "
+                        "ORDER BY ts_ns", [pid])
+    counts: dict[str, float] = {}
+    for loc, _, n in sampled_lines(report, pid, samples, *after_launches(starts)):
         if not loc.startswith("("):
-            counts[loc] = counts.get(loc, 0) + int(n)
+            counts[loc] = counts.get(loc, 0.0) + n
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 

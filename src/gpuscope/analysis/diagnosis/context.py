@@ -15,12 +15,11 @@ import pandas as pd
 from ...reporters.units import duration, size
 from ...trace.report import Report
 from ..attribution import innermost_table, ranges_table
-from ..sync import stack_sites
+from ..launch_sites import after_launches, sampled_lines
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
 MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
-LAUNCH_WINDOW_NS = 2_000_000  # Python samples this soon after a launch show the line that made it
 
 
 @dataclass
@@ -262,26 +261,14 @@ class Context:
 
     def program_lines(self, pid: int, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
         """The program lines (``file:line``, function, share) that Python samples of the process's
-        main thread (all threads, if it has none) show most within the given sorted, disjoint
-        intervals."""
+        main thread (all threads, if it has none) show most within the given intervals (sorted,
+        each ending no earlier than the one before)."""
         samples = self._samples.get(pid)
-        if samples is None or not len(starts):
+        if samples is None:
             return []
-        ts = samples["ts_ns"].to_numpy(np.int64)
-        w = np.searchsorted(starts, ts, "right") - 1
-        inside = (w >= 0) & (ts < ends[np.maximum(w, 0)])
-        chosen = samples[inside]
-        if not len(chosen):
-            return []
-        weight = chosen.groupby("stack_id")["weight_ns"].sum()
-        sites = stack_sites(self.report, {(pid, int(s)) for s in weight.index})
-        by_line: dict[tuple[str, str], float] = defaultdict(float)
-        for sid, ns in weight.items():
-            site = sites[(pid, int(sid))]
-            by_line[(site.location, site.function)] += float(ns)
-        total = sum(by_line.values())
-        ranked = sorted(by_line.items(), key=lambda kv: -kv[1])[:top]
-        return [(loc, func, ns / total) for (loc, func), ns in ranked]
+        lines = sampled_lines(self.report, pid, samples.rename(columns={"weight_ns": "weight"}), starts, ends)
+        total = sum(ns for _, _, ns in lines)
+        return [(loc, func, ns / total) for loc, func, ns in lines[:top]]
 
     @cached_property
     def _samples(self) -> dict[int, pd.DataFrame]:
@@ -295,15 +282,10 @@ class Context:
         return out
 
     def launch_lines(self, pid: int, launches: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
-        """The program lines that Python samples show around the given launch times (within
-        :data:`LAUNCH_WINDOW_NS` after each): where the program launched that work, as
+        """The program lines that Python samples show just after the given launch times (within
+        :data:`..launch_sites.WINDOW_NS` of each): where the program launched that work, as
         :meth:`program_lines` gives them."""
-        if not len(launches):
-            return []
-        t = np.unique(np.sort(launches.astype(np.int64)))
-        starts, ends = t, t + LAUNCH_WINDOW_NS
-        keep = np.concatenate([[True], starts[1:] >= ends[:-1]])  # disjoint: drop windows inside the one before
-        return self.program_lines(pid, starts[keep], ends[keep], top)
+        return self.program_lines(pid, *after_launches(launches), top) if len(launches) else []
 
     def describe_lines(self, lines: list[tuple[str, str, float]]) -> str:
         """``file:line function (share), ...`` for evidence."""
