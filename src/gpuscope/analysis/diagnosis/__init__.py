@@ -9,12 +9,13 @@ missing are listed with the reason, and the others still run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ...trace.report import Report
 from ..table import Column, Table
 from .breakdown import LABELS, PARTS, ProcessBreakdown
 from .context import MIN_SHARE, Context, fmt_ns
-from .finding import Finding, Skipped
+from .finding import Finding, Skipped, cap_to_step
 from .rule import Rule
 
 __all__ = ["Diagnosis", "Finding", "Rule", "Skipped", "diagnose"]
@@ -33,6 +34,16 @@ class Diagnosis:
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
 
+    # the parts of a step and the breakdown table's name, title and note without processes
+    PART_NAMES: ClassVar[tuple[str, ...]] = PARTS
+    PART_LABELS: ClassVar[dict[str, str]] = LABELS
+    BREAKDOWN: ClassVar[tuple[str, str]] = ("step_breakdown", "Step-Time Breakdown")
+    NOTHING: ClassVar[str] = "No GPU operations in this report: there is no step time to break down."
+
+    def scope_note(self, p: ProcessBreakdown) -> str:
+        """What one process's means cover, in one line."""
+        return _scope(p, self.step_source)
+
     def breakdown_table(self) -> Table:
         """Per process, the mean time per steady step of each part (parts that are zero left out)."""
         cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
@@ -41,14 +52,14 @@ class Diagnosis:
         for p in self.processes:
             mean = p.mean_parts()
             step = mean["duration_ns"]
-            for part in PARTS:
+            for part in self.PART_NAMES:
                 if round(mean[part]):
-                    rows.append((p.pid, LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
+                    rows.append((p.pid, self.PART_LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
             rows.append((p.pid, "Step (total)", step, 100.0))
-            notes.append(_scope(p, self.step_source))
+            notes.append(self.scope_note(p))
         if not self.processes:
-            notes.append("No GPU operations in this report: there is no step time to break down.")
-        return Table("step_breakdown", "Step-Time Breakdown", cols, rows, notes)
+            notes.append(self.NOTHING)
+        return Table(*self.BREAKDOWN, cols, rows, notes)
 
     def steps_table(self) -> Table:
         """Per step: duration, the busy share, and the share of each idle cause."""
@@ -79,29 +90,6 @@ def _scope(p: ProcessBreakdown, source: str) -> str:
     if warm and warm < len(p.steps):
         text += f"; warm-up step{'s' if warm > 1 else ''} 1{'-' + str(warm) if warm > 1 else ''} left out"
     return text + "."
-
-
-def _within_step(ctx: Context, findings: list[Finding]) -> list[Finding]:
-    """Cap the savings of each process's fixes so that, taken in order of saving, they never add up
-    to more than the step; a finding left under ``min_share`` is dropped. One-time, advisory and
-    work-changing findings are not capped (they are not part of the steady step's time)."""
-    steps = {p.pid: p for p in ctx.processes} if not ctx.missing("gpu") else {}
-    left: dict[int | None, float] = {pid: p.step_ns for pid, p in steps.items()}
-    out = []
-    for f in sorted(findings, key=lambda f: -f.share):
-        if f.one_time or f.advisory or f.work_changing or f.pid not in left:
-            out.append(f)
-            continue
-        saving = min(f.saving_ns, max(0.0, left[f.pid]))
-        left[f.pid] -= saving
-        share = steps[f.pid].share(saving) if f.pid is not None else f.share
-        if saving < f.saving_ns:
-            f.evidence.append(f"capped at {fmt_ns(saving)}: the fixes ranked above it already take the rest "
-                              "of the step")
-            f.saving_ns, f.share = saving, share
-        if f.share >= ctx.min_share:
-            out.append(f)
-    return out
 
 
 def _setup_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]:
@@ -142,9 +130,10 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
             skipped.append(Skipped(rule.name, reason))
             continue
         findings += rule.evaluate(ctx)
-    findings = _within_step(ctx, findings)
+    findings = cap_to_step(findings, {p.pid: p.step_ns for p in ctx.processes},
+                           {p.pid: p.share for p in ctx.processes}, ctx.min_share, fmt_ns)
     findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
-    processes = [p.breakdown for p in ctx.processes] if not ctx.missing("gpu") else []
+    processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")

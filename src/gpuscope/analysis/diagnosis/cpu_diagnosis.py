@@ -9,6 +9,7 @@ result is a :class:`CpuDiagnosis`: a :class:`Diagnosis` whose tables show the CP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ...trace.report import Report
 from ..table import Column, Table
@@ -17,7 +18,7 @@ from .context import MIN_SHARE, fmt_ns
 from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
 from .cpu_context import CpuContext
 from .cpu_rules import CPU_RULES, CpuRule
-from .finding import Finding, Skipped
+from .finding import Finding, Skipped, cap_to_step
 from .rule import Rule
 
 __all__ = ["CpuDiagnosis", "diagnose_cpu"]
@@ -32,22 +33,14 @@ class CpuDiagnosis(Diagnosis):
 
     parts: tuple[str, ...] = field(default=CPU_PARTS)
 
-    def breakdown_table(self) -> Table:
-        """Per process, the mean time per steady step of each CPU part (parts that are zero left out)."""
-        cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
-        rows: list[tuple[object, ...]] = []
-        notes = list(self.notes)
-        for p in self.processes:
-            mean = p.mean_parts()
-            step = mean["duration_ns"]
-            for part in CPU_PARTS:
-                if round(mean[part]):
-                    rows.append((p.pid, CPU_LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
-            rows.append((p.pid, "Step (total)", step, 100.0))
-            notes.append(_scope(p, self.step_source))  # type: ignore[arg-type]
-        if not self.processes:
-            notes.append("No Python samples or PyTorch ranges in this report: there is no step time to break down.")
-        return Table("cpu_step_breakdown", "CPU Step-Time Breakdown (no GPU operations)", cols, rows, notes)
+    PART_NAMES: ClassVar[tuple[str, ...]] = CPU_PARTS
+    PART_LABELS: ClassVar[dict[str, str]] = CPU_LABELS
+    BREAKDOWN: ClassVar[tuple[str, str]] = ("cpu_step_breakdown", "CPU Step-Time Breakdown (no GPU operations)")
+    NOTHING: ClassVar[str] = "No Python samples or PyTorch ranges in this report: there is no step time to break down."
+
+    def scope_note(self, p: CpuBreakdown) -> str:  # type: ignore[override]
+        """What one process's means cover, start-up included, in one line."""
+        return _scope(p, self.step_source)
 
     def steps_table(self) -> Table:
         """Per step: duration and the share of each CPU part."""
@@ -78,25 +71,6 @@ def _scope(p: CpuBreakdown, source: str) -> str:
     return text + startup + "."
 
 
-def _within_step(ctx: CpuContext, findings: list[Finding]) -> list[Finding]:
-    """Cap each process's savings, in order, so that they never add up to more than its step."""
-    left = {p.pid: p.step_ns for p in ctx.processes}
-    share = {p.pid: p.share for p in ctx.processes}
-    out = []
-    for f in sorted(findings, key=lambda f: -f.share):
-        if f.one_time or f.advisory or f.pid not in left:
-            out.append(f)
-            continue
-        saving = min(f.saving_ns, max(0.0, left[f.pid]))
-        left[f.pid] -= saving
-        if saving < f.saving_ns:
-            f.evidence.append(f"capped at {fmt_ns(saving)}: the fixes ranked above it take the rest of the step")
-            f.saving_ns, f.share = saving, share[f.pid](saving)
-        if f.share >= ctx.min_share:
-            out.append(f)
-    return out
-
-
 def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> CpuDiagnosis:
     """Return the CPU-side diagnosis of a report without GPU operations.
 
@@ -116,7 +90,8 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
             skipped.append(Skipped(rule.name, reason))
             continue
         findings += rule.evaluate(ctx)
-    findings = _within_step(ctx, findings)
+    findings = cap_to_step(findings, {p.pid: p.step_ns for p in ctx.processes}, {p.pid: p.share for p in ctx.processes},
+                           ctx.min_share, fmt_ns)
     findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
     skipped += [Skipped(r.name, GPU_REASON) for r in gpu_rules]
     processes = [p.breakdown for p in ctx.processes]

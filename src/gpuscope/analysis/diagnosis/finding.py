@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,3 +48,26 @@ class Skipped:
 
     rule: str
     reason: str
+
+
+def cap_to_step(findings: list[Finding], step_ns: dict[int, float], share: dict[int, Callable[[float], float]],
+                min_share: float, fmt: Callable[[float], str]) -> list[Finding]:
+    """Cap the savings of each process's fixes so that, taken in order of saving, they never add up
+    to more than its step (``step_ns`` by pid; ``share`` turns a saving into its share of the step);
+    a finding left under ``min_share`` is dropped. One-time, advisory and work-changing findings are
+    not capped (they are not part of the steady step's time), nor those of other processes."""
+    left = dict(step_ns)
+    out = []
+    for f in sorted(findings, key=lambda f: -f.share):
+        if f.one_time or f.advisory or f.work_changing or f.pid not in left:
+            out.append(f)
+            continue
+        saving = min(f.saving_ns, max(0.0, left[f.pid]))
+        left[f.pid] -= saving
+        if saving < f.saving_ns:
+            f.evidence.append(f"capped at {fmt(saving)}: the fixes ranked above it already take the rest "
+                              "of the step")
+            f.saving_ns, f.share = saving, share[f.pid](saving)
+        if f.share >= min_share:
+            out.append(f)
+    return out
