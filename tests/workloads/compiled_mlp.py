@@ -12,7 +12,7 @@ import itertools
 import torch
 from torch import nn
 
-from harness import Program, Setup, Step, Variant, capture, main
+from harness import Program, Setup, Step, Variant, graphed_training, main
 
 
 def build(variant: str, setup: Setup) -> Step:
@@ -27,23 +27,13 @@ def build(variant: str, setup: Setup) -> Step:
     data = [(torch.randn(batch, width, device=dev), torch.randint(0, 10, (batch,), device=dev)) for _ in range(4)]
     batches = itertools.cycle(data)
     if variant == "cuda_graph":
-        static_x, static_y = (t.clone() for t in data[0])
-
-        def train_step() -> torch.Tensor:
-            loss = loss_fn(model(static_x), static_y)
+        def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
             return loss
 
-        replay = capture(train_step, before=lambda: opt.zero_grad(set_to_none=True))
-
-        def graphed() -> None:
-            x, y = next(batches)
-            static_x.copy_(x)
-            static_y.copy_(y)
-            replay()
-
-        return graphed
+        return graphed_training(train_step, opt, data[0], batches)
     graphs = variant == "reduce_overhead"
     compiled = torch.compile(model, mode="reduce-overhead" if graphs else None)
 

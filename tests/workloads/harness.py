@@ -25,6 +25,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -155,6 +156,25 @@ def capture(fn: Callable[[], T], before: Callable[[], object] | None = None, war
         return out
 
     return replay
+
+
+def graphed_training(train_step: Callable[[torch.Tensor, torch.Tensor], T], optimizer: torch.optim.Optimizer,
+                     example: tuple[torch.Tensor, torch.Tensor],
+                     batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[], T]:
+    """A whole training step, ``train_step(x, y)`` (forward, backward, optimizer step), captured in
+    one CUDA graph on static inputs (copies of ``example``); return a step that copies the next
+    batch into them, replays the graph and returns ``train_step``'s outputs. The gradients are set
+    to None before the capture, so that the captured backward allocates them in the graph's memory."""
+    static_x, static_y = (t.clone() for t in example)
+    replay = capture(lambda: train_step(static_x, static_y), before=lambda: optimizer.zero_grad(set_to_none=True))
+
+    def step() -> T:
+        x, y = next(batches)
+        static_x.copy_(x)
+        static_y.copy_(y)
+        return replay()
+
+    return step
 
 
 def parser(program: Program) -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import itertools
 import torch
 from torch import nn
 
-from harness import Program, Setup, Step, Variant, capture, main
+from harness import Program, Setup, Step, Variant, graphed_training, main
 
 
 def build(variant: str, setup: Setup) -> Step:
@@ -28,23 +28,14 @@ def build(variant: str, setup: Setup) -> Step:
 
     if variant == "cuda_graph":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
-        static_x, static_y = (t.clone() for t in data[0])
 
-        def train_step() -> torch.Tensor:
-            loss = loss_fn(model(static_x), static_y)
+        def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
             return loss
 
-        replay = capture(train_step, before=lambda: opt.zero_grad(set_to_none=True))
-
-        def step() -> None:
-            x, y = next(batches)
-            static_x.copy_(x)
-            static_y.copy_(y)
-            replay()
-
-        return step
+        return graphed_training(train_step, opt, data[0], batches)
 
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True if variant == "fused_adam" else None)
 

@@ -14,7 +14,7 @@ import itertools
 import torch
 from torch import nn
 
-from harness import Program, Setup, Step, Variant, capture, main
+from harness import Program, Setup, Step, Variant, graphed_training, main
 
 HARD = 1.5  # a sample whose loss is above this counts as hard
 
@@ -52,14 +52,9 @@ def build(variant: str, setup: Setup) -> Step:
             hard_total += (per_sample > HARD).sum()
 
     if graphed:
-        static_x, static_y = (t.clone() for t in data[0])
-        replay = capture(lambda: forward_backward(static_x, static_y),
-                         before=lambda: opt.zero_grad(set_to_none=True))
+        replay = graphed_training(forward_backward, opt, data[0], batches)
 
         def step() -> None:
-            x, y = next(batches)
-            static_x.copy_(x)
-            static_y.copy_(y)
             bookkeeping(*replay())
 
         return step
