@@ -65,7 +65,15 @@ def graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, 
     while it launches: a replayed graph leaves the host nothing to be late for). A gap at a fixed
     place of the loop outside those ranges is the program's own work (preprocessing, logging),
     which a graph does not replay. Without steps, gaps shorter than :data:`SHORT_GAP_NS` count as
-    launch machinery."""
+    launch machinery. Computed once per process (three rules ask); the arrays are not to be changed."""
+    key = ("graph_capturable", p.pid)
+    if key not in ctx.cache:
+        ctx.cache[key] = _graph_capturable(ctx, p)
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] = ctx.cache[key]
+    return out
+
+
+def _graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     starts, ends = _pieces(p, "idle_cpu")
     lo, hi = ctx.framework_ranges(p.pid)
     framework = _inside(starts, ends, lo, hi)
