@@ -85,11 +85,14 @@ def _hashes(tokens: np.ndarray, k: int) -> np.ndarray:
     return h
 
 
-def find_pattern(tokens: np.ndarray, launch_ns: np.ndarray) -> Pattern | None:
+def find_pattern(tokens: np.ndarray, launch_ns: np.ndarray, exact: np.ndarray | None = None) -> Pattern | None:
     """Return the loop in ``tokens`` (launch order; ``launch_ns`` their launch times), or None
-    when the sequence does not repeat at least :data:`MIN_REPEATS` times."""
+    when the sequence does not repeat at least :data:`MIN_REPEATS` times. ``exact`` marks the
+    tokens whose launch time was recorded, not estimated (default: all); an iteration starts at
+    one of those where it can."""
     tokens = np.asarray(tokens, dtype=np.int64)
     launch_ns = np.asarray(launch_ns, dtype=np.int64)
+    exact = np.ones(len(tokens), bool) if exact is None else np.asarray(exact, dtype=bool)
     if len(tokens) < 2 * MIN_REPEATS:
         return None
     found = _period(tokens)
@@ -109,8 +112,7 @@ def find_pattern(tokens: np.ndarray, launch_ns: np.ndarray) -> Pattern | None:
     grams = _hashes(cyclic, k)[:period]
     values, counts = np.unique(grams, return_counts=True)
     unique = np.isin(grams, values[counts == 1])
-    exact = template >= 0  # kernels: their launch times are exact, those of copies may be estimates
-    phases = np.flatnonzero(unique & exact)
+    phases = np.flatnonzero(unique & exact[base:base + period])
     if not len(phases):
         phases = np.flatnonzero(unique) if unique.any() else np.arange(period)
     # the phase after the longest host gap, as a median over the steady iterations

@@ -117,7 +117,7 @@ def _gpu_tokens(report: Report) -> pd.DataFrame:
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
-    """The loop of one process and the launch times its starts index, from all its GPU operations
+    """The loop of one process and the frame its starts index, from all its GPU operations
     or from its kernels alone, whichever repeats better (a copy whose place among the kernels varies
     blurs the pattern; a loop of identical kernels needs its copies to show where an iteration ends);
     of two that repeat as well, the longer period."""
@@ -126,7 +126,8 @@ def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
         tries.append(own[own["exact"].to_numpy(bool)])
     best: tuple[Pattern, pd.DataFrame] | None = None
     for frame in tries:
-        found = find_pattern(frame["token"].to_numpy(np.int64), frame["launch_ns"].to_numpy(np.int64))
+        found = find_pattern(frame["token"].to_numpy(np.int64), frame["launch_ns"].to_numpy(np.int64),
+                             frame["exact"].to_numpy(bool) if "exact" in frame else None)
         if found is None:
             continue
         if best is None or found.score > best[0].score + 0.02 or (
@@ -144,7 +145,7 @@ def _bounds(found: Pattern, frame: pd.DataFrame) -> tuple[np.ndarray, bool]:
     operation stands in. The last iteration ends at the launch (or GPU start) of the operation
     after it, or just after its own last one. Returns the times, and whether they are GPU starts."""
     launch = frame["launch_ns"].to_numpy(np.int64)
-    start = frame["start_ns"].to_numpy(np.int64) if "start_ns" in frame else launch
+    start = frame["start_ns"].to_numpy(np.int64)
     idx = np.append(found.starts, min(int(found.starts[-1]) + found.period, len(launch) - 1))
     at = launch[idx]
     gpu_side = len(np.unique(at)) < 0.9 * len(at)
