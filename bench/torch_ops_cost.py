@@ -114,6 +114,18 @@ def _count_ops(work: Callable[[], None]) -> int:
     return len(seen)
 
 
+def _with_flags(flags: dict[str, object], restore: dict[str, object], work: Callable[[], None]) -> None:
+    """Run ``work`` with torch's dispatch-mode flags set to ``flags``, then set them to ``restore``:
+    as if no mode had ever been installed, whatever the recorder left."""
+    for name, value in flags.items():
+        setattr(_python_dispatch, name, value)
+    try:
+        work()
+    finally:
+        for name, value in restore.items():
+            setattr(_python_dispatch, name, value)
+
+
 def _cpu_time(fn: Callable[[], None]) -> float:
     t = time.process_time()
     fn()
@@ -133,13 +145,7 @@ def main(rounds: int) -> None:
     def plain(work: Callable[[], None]) -> None:
         rec.recording = False
         assert _get_current_dispatch_mode() is None
-        for name, value in before.items():
-            setattr(_python_dispatch, name, value)
-        try:
-            work()
-        finally:
-            for name, value in installed.items():
-                setattr(_python_dispatch, name, value)
+        _with_flags(before, installed, work)
 
     def off(work: Callable[[], None]) -> None:
         rec.recording = False
@@ -240,13 +246,7 @@ def after_window(rounds: int) -> None:
           f"({rec.sample.windows[0][3] if rec.sample and rec.sample.windows else '-'})")
 
     def plain(work: Callable[[], None]) -> None:
-        for name, value in before.items():
-            setattr(_python_dispatch, name, value)
-        try:
-            work()
-        finally:
-            for name, value in after.items():
-                setattr(_python_dispatch, name, value)
+        _with_flags(before, after, work)
 
     cases = {"plain": plain, "after the window": lambda work: work()}
     for work in (small_ops, mlp, training):
