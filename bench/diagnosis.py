@@ -67,7 +67,8 @@ PROGRAMS: dict[str, float] = {
     "mlp_adam": 15, "bmm_loop": 15, "big_gemms_bf16": 13, "mlp_item_nonzero": 15, "infer_cnn_small": 14,
     "infer_transformer_fp32": 13, "sync_not_bottleneck": 14, "dataloader_and_sync": 22, "pageable_inference": 15,
     "results_to_host": 15, "python_tokenize": 15, "compiled_mlp": 50, "conv_train_bf16": 20,
-    "elementwise_chain": 20,
+    "elementwise_chain": 20, "custom_rnn_loop": 40, "conv_infer_fp16": 15, "compiled_graphs_infer": 60,
+    "naive_attention_bf16": 40, "adam_foreach_off": 15, "triton_substeps": 25,
 }
 PLANTED_COST_S = {name: 60.0 if name == "first_compile" else 29.0 for name in PLANTED}
 

@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes anchors rangecost rawcheck memory overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs anchors rangecost rawcheck memory overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -208,11 +208,29 @@ fi
 
 if has shapes; then
   step "operator samples (torch-shapes) against every operator, on the GPT"
-  gs profile -o $W/gpt_shapes --force-overwrite $WL/transformer.py --steps 30 --warmup 3 --timing-out $W/shapes_with.json > /dev/null 2>&1
+  gs profile -t cuda,nvtx,torch,host,nvml,torch-shapes -o $W/gpt_shapes --force-overwrite $WL/transformer.py --steps 30 --warmup 3 --timing-out $W/shapes_with.json > /dev/null 2>&1
   gs profile -t cuda,nvtx,torch,host,nvml -o $W/gpt_noshapes --force-overwrite $WL/transformer.py --steps 30 --warmup 3 --timing-out $W/shapes_without.json > /dev/null 2>&1
   gs profile -t cuda,cuda-api,nvtx,torch,torch-ops,host,nvml -o $W/gpt_allops --force-overwrite $WL/transformer.py --steps 30 --warmup 3 > /dev/null 2>&1
   $PY tests/device/check_torch_shapes.py $W/gpt_shapes.gpuscope $W/gpt_allops.gpuscope --timing-with $W/shapes_with.json --timing-without $W/shapes_without.json > "$OUT/shapes_check.json"; echo "shapes rc=$?"
   head -c 3000 "$OUT/shapes_check.json"
+fi
+
+if has shapes-programs; then
+  step "operator samples (torch-shapes) on the validation programs: does it run, and what does it cost (traced with and without it, alternating)"
+  mkdir -p "$OUT/shapes_programs"
+  TR=$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(diagnosis.TRACE)")
+  for round in 1 2; do
+    for n in ${SHAPES_PROGRAMS:-conv_train_bf16 dataloader_and_sync infer_cnn_small compiled_mlp mlp_item_nonzero}; do
+      for t in "$TR" "$TR,torch-shapes"; do
+        tag=$([ "$t" = "$TR" ] && echo plain || echo shapes)
+        timeout 200 $PY -m gpuscope profile -t "$t" -o "$OUT/shapes_programs/${n}_${tag}_$round" --force-overwrite \
+          tests/workloads/$n.py > "$OUT/shapes_programs/${n}_${tag}_$round.log" 2>&1
+        echo "$n $tag round $round rc=$? $(tail -c 200 "$OUT/shapes_programs/${n}_${tag}_$round.log" | tail -1)"
+      done
+    done
+  done
+  gzip -f "$OUT"/shapes_programs/*.gpuscope
+  tar cf "$OUT/shapes_programs.tar" -C "$OUT" shapes_programs && rm -rf "$OUT/shapes_programs"
 fi
 
 if has overhead; then

@@ -20,7 +20,7 @@ pytest.importorskip("torch")  # the programs import torch at the top
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ROOT / "tests" / "workloads"
 KNOWN_RULES = set(rule_names())  # a fix names the diagnosis rules whose finding proposes it
-COMPILING = {"compiled_mlp", "elementwise_chain"}  # torch.compile: tens of seconds on a CPU
+COMPILING = {"compiled_mlp", "elementwise_chain", "compiled_graphs_infer"}  # torch.compile: tens of seconds on a CPU
 
 
 def _load(path: Path, name: str) -> ModuleType:
