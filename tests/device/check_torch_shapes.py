@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 
 import gpuscope
-from gpuscope.analysis import carried_work
-from gpuscope.analysis.kernel_work import kernel_work
+from gpuscope.analysis.work import carried as carried_work
+from gpuscope.analysis.work.kernels import kernel_work
 from gpuscope.analysis.roofline import kernel_points
 
 MIN_SHARE = 0.005

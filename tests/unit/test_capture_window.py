@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpuscope.capture.capture_control import PROFILER_APIS, CaptureControl
+from gpuscope.capture.process.control import PROFILER_APIS, CaptureControl
 from gpuscope.capture.capture_range import CaptureSpec, parse_capture, parse_steps
-from gpuscope.capture.cupti_collector import CuptiCollector
-from gpuscope.capture.ranges import RangeRecorder
-from gpuscope.capture.window import CaptureWindow
+from gpuscope.capture.cupti.activity import CuptiCollector
+from gpuscope.capture.python.ranges import RangeRecorder
+from gpuscope.capture.process.window import CaptureWindow
 from gpuscope.errors import GpuscopeError
 
 # -- parsing --------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ import pytest
 from report_builder import ReportBuilder
 from roofline_builder import CEILINGS, add_device, add_torch_op, install_torch_ops_contract
 
-from gpuscope.analysis import carried_work
+from gpuscope.analysis.work import carried as carried_work
 from gpuscope.analysis.ceilings import save
-from gpuscope.analysis.kernel_work import kernel_work
+from gpuscope.analysis.work.kernels import kernel_work
 from gpuscope.analysis.roofline import kernel_points, roofline_sum, step_point
 from gpuscope.analysis.torch_ops import op_sum
 from gpuscope.trace.report import Report

@@ -109,7 +109,7 @@ def kernel_metrics(report: Report) -> pd.DataFrame:
     per_launch = launch_metrics(report)
     if per_launch.empty:
         return per_launch
-    from .kernel_work import kernel_work
+    from .work.kernels import kernel_work
 
     work = kernel_work(report)
     if not work.empty:

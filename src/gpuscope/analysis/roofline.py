@@ -25,8 +25,8 @@ import pandas as pd
 
 from ..trace.report import Report
 from .ceilings import Ceilings, for_report
-from . import carried_work
-from .kernel_work import has_torch_ops, kernel_work
+from .work import carried as carried_work
+from .work.kernels import has_torch_ops, kernel_work
 from .steps import step_source, steps_table
 from .table import Column, Table
 

@@ -80,13 +80,13 @@ def shlex_quote(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.kernel_metrics import kernel_metrics_table, profile_selection
     from ..reporters import FORMATS
-    from ..trace import ncu
+    from ..trace import ncu_import as ncu
     from ..trace.report import Report
 
     path = Path(args.report)
     text = None
     if args.ncu:
-        from ..capture import ncu as runner
+        from ..capture.process import ncu_replay as runner
 
         runner.find_ncu()  # before anything else: one line and a non-zero exit when it is missing
         program = _command(args, path)

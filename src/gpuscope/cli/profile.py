@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..capture import capture_range, launcher, traces
+from ..capture import capture_range, collectors as traces
+from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
 from ..trace.files import output_path
 
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
              "(Python stacks, PyTorch ranges and operators, host counters)")
     from ..analysis import stats_reports
     from ..analysis.overview import overview
-    from ..capture import session
+    from ..run import program as session
     from ..reporters import overview as overview_text
     from ..reporters import terminal
     from ..trace.report import Report

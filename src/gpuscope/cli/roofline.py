@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     tables = []
     if args.calibrate:
-        from ..capture.ceilings import calibrate
+        from ..run.roof_benchmark import calibrate
 
         _say(f"measuring the ceilings of {args.device} (a few seconds)")
         measured = calibrate(args.device)

@@ -1,7 +1,7 @@
 """The work of kernels launched outside the operator sample windows, carried over from sampled launches.
 
 With ``--trace torch-shapes`` PyTorch operators are recorded only in a few sample windows
-(``torch_op_window``; capture/op_sample.py), while every kernel is recorded. A kernel launched in a
+(``torch_op_window``; capture/python/op_sample.py), while every kernel is recorded. A kernel launched in a
 window gets its work from its operator (:mod:`.kernel_work`); one launched outside them has no
 operator. It takes the per-launch work of the sampled launches of the same *kernel
 configuration*: the same kernel (name), grid, block, cluster and shared memory (static and
@@ -31,8 +31,8 @@ from weakref import WeakKeyDictionary
 
 import pandas as pd
 
-from ..trace.report import Report
-from .attribution import FOREVER, ops_table
+from ...trace.report import Report
+from ..attribution import FOREVER, ops_table
 
 WINDOWS = "torch_op_window"
 MIXED = 1.01  # sampled launches of one configuration whose work differs by more than this factor are mixed
@@ -147,7 +147,7 @@ def summary(report: Report) -> Carried | None:
     """Return what carrying did in ``report`` (None where nothing was sampled, or without kernels)."""
     if not sampled(report):
         return None
-    from .kernel_work import kernel_work  # noqa: PLC0415  (it calls carry(), which fills the summary)
+    from .kernels import kernel_work  # noqa: PLC0415  (it calls carry(), which fills the summary)
 
     kernel_work(report)
     return _SUMMARY.get(report)

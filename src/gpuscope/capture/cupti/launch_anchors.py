@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .cupti_callbacks import CallbackHub
+from .callbacks import CallbackHub
 
 ANCHOR_API = "cuDriverGetVersion"
 ANCHORS_ENV = "GPUSCOPE_ANCHORS"  # "0": no anchors (for measuring their cost)

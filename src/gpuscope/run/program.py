@@ -17,10 +17,10 @@ from typing import Callable
 
 from ..errors import GpuscopeError
 from ..trace.writer import Diagnostic, ReportWriter
-from . import launcher
-from .capture_range import CAPTURE_ENV, CaptureSpec
-from .host import HostSampler
-from .nvml import NvmlSampler
+from ..capture.process import launch as launcher
+from ..capture.capture_range import CAPTURE_ENV, CaptureSpec
+from ..capture.counters.host import HostSampler
+from ..capture.counters.nvml import NvmlSampler
 
 INGEST_INTERVAL_S = 0.25
 HOST_INTERVAL_S = 0.1

@@ -21,8 +21,8 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import imports
-from .capture_range import CaptureSpec
+from ..python import imports
+from ..capture_range import CaptureSpec
 from .window import CaptureWindow
 
 if TYPE_CHECKING:

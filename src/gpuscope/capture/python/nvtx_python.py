@@ -10,7 +10,7 @@ nothing is lost by not calling NVTX itself.
 from __future__ import annotations
 
 import types
-from .. import annotation
+from ... import annotation
 from .ranges import RangeRecorder
 
 SOURCE = "nvtx-python"

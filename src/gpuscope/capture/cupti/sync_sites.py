@@ -14,8 +14,8 @@ import sys
 from types import FrameType
 from typing import Any
 
-from .cupti_callbacks import CallbackHub, TimedCalls
-from .stacks import StackTable
+from .callbacks import CallbackHub, TimedCalls
+from ..python.stacks import StackTable
 
 SYNC_APIS = [
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",

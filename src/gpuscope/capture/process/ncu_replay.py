@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import GpuscopeError
+from ...errors import GpuscopeError
 
 METRICS = [
     "gpu__time_duration.sum",

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from .spool import SpoolWriter
+from ...spool import SpoolWriter
 
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 # Knobs for measuring what each part of the collection costs (bench/overhead.py); not for users.
@@ -188,7 +188,7 @@ class CuptiCollector:
 
     def bind(self, cupti: Any, numpy: Any) -> None:
         """Learn the record layouts of this cupti-python (no driver needed)."""
-        from . import cupti_buffers  # noqa: PLC0415  (needs numpy, which the agent itself does not)
+        from . import buffers as cupti_buffers  # noqa: PLC0415  (needs numpy, which the agent itself does not)
 
         self._cupti, self._np, self._buffers = cupti, numpy, cupti_buffers
         self._dtypes = struct_dtypes(cupti)

@@ -9,7 +9,7 @@ is recorded here through the callback API, as a ``launch_call`` row.
 
 from __future__ import annotations
 
-from .cupti_callbacks import CallbackHub, TimedCalls
+from .callbacks import CallbackHub, TimedCalls
 
 GRAPH_LAUNCH_APIS = ["cudaGraphLaunch", "cuGraphLaunch"]
 

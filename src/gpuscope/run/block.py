@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import annotation
-from . import agent as agent_mod
-from . import imports, nvtx_python, traces
+from ..capture.process import agent as agent_mod
+from ..capture.python import imports, nvtx_python
+from ..capture import collectors as traces
 
 LAUNCHER_SIDE = ("host", "nvml")  # collectors that run beside the program, not in it
 
@@ -134,7 +135,7 @@ class Profile:
         imports.forget_all()
 
     def _write(self, wall_ns: int) -> None:
-        from . import session  # noqa: PLC0415  (the launcher's writer and meta, imported only now)
+        from . import program as session  # noqa: PLC0415  (the launcher's writer and meta, imported only now)
 
         assert self.report is not None and self._spool is not None
         writer = session._open_writer(self.report)

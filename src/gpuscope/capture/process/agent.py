@@ -18,14 +18,14 @@ import threading
 import time
 from typing import Any
 
-from .. import annotation
-from . import calibrate, imports
-from .capture_control import CaptureControl
-from .capture_range import CAPTURE_ENV, CaptureSpec
-from .cupti_collector import CollectorUnavailable, CuptiCollector, explain
-from .ranges import RangeRecorder
-from .spool import SPOOL_ENV, SpoolWriter
-from .stacks import StackTable
+from ... import annotation
+from ..python import hook_cost as calibrate, imports
+from .control import CaptureControl
+from ..capture_range import CAPTURE_ENV, CaptureSpec
+from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
+from ..python.ranges import RangeRecorder
+from ...spool import SPOOL_ENV, SpoolWriter
+from ..python.stacks import StackTable
 
 TRACE_ENV = "GPUSCOPE_TRACE"
 SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
@@ -177,7 +177,7 @@ class Agent:
 
     def _start_callbacks(self, collector: CuptiCollector) -> None:
         """Subscribe to CUPTI's callback API, and record synchronization sites with ``cuda``."""
-        from .cupti_callbacks import CallbackHub  # noqa: PLC0415
+        from ..cupti.callbacks import CallbackHub  # noqa: PLC0415
 
         hub = CallbackHub(collector.cupti_module, self.diag)
         try:
@@ -187,10 +187,10 @@ class Agent:
             return
         self.callbacks = hub
         if "cuda" in self.trace and os.environ.get(SYNC_SITES_ENV) != "0":
-            from .sync_sites import SyncSites  # noqa: PLC0415
+            from ..cupti.sync_sites import SyncSites  # noqa: PLC0415
 
             self.sync_sites = SyncSites(hub, self.stacks, self.clock_offset_ns)
-            from .graph_launches import GraphLaunches  # noqa: PLC0415
+            from ..cupti.graph_launches import GraphLaunches  # noqa: PLC0415
 
             self.graph_launches = GraphLaunches(hub, self.clock_offset_ns)
         if "cuda" in self.trace and "cuda-api" not in self.trace:
@@ -198,7 +198,7 @@ class Agent:
 
     def _start_anchors(self, hub: Any) -> None:
         """Mark the ends of recorded ranges among CUDA calls (launch_anchors.py)."""
-        from . import launch_anchors  # noqa: PLC0415
+        from ..cupti import launch_anchors  # noqa: PLC0415
 
         if os.environ.get(launch_anchors.ANCHORS_ENV) == "0":
             return
@@ -228,7 +228,7 @@ class Agent:
         anchors.forget_since(kept)
 
     def _start_sampler(self) -> None:
-        from .sampler import Sampler  # noqa: PLC0415
+        from ..python.sampler import Sampler  # noqa: PLC0415
 
         try:
             hz = float(os.environ.get(SAMPLE_RATE_ENV, DEFAULT_SAMPLE_HZ))
@@ -249,12 +249,12 @@ class Agent:
             "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
 
     def _install_nvtx_python(self, module: Any) -> None:
-        from . import nvtx_python  # noqa: PLC0415
+        from ..python import nvtx_python  # noqa: PLC0415
 
         nvtx_python.install(module, self.ranges)
 
     def _install_torch(self, module: Any) -> None:
-        from .torch_hooks import TorchHooks  # noqa: PLC0415
+        from ..python.torch_hooks import TorchHooks  # noqa: PLC0415
 
         hooks = TorchHooks(self.ranges, self.diag, backward="torch-backward" in self.trace)
         self.capture.apply_to(hooks)
@@ -262,8 +262,8 @@ class Agent:
         self.torch_hooks = hooks
 
     def _install_torch_ops(self, module: Any) -> None:
-        from .op_sample import policy_from_env  # noqa: PLC0415
-        from .torch_ops import TorchOps  # noqa: PLC0415
+        from ..python.op_sample import policy_from_env  # noqa: PLC0415
+        from ..python.torch_ops import TorchOps  # noqa: PLC0415
 
         policy = None if "torch-ops" in self.trace else policy_from_env(self.diag)  # every operator wins
         ops = TorchOps(self.clock_offset_ns, self.diag, policy, lambda *row: self._add_row("torch_op_window", row),

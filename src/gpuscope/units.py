@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.table import Unit
+from .analysis.table import Unit
 
 
 def duration(ns: float) -> str:

@@ -10,7 +10,7 @@ import sys
 
 def _start_agent() -> None:
     try:
-        from gpuscope.capture import agent
+        from gpuscope.capture.process import agent
     except Exception as exc:  # noqa: BLE001  (never break the user's program)
         sys.stderr.write(f"gpuscope: the profiling agent could not be loaded: {exc}\n")
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .work_call import Call, Work, numel
+from .call import Call, Work, numel
 
 ATTENTION_SOFTMAX_FLOPS = 5  # per query-key pair, forward
 ATTENTION_BACKWARD_FLOPS = 9  # per pair: the softmax recomputed (5) and its gradient (4)

@@ -30,12 +30,12 @@ from weakref import WeakKeyDictionary
 
 import pandas as pd
 
-from ..trace.report import Report
-from .attribution import ops_table, ranges_table
-from .carried_work import carry
-from .layers import OUTSIDE, op_owners_sql
-from .steps import step_source, steps_table
-from .work_model import Work, op_work_json
+from ...trace.report import Report
+from ..attribution import ops_table, ranges_table
+from .carried import carry
+from ..layers import OUTSIDE, op_owners_sql
+from ..steps import step_source, steps_table
+from .model import Work, op_work_json
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
 MAIN_KERNEL = re.compile(
@@ -53,7 +53,7 @@ COLUMNS = [
 
 
 def _torch_ops() -> tuple[object, object]:
-    from . import torch_ops
+    from .. import torch_ops
 
     return torch_ops.torch_ops_table, torch_ops.op_kernels_table
 
@@ -159,7 +159,7 @@ def _kernel_work(report: Report) -> pd.DataFrame:
 def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     """Fill kernels without a work model from ncu's metrics of their name (means per launch: FLOPs
     counted, DRAM bytes), and take tensor-core use from the counters where they were read."""
-    from .kernel_metrics import PRECISIONS, has_metrics, launch_metrics
+    from ..kernel_metrics import PRECISIONS, has_metrics, launch_metrics
 
     if not has_metrics(report):
         return frame

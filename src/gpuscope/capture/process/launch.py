@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import GpuscopeError
+from ...errors import GpuscopeError
 from .agent import TRACE_ENV
-from .spool import SPOOL_ENV
+from ...spool import SPOOL_ENV
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # Options of the python command that take a value as the next argument.
@@ -98,7 +98,7 @@ def prepare_bootstrap(spool_dir: Path) -> Path:
     boot.mkdir()
     here = Path(__file__).resolve().parent
     shutil.copyfile(here / "_bootstrap" / "sitecustomize.py", boot / "sitecustomize.py")
-    (boot / "gpuscope").symlink_to(here.parent, target_is_directory=True)
+    (boot / "gpuscope").symlink_to(here.parents[1], target_is_directory=True)
     return boot
 
 

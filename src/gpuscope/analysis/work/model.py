@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from .work_call import PRECISIONS, Call, Work, element_size, numel, output_shapes, precision_of, tensor_args
-from .work_matrix import (
+from .call import PRECISIONS, Call, Work, element_size, numel, output_shapes, precision_of, tensor_args
+from .matrix import (
     ATTENTIONS,
     CONVOLUTIONS,
     MATMULS,

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .capture_range import CaptureSpec, _seconds
+from ..capture_range import CaptureSpec, _seconds
 
 Switch = Callable[[bool], None]  # turn collection on (True) or off
 Emit = Callable[[int, "int | None", str], None]  # a capture_window row: start_ns, end_ns, reason
