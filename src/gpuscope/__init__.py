@@ -9,8 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .annotation import annotate, end_range, mark, pop_range, push_range, start_range, step
-
-__version__ = "0.1.0"
+from .version import __version__
 
 if TYPE_CHECKING:
     from .run.block import Profile

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from .analysis.table import Unit
+# What the numbers of a table column are: each has its human and its machine form below.
+Unit = Literal["ns", "bytes", "percent", "count", "text", "id", "flops", "flops_per_s", "bytes_per_s", "number"]
 
 
 def duration(ns: float) -> str:

@@ -102,7 +102,7 @@ def compare_ops(report: Path) -> list[dict[str, Any]]:
     """Per matrix-product and convolution operator of ``report``: the work model's FLOPs and the FLOPs
     ncu counted in all its kernels (launches matched by kernel name and order)."""
     import gpuscope
-    from gpuscope.analysis.kernel_metrics import launch_metrics
+    from gpuscope.analysis.work.measured import launch_metrics
     from gpuscope.analysis.work.kernels import kernel_work
 
     with gpuscope.load(str(report)) as r:

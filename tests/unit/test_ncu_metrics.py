@@ -11,7 +11,8 @@ import pytest
 from conftest import FIXTURES
 from roofline_builder import MANGLED, install_torch_ops_contract, roofline_report
 
-from gpuscope.analysis.kernel_metrics import kernel_metrics, kernel_metrics_table, launch_metrics, profile_selection
+from gpuscope.analysis.kernel_metrics import kernel_metrics, kernel_metrics_table, profile_selection
+from gpuscope.analysis.work.measured import launch_metrics
 from gpuscope.analysis.work.kernels import kernel_work
 from gpuscope.capture.process import ncu_replay as runner
 from gpuscope.errors import GpuscopeError

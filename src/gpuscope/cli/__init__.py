@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Protocol, Sequence
 
-from .. import __version__
+from ..version import __version__
 from ..errors import GpuscopeError
 from . import analyze, export, kernels, profile, roofline, stats
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _say_capture(path: str, report: Report) -> None:
     """Say on stderr that a capture range limited the report, and what it missed."""
-    from ..analysis.capture_windows import capture_summary
+    from ..analysis.capture_summary import capture_summary
 
     summary = capture_summary(report)
     if summary is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analysis.capture_windows import CaptureSummary
+from ..analysis.capture_summary import CaptureSummary
 from ..analysis.overhead import CollectionOverhead
 from ..analysis.overview import Overview
 from .terminal import format_table

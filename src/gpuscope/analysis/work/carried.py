@@ -141,35 +141,3 @@ def carry(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     _SUMMARY[report] = Carried(n, ops, int(t.sum()), int(outside.sum()), int(t[outside].sum()), int(carried.sum()),
                                int(t[carried].sum()), int((mixed & carried).sum()))
     return frame.drop(columns=["work_key", "in_window", "ordinal"])
-
-
-def summary(report: Report) -> Carried | None:
-    """Return what carrying did in ``report`` (None where nothing was sampled, or without kernels)."""
-    if not sampled(report):
-        return None
-    from .kernels import kernel_work  # noqa: PLC0415  (it calls carry(), which fills the summary)
-
-    kernel_work(report)
-    return _SUMMARY.get(report)
-
-
-def note(report: Report) -> str | None:
-    """One line for the roofline's notes: the sample windows and the share of kernel time that got carried
-    work; None where operators were not sampled."""
-    if not sampled(report):
-        return None
-    n, ops, ns = windows(report)
-    head = (f"Operators were recorded in {n} sample window{'s' if n != 1 else ''} only (--trace torch-shapes; "
-            f"{ops:,} operators in {ns / 1e6:.4g} ms)")
-    c = summary(report)
-    if c is None or not c.kernel_ns:
-        return head + ": the rows cover those windows, not the whole run."
-    pct = lambda v: f"{100 * v / c.kernel_ns:.1f}%"  # noqa: E731
-    text = (f"{head}. Outside them {c.outside:,} kernel launches ({pct(c.outside_ns)} of kernel time); "
-            f"{c.carried:,} of them ({pct(c.carried_ns)}) took the FLOPs and bytes of sampled launches of the "
-            "same kernel configuration")
-    if c.mixed:
-        text += f" ({c.mixed:,} from sampled launches that differed: their mean)"
-    left = c.outside_ns - c.carried_ns
-    return text + (f"; {pct(left)} is in kernels whose configuration was never sampled, or sampled without "
-                   "a work model." if left > 0 else ".")

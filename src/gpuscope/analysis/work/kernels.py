@@ -35,6 +35,7 @@ from ..attribution import ops_table, ranges_table
 from .carried import carry
 from ..layers import OUTSIDE, op_owners_sql
 from ..steps import step_source, steps_table
+from .measured import PRECISIONS, has_metrics, launch_metrics
 from .model import Work, op_work_json
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
@@ -159,8 +160,6 @@ def _kernel_work(report: Report) -> pd.DataFrame:
 def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     """Fill kernels without a work model from ncu's metrics of their name (means per launch: FLOPs
     counted, DRAM bytes), and take tensor-core use from the counters where they were read."""
-    from ..kernel_metrics import PRECISIONS, has_metrics, launch_metrics
-
     if not has_metrics(report):
         return frame
     per = launch_metrics(report)

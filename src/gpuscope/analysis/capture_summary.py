@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..trace.report import Report
-from ..trace.trim import capture_limited, windows_query
-
-WINDOWS = "gpuscope_windows"
+from ..trace.trim import capture_limited
+from .steps import step_source
 
 
 @dataclass
@@ -27,14 +26,6 @@ class CaptureSummary:
     windows: int
     captured_ns: int  # total length of the windows (one still open at the end: to its process's end)
     problems: list[str] = field(default_factory=list)
-
-
-def windows_table(report: Report) -> str:
-    """Create the table ``(pid, start_ns, end_ns)`` of the times each process was recorded (one
-    window over all time for a process recorded whole); return its name."""
-    if not report.sql("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [WINDOWS]):
-        report.sql(f"CREATE TEMP TABLE {WINDOWS} AS {windows_query(capture_limited(report.meta))}")
-    return WINDOWS
 
 
 def capture_summary(report: Report) -> CaptureSummary | None:
@@ -60,8 +51,6 @@ def _steps_made(report: Report, infos: list[dict[str, Any]]) -> int:
     its exit handlers) from the step marks, which are kept whatever the window."""
     if infos:
         return max(int(i.get("steps", 0)) for i in infos)
-    from .steps import step_source  # noqa: PLC0415  (steps imports this module)
-
     source = step_source(report).kind
     if source is None:
         return 0
