@@ -238,14 +238,26 @@ class FakeHub:
         return []
 
 
+class FakeHooks:
+    """A collector (capture/collectors.py) that only keeps its state."""
+
+    def __init__(self) -> None:
+        self.collecting = True
+
+    def set_collecting(self, on: bool) -> None:
+        self.collecting = on
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        return {}
+
+
 class FakeAgent:
     def __init__(self, hub: Any = None) -> None:
         self.ranges = RangeRecorder()
-        self.cupti: Any = None
         self.callbacks = hub
-        self.sampler: Any = None
-        self.torch_hooks = types.SimpleNamespace(collecting=True)
-        self.sync_sites = None
+        self.torch_ops: Any = None
+        self.torch_hooks = FakeHooks()
+        self.collectors = [self.ranges, self.torch_hooks]
         self.rows: list[tuple[str, tuple[Any, ...]]] = []
         self.diags: list[str] = []
         self.t = 0

@@ -36,11 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import annotation
+from ..capture import collectors
 from ..capture.process import agent as agent_mod
 from ..capture.python import imports, nvtx_python
-from ..capture import collectors as traces
-
-LAUNCHER_SIDE = ("host", "nvml")  # collectors that run beside the program, not in it
 
 
 class Profile:
@@ -79,10 +77,10 @@ class Profile:
         from ..trace.files import output_path  # noqa: PLC0415
 
         path = output_path(str(self.output) if self.output is not None else None, self.force_overwrite)
-        trace = traces.parse_trace(self.trace_spec)
+        trace = collectors.parse_trace(self.trace_spec)
         if self.trace_spec is None:
-            trace = ["cuda", "nvtx", "torch", "torch-shapes"] if traces.gpu_present() else ["torch", "cpu"]
-        trace = [t for t in trace if t not in LAUNCHER_SIDE]
+            trace = collectors.BLOCK_DEFAULT_GPU if collectors.gpu_present() else collectors.BLOCK_DEFAULT_CPU
+        trace = collectors.in_process(trace)
         self.report, self.trace = path, trace
         self._spool = tempfile.mkdtemp(prefix="gpuscope-spool-")
         self._restore = {"backend": annotation._backend}
@@ -144,7 +142,7 @@ class Profile:
             writer.set_meta(
                 command=[sys.executable, *sys.argv], cwd=os.getcwd(), user=session._user(),
                 platform=platform.platform(), python=sys.version.split()[0], trace=self.trace,
-                not_recorded=session._not_recorded(self.trace), in_process=True,
+                not_recorded=collectors.not_recorded(self.trace), in_process=True,
                 started_at=self._started_at, host=socket.gethostname(),
             )
             problems = writer.ingest(self._spool, final=True)
@@ -154,19 +152,15 @@ class Profile:
             self._summary(writer.records, problems)
 
     def _summary(self, records: int, problems: list[tuple[int, str, str]]) -> None:
-        from ..analysis.overview import overview  # noqa: PLC0415
-        from ..reporters import overview as overview_text  # noqa: PLC0415
-        from ..trace.report import Report  # noqa: PLC0415
+        from .summary import end_of_run  # noqa: PLC0415  (analysis and reporters, imported only now)
 
         said = set()
         for _, level, message in problems:
             if message not in said:
                 said.add(message)
                 print(f"gpuscope: {'error: ' if level == 'error' else ''}{message}", file=sys.stderr)
-        with Report.open(self.report) as report:  # type: ignore[arg-type]
-            ov = overview(report)
-            ov.warnings = [w for w in ov.warnings if w not in said]
-            sys.stderr.write(overview_text.render(ov))
+        assert self.report is not None
+        sys.stderr.write(end_of_run(self.report, said))
         print(f"gpuscope: wrote {self.report} ({records:,} records); see it with: gpuscope stats {self.report}",
               file=sys.stderr)
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import GpuscopeError
-from ..trace.writer import Diagnostic, ReportWriter
-from ..capture.process import launch as launcher
 from ..capture.capture_range import CAPTURE_ENV, CaptureSpec
+from ..capture.collectors import not_recorded
 from ..capture.counters.host import HostSampler
 from ..capture.counters.nvml import NvmlSampler
+from ..capture.process import launch as launcher
+from ..errors import GpuscopeError
+from ..trace.writer import Diagnostic, ReportWriter
 
 INGEST_INTERVAL_S = 0.25
 HOST_INTERVAL_S = 0.1
@@ -65,7 +66,7 @@ def profile(
             platform=platform.platform(),
             python=sys.version.split()[0],
             trace=trace,
-            not_recorded=_not_recorded(trace),
+            not_recorded=not_recorded(trace),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         boot = launcher.prepare_bootstrap(spool)
@@ -123,29 +124,6 @@ def _open_writer(output: Path) -> ReportWriter:
         return ReportWriter(output)
     except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
         raise GpuscopeError(f"cannot create {output}: {exc}") from None
-
-
-def _not_recorded(trace: list[str]) -> dict[str, str]:
-    out = {}
-    if "cuda" not in trace:
-        out["cuda"] = "GPU activity: add --trace cuda"
-    if "cuda-api" not in trace:
-        out["cuda_api"] = ("CUDA API calls and CUPTI's synchronization records (cuda_api_sum, API time in "
-                           "cuda_kern_exec_sum; host waits are in sync_sum): add --trace cuda-api")
-    if "nvtx" not in trace:
-        out["nvtx"] = "NVTX ranges: add --trace nvtx"
-    if "torch" not in trace:
-        out["torch"] = "PyTorch module, optimizer and step ranges: add --trace torch"
-    if "torch" in trace and "torch-backward" not in trace:
-        out["torch_backward"] = "per-module backward ranges (backward columns of layer_sum): add --trace torch-backward"
-    if "torch-ops" not in trace and "torch-shapes" in trace:
-        out["torch_ops"] = ("every PyTorch operator (op_sum shows those of the sample windows of --trace "
-                            "torch-shapes only): add --trace torch-ops")
-    elif "torch-ops" not in trace:
-        out["torch_ops"] = "PyTorch operators with their shapes (op_sum): add --trace torch-ops"
-    if "cpu" not in trace:
-        out["cpu"] = "Python stack samples (cpu_hotspots): add --trace cpu"
-    return out
 
 
 def _user() -> str:

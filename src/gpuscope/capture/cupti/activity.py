@@ -203,6 +203,10 @@ class CuptiCollector:
         if self._enabled_kinds and not self._stopped:
             self._cupti.activity_flush_all(1 if forced else 0)
 
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Nothing: CUPTI's records reach the spool as raw buffers, through :meth:`flush`."""
+        return {}
+
     def set_collecting(self, on: bool) -> None:
         """Enable (``on``) or disable the record kinds a capture range limits (all but ALWAYS_ON).
 

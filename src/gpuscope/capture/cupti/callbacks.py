@@ -147,6 +147,8 @@ class TimedCalls:
     ``context`` is what a subclass notes at a call's entry (a Python stack, say); nothing by default.
     """
 
+    TABLE = "launch_call"
+
     def __init__(self, hub: CallbackHub, names: list[str], offset_ns: int) -> None:
         self.offset = offset_ns
         self.collecting = True  # False outside a capture window
@@ -154,6 +156,15 @@ class TimedCalls:
         self._rows: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
         self.missing = hub.on_api(names, enter=self._enter, exit=self._exit)
+
+    def set_collecting(self, on: bool) -> None:
+        """Time the watched calls (``on``), or let them pass."""
+        self.collecting = on
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Return the rows recorded since the last call, in the subclass's ``TABLE``."""
+        rows = self.take()
+        return {self.TABLE: rows} if rows else {}
 
     def take(self) -> list[tuple[Any, ...]]:
         """Return the rows recorded since the last call."""

@@ -74,6 +74,14 @@ class CallbackAnchors:
         """Drop the anchors recorded after :meth:`pending` returned ``pending``."""
         del self._rows[pending:]
 
+    def set_collecting(self, on: bool) -> None:
+        """Anchors are recorded whatever the capture window (as they always were)."""
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Return the anchors since the last call, as ``launch_call`` rows."""
+        rows = self.take()
+        return {"launch_call": rows} if rows else {}
+
     def take(self) -> list[tuple[Any, ...]]:
         """Return the rows recorded since the last call: ``(start_ns, end_ns, tid, api, correlation id)``."""
         rows, self._rows = self._rows, []

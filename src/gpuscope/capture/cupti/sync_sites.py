@@ -30,6 +30,8 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 class SyncSites(TimedCalls):
     """Records synchronizing CUDA calls and their Python stacks as ``sync_site`` rows."""
 
+    TABLE = "sync_site"
+
     def __init__(self, hub: CallbackHub, stacks: StackTable, offset_ns: int) -> None:
         self.stacks = stacks
         super().__init__(hub, SYNC_APIS, offset_ns)

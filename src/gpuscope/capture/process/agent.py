@@ -19,13 +19,15 @@ import time
 from typing import Any
 
 from ... import annotation
-from ..python import hook_cost as calibrate, imports
-from .control import CaptureControl
-from ..capture_range import CAPTURE_ENV, CaptureSpec
-from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
-from ..python.ranges import RangeRecorder
 from ...spool import SPOOL_ENV, SpoolWriter
+from ..capture_range import CAPTURE_ENV, CaptureSpec
+from ..collectors import Collector
+from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
+from ..python import hook_cost as calibrate
+from ..python import imports
+from ..python.ranges import RangeRecorder
 from ..python.stacks import StackTable
+from .control import CaptureControl
 
 TRACE_ENV = "GPUSCOPE_TRACE"
 SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
@@ -53,6 +55,7 @@ class Agent:
         self.torch_hooks: Any = None
         self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops or torch-shapes
         self.sampler: Any = None
+        self.collectors: list[Collector] = []  # every recorder started, in the order started
         self.clock = "monotonic"
         self.clock_offset_ns = 0
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -69,6 +72,7 @@ class Agent:
         if self.trace & {"cuda", "cuda-api", "nvtx"}:
             self._start_cupti()
         self.ranges.offset = self.clock_offset_ns
+        self.collectors.append(self.ranges)
         annotation.use_recorder(self.ranges)
         self._hook_libraries()
         if "cpu" in self.trace:
@@ -102,26 +106,12 @@ class Agent:
         self.flush_rows()
 
     def flush_rows(self) -> None:
-        ranges = self.ranges.take()
+        taken = [c.take_rows() for c in list(self.collectors)]  # a hook may add one meanwhile
         with self._rows_lock:
             rows, self._rows = self._rows, {}
-        if ranges:
-            rows.setdefault("range", []).extend(ranges)
-        if self.sampler is not None:
-            for table, items in self.sampler.take().items():
+        for collected in taken:
+            for table, items in collected.items():
                 rows.setdefault(table, []).extend(items)
-        if self.torch_ops is not None:
-            ops = self.torch_ops.take()
-            if ops:
-                rows.setdefault("torch_op", []).extend(ops)
-        if self.sync_sites is not None:
-            sites = self.sync_sites.take()
-            if sites:
-                rows.setdefault("sync_site", []).extend(sites)
-        for calls in (self.graph_launches, self.launch_anchors):
-            launches = calls.take() if calls is not None else None
-            if launches:
-                rows.setdefault("launch_call", []).extend(launches)
         for table, items in self.stacks.take().items():  # after the rows that refer to them
             rows.setdefault(table, []).extend(items)
         if rows:
@@ -171,6 +161,7 @@ class Agent:
             self.diag("warning", f"{exc}: GPU activity is not recorded; the program runs as usual")
             return
         self.cupti = collector
+        self.collectors.append(collector)
         self.clock = "cupti"
         self.clock_offset_ns = _offset(collector.now)
         self._start_callbacks(collector)
@@ -190,9 +181,11 @@ class Agent:
             from ..cupti.sync_sites import SyncSites  # noqa: PLC0415
 
             self.sync_sites = SyncSites(hub, self.stacks, self.clock_offset_ns)
+            self.collectors.append(self.sync_sites)
             from ..cupti.graph_launches import GraphLaunches  # noqa: PLC0415
 
             self.graph_launches = GraphLaunches(hub, self.clock_offset_ns)
+            self.collectors.append(self.graph_launches)
         if "cuda" in self.trace and "cuda-api" not in self.trace:
             self._start_anchors(hub)
 
@@ -213,6 +206,7 @@ class Agent:
                       f"callback for {launch_anchors.ANCHOR_API}")
             return
         self.launch_anchors = anchors
+        self.collectors.append(anchors)
         self.ranges.anchor = call
 
     def _calibrate_anchors(self) -> None:
@@ -236,6 +230,7 @@ class Agent:
             hz = DEFAULT_SAMPLE_HZ
         self.sampler = Sampler(1.0 / max(hz, 1.0), self.clock_offset_ns, self.stacks)
         self.sampler.start()
+        self.collectors.append(self.sampler)
 
     def _hook_libraries(self) -> None:
         hooks: dict[str, list[Any]] = {}
@@ -260,6 +255,7 @@ class Agent:
         self.capture.apply_to(hooks)
         hooks.install(module)
         self.torch_hooks = hooks
+        self.collectors.append(hooks)
 
     def _install_torch_ops(self, module: Any) -> None:
         from ..python.op_sample import policy_from_env  # noqa: PLC0415
@@ -271,6 +267,7 @@ class Agent:
         ops.install(module)
         self.capture.apply_to(ops)
         self.torch_ops = ops
+        self.collectors.append(ops)
 
     def _report_range_counts(self) -> None:
         counts = dict(self.ranges.counts)

@@ -19,16 +19,30 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..python import imports
 from ..capture_range import CaptureSpec
+from ..collectors import Collector
+from ..python import imports
+from ..python.ranges import RangeRecorder
 from .window import CaptureWindow
 
-if TYPE_CHECKING:
-    from .agent import Agent
-
 PROFILER_APIS = ["cudaProfilerStart", "cudaProfilerStop", "cuProfilerStart", "cuProfilerStop"]
+
+
+class Agent(Protocol):
+    """What the capture control uses of the process's agent (agent.py)."""
+
+    ranges: RangeRecorder
+    callbacks: Any  # the CUPTI callback subscriber, or None
+    torch_ops: Any  # the operator recorder, or None
+    collectors: list[Collector]
+
+    def now_ns(self) -> int: ...
+
+    def diag(self, level: str, message: str) -> None: ...
+
+    def _add_row(self, table: str, row: tuple[Any, ...]) -> None: ...
 
 
 class CaptureControl:
@@ -88,27 +102,14 @@ class CaptureControl:
 
     # -- the switch ---------------------------------------------------------------------------
     def _switch(self, on: bool) -> None:
-        agent = self.agent
-        if agent.cupti is not None:
-            agent.cupti.set_collecting(on)
-        agent.ranges.on = on
-        for name in ("torch_hooks", "sync_sites", "graph_launches"):
-            collector = getattr(agent, name, None)
-            if collector is not None:
-                collector.collecting = on
-        if getattr(agent, "torch_ops", None) is not None:
-            agent.torch_ops.recording = on
-        if agent.sampler is not None:
-            agent.sampler.set_active(on)
+        for collector in list(self.agent.collectors):
+            collector.set_collecting(on)
         if not on:
             self.flush_soon.set()
 
-    def apply_to(self, collector: Any) -> None:
+    def apply_to(self, collector: Collector) -> None:
         """Give a collector installed later (PyTorch hooks, operators) the current state."""
-        if hasattr(collector, "collecting"):
-            collector.collecting = self.window.on
-        elif hasattr(collector, "recording"):
-            collector.recording = self.window.on
+        collector.set_collecting(self.window.on)
 
     def _emit(self, start_ns: int, end_ns: int | None, reason: str) -> None:
         self.agent._add_row("capture_window", (start_ns, end_ns, reason))

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import GpuscopeError
-from .agent import TRACE_ENV
 from ...spool import SPOOL_ENV
+from .agent import TRACE_ENV
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # Options of the python command that take a value as the next argument.

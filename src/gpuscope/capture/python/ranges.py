@@ -144,6 +144,16 @@ class RangeRecorder:
                           category, color))
 
     # -- delivery ----------------------------------------------------------------------------
+    # -- the collector protocol (capture/collectors.py) ---------------------------------------
+    def set_collecting(self, on: bool) -> None:
+        """Record ranges (``on``), or keep only the bookkeeping that pairs pushes with pops."""
+        self.on = on
+
+    def take_rows(self) -> dict[str, list[Row]]:
+        """Return the finished ranges since the last call, as ``range`` rows."""
+        rows = self.take()
+        return {"range": rows} if rows else {}
+
     def take(self) -> list[Row]:
         """Return the finished rows recorded since the last call."""
         rows = self.rows

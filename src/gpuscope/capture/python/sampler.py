@@ -9,7 +9,7 @@ sample is three integers. Every 0.1 s, and when sampling stops, the
 threads' CPU times are read from /proc, for CPU time against wall time per thread.
 
 While it runs, the interpreter's switch interval is at most half the sampling interval (see
-:meth:`Sampler.start`). Outside a capture window (``set_active(False)``) the thread sleeps until
+:meth:`Sampler.start`). Outside a capture window (``set_collecting(False)``) the thread sleeps until
 collection is back on. When it ends, the thread's CPU time (sampling and waking up, nothing while
 it waits) is kept in ``busy_ns`` for the report's overhead line: one read of the thread's CPU
 clock, none per sample.
@@ -52,7 +52,7 @@ class Sampler:
         self._switch: float | None = None  # the switch interval to restore
         self.busy_ns = 0
 
-    def set_active(self, on: bool) -> None:
+    def set_collecting(self, on: bool) -> None:
         """Sample (``on``) or sleep until sampling is switched on again."""
         if on:
             self._active.set()
@@ -82,6 +82,10 @@ class Sampler:
             self._thread_times()
         except Exception:  # noqa: BLE001,S110
             pass
+
+    def take_rows(self) -> Rows:
+        """The collector protocol's name for :meth:`take`."""
+        return self.take()
 
     def take(self) -> Rows:
         """Return the rows recorded since the last call (frames and nodes before their samples).

@@ -61,6 +61,14 @@ class TorchHooks:
         self._is_compiling: Callable[[], bool] = lambda: False
 
     # -- installation ----------------------------------------------------------------------
+    def set_collecting(self, on: bool) -> None:
+        """Open ranges (``on``), or let every call pass straight through."""
+        self.collecting = on
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Nothing: the hooks' ranges are delivered by the range recorder."""
+        return {}
+
     def install(self, torch: Any) -> None:
         """Register the global hooks and wrap the few functions that have no hook."""
         import torch.nn.modules.module as module_mod  # noqa: PLC0415

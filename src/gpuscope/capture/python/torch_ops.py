@@ -360,6 +360,15 @@ class TorchOps:
             self.diag("warning", f"PyTorch operators: a call was not recorded after an error in gpuscope: {exc!r}")
 
     # -- delivery ----------------------------------------------------------------------------
+    def set_collecting(self, on: bool) -> None:
+        """Record operators (``on``), or take the dispatch mode off the main thread's stack."""
+        self.recording = on
+
+    def take_rows(self) -> dict[str, list[Row]]:
+        """Return the operators recorded since the last call, as ``torch_op`` rows."""
+        rows = self.take()
+        return {"torch_op": rows} if rows else {}
+
     def take(self) -> list[Row]:
         """Return the rows recorded since the last call, times on the session clock."""
         raw, encoded, off = self._raw, self._encoded, self.offset
