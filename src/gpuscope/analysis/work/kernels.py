@@ -32,9 +32,9 @@ import pandas as pd
 
 from ...trace.report import Report
 from ..attribution import ops_table, ranges_table
-from .carried import carry
 from ..layers import OUTSIDE, op_owners_sql
 from ..steps import step_source, steps_table
+from .carried import carry
 from .measured import PRECISIONS, has_metrics, launch_metrics
 from .model import Work, op_work_json
 

@@ -39,7 +39,16 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from .call import PRECISIONS, Call, Work, element_size, numel, output_shapes, precision_of, tensor_args
+from .call import (
+    PRECISIONS,
+    Call,
+    Work,
+    element_size,
+    numel,
+    output_shapes,
+    precision_of,
+    tensor_args,
+)
 from .matrix import (
     ATTENTIONS,
     CONVOLUTIONS,
