@@ -38,7 +38,7 @@ Run = tuple[int, int, int, int]  # kind, offset of the first record, number of r
 
 def struct_versions(cupti: Any, dtypes: dict[str, Any]) -> dict[str, dict[int, str]]:
     """Map each struct family (``ActivityKernel``) to {record size: class name} in ``cupti``;
-    ``dtypes`` maps lower-case class names to numpy dtypes (cupti_collector.struct_dtypes)."""
+    ``dtypes`` maps lower-case class names to numpy dtypes (activity.struct_dtypes)."""
     out: dict[str, dict[int, str]] = {}
     for attr in dir(cupti):
         dt = dtypes.get(attr.lower()) if attr.startswith("Activity") else None

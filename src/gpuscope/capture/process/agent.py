@@ -3,7 +3,7 @@
 It reads its settings from the environment the launcher prepared, starts the collectors, flushes
 what they hold to the spool every ``FLUSH_INTERVAL_S`` (and soon after a capture window closes), and
 delivers everything at exit and on SIGTERM. A capture range (``GPUSCOPE_CAPTURE``) turns collection
-on and off meanwhile (capture_control.py). Standard library only, apart from the collectors' own
+on and off meanwhile (control.py). Standard library only, apart from the collectors' own
 optional imports.
 """
 
@@ -210,7 +210,7 @@ class Agent:
         self.ranges.anchor = call
 
     def _calibrate_anchors(self) -> None:
-        """Measure what one launch anchor costs, while CUPTI still calls back (calibrate.py)."""
+        """Measure what one launch anchor costs, while CUPTI still calls back (hook_cost.py)."""
         anchors = self.launch_anchors
         if anchors is None or self.ranges.anchor is None:
             return
@@ -273,7 +273,7 @@ class Agent:
         counts = dict(self.ranges.counts)
         if self.torch_hooks is not None:
             counts.update(self.torch_hooks.counts)
-        if counts["ranges"]:  # per-call costs, for the overhead estimate (calibrate.py)
+        if counts["ranges"]:  # per-call costs, for the overhead estimate (hook_cost.py)
             counts.update(calibrate.costs(self.torch_hooks, self.diag))
             counts.update(self._anchor_cost)
         self._add_row("collector", ("ranges", counts["ranges"], 0, 0, counts["hook_errors"] if
