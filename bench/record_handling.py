@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_cupti import FakeBuffer, RawLayout  # noqa: E402
 
-from gpuscope.capture.cupti_collector import BUFFER_SIZE, CuptiCollector  # noqa: E402
-from gpuscope.capture.spool import SpoolWriter  # noqa: E402
+from gpuscope.capture.cupti.activity import BUFFER_SIZE, CuptiCollector  # noqa: E402
+from gpuscope.spool import SpoolWriter  # noqa: E402
 
 T0 = 1_700_000_000_000_000_000
 

@@ -56,7 +56,7 @@ print(json.dumps(marks))
 
 # Modules whose import cost is shown (where the command imports them)
 IMPORT_MODULES = [
-    "gpuscope.cli", "gpuscope.cli.profile", "gpuscope.capture.session", "gpuscope.trace.writer",
+    "gpuscope.cli", "gpuscope.cli.profile", "gpuscope.run.program", "gpuscope.trace.writer",
     "gpuscope.cli.export", "gpuscope.trace.chrome", "gpuscope.cli.stats",
     "gpuscope.analysis.cuda_summaries", "gpuscope.trace.report", "gpuscope.reporters",
     "gpuscope.reporters.terminal", "pandas", "numpy", "duckdb",

@@ -58,7 +58,7 @@ import torch
 from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from gpuscope.capture.torch_ops import TorchOps
+from gpuscope.capture.python.torch_ops import TorchOps
 
 ROUNDS = 15
 
@@ -220,7 +220,7 @@ def _extra_per_op(times: dict[str, list[float]], ops: int, case: str) -> str:
 
 def after_window(rounds: int) -> None:
     """The sampling recorder once its window is over: extra CPU time per operator against ``plain``."""
-    from gpuscope.capture.op_sample import RECORDING, WAITING, SamplePolicy
+    from gpuscope.capture.python.op_sample import RECORDING, WAITING, SamplePolicy
 
     before = {name: getattr(_python_dispatch, name) for name in MODE_FLAGS}
     rec = TorchOps(0, lambda level, msg: None, SamplePolicy(later_s=0))

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def dtype(cupti: Any, struct: str) -> np.dtype:
-    from gpuscope.capture.cupti_collector import struct_dtypes
+    from gpuscope.capture.cupti.activity import struct_dtypes
 
     return struct_dtypes(cupti)[struct.lower()]
 

@@ -9,11 +9,10 @@ import os
 from typing import TYPE_CHECKING
 
 from .annotation import annotate, end_range, mark, pop_range, push_range, start_range, step
-
-__version__ = "0.1.0"
+from .version import __version__
 
 if TYPE_CHECKING:
-    from .capture.inprocess import Profile
+    from .run.block import Profile
     from .trace.report import Report
 
 
@@ -28,7 +27,7 @@ def start() -> bool:
     """Turn collection on, in a process that gpuscope profiles: under ``gpuscope profile
     --capture-range=api``, or after :func:`stop`. Return whether collection is on; without a
     profiler this does nothing and returns False (use :func:`profile` to profile from Python)."""
-    from .capture import inprocess
+    from .run import block as inprocess
 
     return inprocess.start()
 
@@ -36,7 +35,7 @@ def start() -> bool:
 def stop() -> bool:
     """Turn collection off until the next :func:`start` (what runs meanwhile is not in the report);
     return whether collection is still on (False without a profiler)."""
-    from .capture import inprocess
+    from .run import block as inprocess
 
     return inprocess.stop()
 
@@ -52,7 +51,7 @@ def profile(output: str | os.PathLike[str] | None = None, trace: str | None = No
     block is a capture range of that run instead. The returned object also has ``start()`` and
     ``stop()`` (which returns the report's path), and ``report``.
     """
-    from .capture.inprocess import Profile
+    from .run.block import Profile
 
     return Profile(output, trace, force_overwrite, quiet)
 

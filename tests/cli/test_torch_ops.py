@@ -11,7 +11,7 @@ import pytest
 
 import gpuscope
 from gpuscope.analysis.torch_ops import op_sum, torch_ops_table
-from gpuscope.capture import traces
+from gpuscope.capture import collectors as traces
 
 from .conftest import Gpuscope
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import gpuscope
-from gpuscope.capture import traces
+from gpuscope.capture import collectors as traces
 
 from .conftest import Gpuscope, base_env
 

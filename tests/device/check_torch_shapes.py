@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 
 import gpuscope
-from gpuscope.analysis import carried_work
-from gpuscope.analysis.kernel_work import kernel_work
+from gpuscope.analysis.work import carried_summary
+from gpuscope.analysis.work.kernels import kernel_work
 from gpuscope.analysis.roofline import kernel_points
 
 MIN_SHARE = 0.005
@@ -48,9 +48,9 @@ def _per_name(path: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
                                   WHERE w.pid = t.pid AND t.start_ns >= w.start_ns
                                   AND t.start_ns <= coalesce(w.end_ns, 9223372036854775807))""")[0]
             facts["operators_outside_windows"] = int(outside)
-            c = carried_work.summary(r)
+            c = carried_summary.summary(r)
             facts["carried"] = c.__dict__ if c is not None else None
-            facts["note"] = carried_work.note(r)
+            facts["note"] = carried_summary.note(r)
     work["known"] = work["flops"].notna()
     g = work.groupby("name")
     table = pd.DataFrame({

@@ -23,14 +23,14 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-from gpuscope.capture.cupti_collector import CuptiCollector  # noqa: E402
-from gpuscope.capture.cupti_callbacks import CallbackHub  # noqa: E402
-from gpuscope.capture.graph_launches import GraphLaunches  # noqa: E402
-from gpuscope.capture.ranges import RangeRecorder  # noqa: E402
-from gpuscope.capture.spool import SpoolWriter  # noqa: E402
-from gpuscope.capture.stacks import StackTable  # noqa: E402
-from gpuscope.capture.sync_sites import SyncSites  # noqa: E402
-from gpuscope.capture.torch_hooks import TorchHooks  # noqa: E402
+from gpuscope.capture.cupti.activity import CuptiCollector  # noqa: E402
+from gpuscope.capture.cupti.callbacks import CallbackHub  # noqa: E402
+from gpuscope.capture.cupti.graph_launches import GraphLaunches  # noqa: E402
+from gpuscope.capture.python.ranges import RangeRecorder  # noqa: E402
+from gpuscope.spool import SpoolWriter  # noqa: E402
+from gpuscope.capture.python.stacks import StackTable  # noqa: E402
+from gpuscope.capture.cupti.sync_sites import SyncSites  # noqa: E402
+from gpuscope.capture.python.torch_hooks import TorchHooks  # noqa: E402
 
 
 def build(width: int = 1024, layers: int = 8, batch: int = 256):

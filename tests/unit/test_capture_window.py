@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpuscope.capture.capture_control import PROFILER_APIS, CaptureControl
+from gpuscope.capture.process.control import PROFILER_APIS, CaptureControl
 from gpuscope.capture.capture_range import CaptureSpec, parse_capture, parse_steps
-from gpuscope.capture.cupti_collector import CuptiCollector
-from gpuscope.capture.ranges import RangeRecorder
-from gpuscope.capture.window import CaptureWindow
+from gpuscope.capture.cupti.activity import CuptiCollector
+from gpuscope.capture.python.ranges import RangeRecorder
+from gpuscope.capture.process.window import CaptureWindow
 from gpuscope.errors import GpuscopeError
 
 # -- parsing --------------------------------------------------------------------------------
@@ -238,14 +238,26 @@ class FakeHub:
         return []
 
 
+class FakeHooks:
+    """A collector (capture/collectors.py) that only keeps its state."""
+
+    def __init__(self) -> None:
+        self.collecting = True
+
+    def set_collecting(self, on: bool) -> None:
+        self.collecting = on
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        return {}
+
+
 class FakeAgent:
     def __init__(self, hub: Any = None) -> None:
         self.ranges = RangeRecorder()
-        self.cupti: Any = None
         self.callbacks = hub
-        self.sampler: Any = None
-        self.torch_hooks = types.SimpleNamespace(collecting=True)
-        self.sync_sites = None
+        self.torch_ops: Any = None
+        self.torch_hooks = FakeHooks()
+        self.collectors = [self.ranges, self.torch_hooks]
         self.rows: list[tuple[str, tuple[Any, ...]]] = []
         self.diags: list[str] = []
         self.t = 0

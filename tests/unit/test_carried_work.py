@@ -18,9 +18,10 @@ import pytest
 from report_builder import ReportBuilder
 from roofline_builder import CEILINGS, add_device, add_torch_op, install_torch_ops_contract
 
-from gpuscope.analysis import carried_work
+from gpuscope.analysis.work import carried as carried_work
+from gpuscope.analysis.work import carried_summary
 from gpuscope.analysis.ceilings import save
-from gpuscope.analysis.kernel_work import kernel_work
+from gpuscope.analysis.work.kernels import kernel_work
 from gpuscope.analysis.roofline import kernel_points, roofline_sum, step_point
 from gpuscope.analysis.torch_ops import op_sum
 from gpuscope.trace.report import Report
@@ -88,12 +89,12 @@ def test_every_launch_of_a_sampled_configuration_gets_its_work(sampled: Report) 
 
 
 def test_the_summary_and_the_roofline_notes_say_what_was_carried(sampled: Report) -> None:
-    c = carried_work.summary(sampled)
+    c = carried_summary.summary(sampled)
     assert c is not None
     assert (c.windows, c.operators, c.outside, c.carried, c.mixed) == (1, 3, 8, 7, 1)
     assert c.kernel_ns == 3 * 64_000 + 6_000 and c.carried_ns == 2 * 64_000 + 4_000
     assert c.outside_ns - c.carried_ns == 2_000  # the mystery kernel
-    note = carried_work.note(sampled)
+    note = carried_summary.note(sampled)
     assert note is not None and "1 sample window only" in note and "7 of them (66.7%)" in note
     assert "1 from sampled launches that differed" in note and "1.0% is in kernels whose configuration" in note
     assert note in roofline_sum(sampled).notes
@@ -112,7 +113,7 @@ def test_a_report_without_windows_carries_nothing(tmp_path: Path, cache: Path) -
     with build(tmp_path / "whole.gpuscope", window=False).open(trace=["cuda", "torch", "torch-ops"]) as r:
         work = kernel_work(r)
         assert work["flops"].notna().sum() == 3 and "carried" not in set(work["source"].dropna())
-        assert carried_work.summary(r) is None and carried_work.note(r) is None
+        assert carried_summary.summary(r) is None and carried_summary.note(r) is None
 
 
 def test_a_version_4_report_without_the_window_table_still_reads(tmp_path: Path, cache: Path) -> None:

@@ -12,7 +12,7 @@ from roofline_builder import CEILINGS, install_torch_ops_contract, roofline_repo
 
 from gpuscope.analysis.ceilings import Ceilings, cache_path, for_device, load_cached, save
 from gpuscope.analysis.roofline import kernel_points, layer_points
-from gpuscope.capture.ceilings import Sizes, calibrate
+from gpuscope.run.roof_benchmark import Sizes, calibrate
 from gpuscope.errors import GpuscopeError
 from gpuscope.reporters import roofline_plot
 

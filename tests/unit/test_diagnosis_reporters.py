@@ -66,7 +66,7 @@ def test_short_form_for_the_end_of_profile(mlp: Diagnosis) -> None:
 
 def test_profile_says_a_failing_diagnosis_in_one_line(recorded: Callable[[str], Path],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuscope.cli import profile
+    from gpuscope.run import summary as profile
 
     def broken(report: Report) -> None:
         raise RuntimeError("boom")

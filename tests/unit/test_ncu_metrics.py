@@ -11,11 +11,12 @@ import pytest
 from conftest import FIXTURES
 from roofline_builder import MANGLED, install_torch_ops_contract, roofline_report
 
-from gpuscope.analysis.kernel_metrics import kernel_metrics, kernel_metrics_table, launch_metrics, profile_selection
-from gpuscope.analysis.kernel_work import kernel_work
-from gpuscope.capture import ncu as runner
+from gpuscope.analysis.kernel_metrics import kernel_metrics, kernel_metrics_table, profile_selection
+from gpuscope.analysis.work.measured import launch_metrics
+from gpuscope.analysis.work.kernels import kernel_work
+from gpuscope.capture.process import ncu_replay as runner
 from gpuscope.errors import GpuscopeError
-from gpuscope.trace import ncu
+from gpuscope.trace import ncu_import as ncu
 from gpuscope.trace.report import Report
 
 SAMPLE = FIXTURES / "ncu_raw_sample.csv"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 
-from gpuscope.capture.nvml import NvmlSampler
+from gpuscope.capture.counters.nvml import NvmlSampler
 
 
 def _fake_nvml(fail_power: bool = False) -> types.SimpleNamespace:

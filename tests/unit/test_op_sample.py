@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.capture.op_sample import FINISHED, RECORDING, RESTING, WAITING, OpSample, SamplePolicy
+from gpuscope.capture.python.op_sample import FINISHED, RECORDING, RESTING, WAITING, OpSample, SamplePolicy
 
 
 class Recorder:

@@ -10,7 +10,7 @@ from typing import Callable
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.capture import capture_summary
+from gpuscope.analysis.capture_summary import capture_summary
 from gpuscope.analysis.overhead import OverheadPart, collection_overhead
 from gpuscope.analysis.overview import overview
 from gpuscope.reporters.overview import overhead_line, render

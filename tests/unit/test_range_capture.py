@@ -8,8 +8,8 @@ import types
 import pytest
 
 from gpuscope import annotation
-from gpuscope.capture import nvtx_python
-from gpuscope.capture.ranges import RangeRecorder
+from gpuscope.capture.python import nvtx_python
+from gpuscope.capture.python.ranges import RangeRecorder
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_without_a_tool_annotations_cost_only_a_call(monkeypatch: pytest.MonkeyP
 def test_anchors_come_right_before_both_ends_of_a_range() -> None:
     import time
 
-    from gpuscope.capture.ranges import RangeRecorder
+    from gpuscope.capture.python.ranges import RangeRecorder
 
     rec = RangeRecorder()
     anchors: list[int] = []

@@ -1,4 +1,4 @@
-"""CUPTI buffers read in raw (capture/cupti_buffers.py): the walk by runs against CUPTI's iterator,
+"""CUPTI buffers read in raw (capture/cupti/buffers.py): the walk by runs against CUPTI's iterator,
 struct versions told by record size, the buffer pool, and the records' way into the report."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from fake_cupti import FakeBuffer, RawLayout
-from gpuscope.capture.cupti_buffers import RawBuffers, StrideTable, run_offsets, struct_versions, walk
-from gpuscope.capture.cupti_collector import CuptiCollector, struct_dtypes
-from gpuscope.capture.spool import SpoolWriter
+from gpuscope.capture.cupti.buffers import RawBuffers, StrideTable, run_offsets, struct_versions, walk
+from gpuscope.capture.cupti.activity import CuptiCollector, struct_dtypes
+from gpuscope.spool import SpoolWriter
 from gpuscope.trace.report import Report
 from gpuscope.trace.writer import ReportWriter
 

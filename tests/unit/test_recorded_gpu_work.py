@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FIXTURES
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.trace import ncu
+from gpuscope.trace import ncu_import as ncu
 from gpuscope.trace.report import Report
 
 _spec = importlib.util.spec_from_file_location(

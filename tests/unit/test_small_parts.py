@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.capture import launcher, traces
-from gpuscope.capture.spool import Chunk, SpoolWriter, ready_chunks
+from gpuscope.capture.process import launch as launcher
+from gpuscope.capture import collectors as traces
+from gpuscope.spool import Chunk, SpoolWriter, ready_chunks
 from gpuscope.errors import GpuscopeError
-from gpuscope.reporters.units import duration, human, machine, size
+from gpuscope.units import duration, human, machine, size
 from gpuscope.trace.demangle import demangle
 from gpuscope.trace.files import output_path
 

@@ -10,9 +10,9 @@ import pytest
 
 cupti_mod = pytest.importorskip("cupti").cupti
 
-from gpuscope.capture.cupti_callbacks import CallbackHub, base_name  # noqa: E402
-from gpuscope.capture.stacks import StackTable  # noqa: E402
-from gpuscope.capture.sync_sites import SyncSites  # noqa: E402
+from gpuscope.capture.cupti.callbacks import CallbackHub, base_name  # noqa: E402
+from gpuscope.capture.python.stacks import StackTable  # noqa: E402
+from gpuscope.capture.cupti.sync_sites import SyncSites  # noqa: E402
 
 
 class FakeCupti:
@@ -112,7 +112,7 @@ def test_unknown_names_are_returned() -> None:
 
 
 def test_launch_anchors_record_each_calls_correlation_id_once_at_its_entry() -> None:
-    from gpuscope.capture.launch_anchors import ANCHOR_API, CallbackAnchors
+    from gpuscope.capture.cupti.launch_anchors import ANCHOR_API, CallbackAnchors
 
     fake = FakeCupti()
     hub = CallbackHub(fake, lambda level, msg: None)

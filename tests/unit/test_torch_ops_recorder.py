@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 PRELUDE = """
 import json, os, sys, threading
 import torch
-from gpuscope.capture import torch_ops
+from gpuscope.capture.python import torch_ops
 said = []
 rec = torch_ops.TorchOps(1000, lambda level, msg: said.append((level, msg)))
 rec.install(torch)

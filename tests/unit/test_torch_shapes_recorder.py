@@ -19,8 +19,8 @@ pytest.importorskip("torch")
 PRELUDE = """
 import json, threading
 import torch
-from gpuscope.capture import torch_ops
-from gpuscope.capture.op_sample import SamplePolicy
+from gpuscope.capture.python import torch_ops
+from gpuscope.capture.python.op_sample import SamplePolicy
 torch.set_num_threads(1)
 windows = []
 anchors = [0]

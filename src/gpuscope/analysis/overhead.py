@@ -12,7 +12,7 @@ The parts, each from the report:
   measured;
 - **PyTorch hooks** and **ranges**: estimated, as the number of module calls (forward ranges, and
   backward ranges for those that had one) and of other recorded ranges, times the per-call costs
-  the process measured at its end (capture/calibrate.py, in the ``ranges`` collector's detail);
+  the process measured at its end (capture/python/hook_cost.py, in the ``ranges`` collector's detail);
   a report without those costs has no estimate;
 - **launch anchors**: estimated, as the number of anchors (``launch_call`` rows of
   ``cuDriverGetVersion``) times the per-anchor cost measured the same way;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
-from .capture import CaptureSummary, capture_summary
+from .capture_summary import CaptureSummary, capture_summary
 from .cpu import cpu_hotspots, host_summary
 from .cuda_summaries import cuda_gpu_kern_sum
 from .overhead import CollectionOverhead, collection_overhead

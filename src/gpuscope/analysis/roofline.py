@@ -25,8 +25,9 @@ import pandas as pd
 
 from ..trace.report import Report
 from .ceilings import Ceilings, for_report
-from . import carried_work
-from .kernel_work import has_torch_ops, kernel_work
+from .work import carried as carried_work
+from .work import carried_summary
+from .work.kernels import has_torch_ops, kernel_work
 from .steps import step_source, steps_table
 from .table import Column, Table
 
@@ -221,7 +222,7 @@ def _notes(report: Report, df: pd.DataFrame, ceilings: Ceilings) -> list[str]:
                      f"{point['bytes'] / 1e9:.4g} GB; {eff} of attainable; {point['bound']} bound.")
     notes.append("Rows by headroom: the kernel time that running at the roof would save. FLOPs and bytes come "
                  "from the PyTorch operators' shapes (minimum bytes), given to the operators' kernels.")
-    sample = carried_work.note(report)
+    sample = carried_summary.note(report)
     if sample:
         notes.append(sample)
     return notes

@@ -32,7 +32,7 @@ import pandas as pd
 from ..trace.report import Report
 from ..trace.trim import capture_limited
 from .attribution import ops_table, temp_table
-from .capture import windows_table
+from .windows import windows_table
 from .launch_sites import after_launches, sampled_lines
 from .step_pattern import Pattern, find_pattern
 from .table import Column, Table

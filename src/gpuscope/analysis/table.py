@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+from ..units import Unit
 
 # flops: operations; flops_per_s, bytes_per_s: rates; number: any other quantity (an intensity)
-Unit = Literal["ns", "bytes", "percent", "count", "text", "id", "flops", "flops_per_s", "bytes_per_s", "number"]
 
 
 @dataclass(frozen=True)

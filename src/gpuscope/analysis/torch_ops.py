@@ -22,7 +22,7 @@ from .attribution import (
     parent_tree,
     temp_table,
 )
-from .carried_work import sampled, windows
+from .work.carried import sampled, windows
 from .table import Column, Table
 
 TORCH_OPS = "gpuscope_torch_op"

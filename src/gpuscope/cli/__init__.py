@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Protocol, Sequence
 
-from .. import __version__
 from ..errors import GpuscopeError
+from ..version import __version__
 from . import analyze, export, kernels, profile, roofline, stats
 
 

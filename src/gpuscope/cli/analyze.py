@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..reporters import DIAGNOSIS_FORMATS
 from .output import emit
 
 NAME = "analyze"
 HELP = "Break each step's time into GPU busy and idle parts and rank the fixes by estimated saving."
-FORMAT_NAMES = ("table", "json", "markdown")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
-    p.add_argument("-f", "--format", choices=FORMAT_NAMES, default="table")
+    p.add_argument("-f", "--format", choices=list(DIAGNOSIS_FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
     p.add_argument("--min-share", type=float, default=1.0, metavar="PERCENT",
                    help="leave out findings that save less than this share of the step (default 1)")

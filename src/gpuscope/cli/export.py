@@ -8,34 +8,37 @@ import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..trace.exports import EXPORTS, writer
 
 NAME = "export"
-HELP = "Convert a report to another format (chrome: a trace for Perfetto UI or chrome://tracing)."
+HELP = "Convert a report to another format (" + "; ".join(f"{n}: {f.help}" for n, f in EXPORTS.items()) + ")."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
-    p.add_argument("-f", "--format", choices=["chrome"], default="chrome")
+    p.add_argument("-f", "--format", choices=list(EXPORTS), default="chrome")
     p.add_argument("-o", "--output", help="output file (default: REPORT with .trace.json)")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.output) if args.output else Path(args.report).with_suffix(".trace.json")
+    fmt = EXPORTS[args.format]
+    out = Path(args.output) if args.output else Path(args.report).with_suffix(fmt.suffix)
     if out.exists() and not args.force_overwrite:
         raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
-    from ..trace import chrome
     from ..trace.report import Report
+
+    write = writer(args.format)
 
     with Report.open(args.report) as report:
         tmp = out.with_name(f".{out.name}.partial")
         try:
             with open(tmp, "w") as fh:
-                n = chrome.write(report, fh)
+                n = write(report, fh)
             os.replace(tmp, out)
         except OSError as exc:
             raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
         finally:
             tmp.unlink(missing_ok=True)
-    print(f"gpuscope: wrote {out} ({n:,} events); open it in https://ui.perfetto.dev", file=sys.stderr)
+    print(f"gpuscope: wrote {out} ({n:,} events); open it in {fmt.opens_in}", file=sys.stderr)
     return 0

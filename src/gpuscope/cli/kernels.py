@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..reporters import FORMATS
 
 NAME = "kernels"
 HELP = "Kernel metrics (throughput, occupancy, DRAM bytes, hit rates, FLOPs) measured by Nsight Compute."
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-kernel", type=int, default=3, metavar="K", help="launches to profile per kernel (default 3)")
     p.add_argument("-c", "--launch-count", type=int, metavar="N", help="launches to profile in all (default: enough "
                    "for --per-kernel of each chosen kernel)")
-    p.add_argument("-f", "--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.set_defaults(program=[])  # with --ncu: the program after --, as it was profiled (cli.main splits it off)
 
 
@@ -79,14 +80,13 @@ def shlex_quote(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.kernel_metrics import kernel_metrics_table, profile_selection
-    from ..reporters import FORMATS
-    from ..trace import ncu
+    from ..trace import ncu_import as ncu
     from ..trace.report import Report
 
     path = Path(args.report)
     text = None
     if args.ncu:
-        from ..capture import ncu as runner
+        from ..capture.process import ncu_replay as runner
 
         runner.find_ncu()  # before anything else: one line and a non-zero exit when it is missing
         program = _command(args, path)

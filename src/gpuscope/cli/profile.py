@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-from ..capture import capture_range, launcher, traces
+from ..capture import capture_range, collectors
+from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
 from ..trace.files import output_path
-
-if TYPE_CHECKING:
-    from ..trace.report import Report
 
 NAME = "profile"
 HELP = "Run a program and record its GPU (and CPU) activity into a report file."
@@ -23,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-t", "--trace",
         help="collectors, comma-separated: " + ", ".join(
-            f"{k} ({v})" for k, v in traces.KNOWN_TRACES.items()
-        ) + f". Default: {','.join(traces.DEFAULT_TRACE)}",
+            f"{k} ({v})" for k, v in collectors.KNOWN_TRACES.items()
+        ) + f". Default: {','.join(collectors.DEFAULT_TRACE)}",
     )
     p.add_argument("--stats", action="store_true", help="print every stats report at the end")
     c = p.add_argument_group("capture range (record part of the run; collection is off outside it)")
@@ -88,35 +85,18 @@ def _say(message: str) -> None:
     print(f"gpuscope: {message}", file=sys.stderr, flush=True)
 
 
-def _diagnosis(report: Report) -> str:
-    """The step-time breakdown and the top findings in a few lines. The profile is done by now, so a
-    failure of the analysis is said in one line and the run goes on."""
-    try:
-        from ..analysis.diagnosis import diagnose
-        from ..reporters.findings_table import render_short
-
-        return render_short(diagnose(report))
-    except Exception as exc:  # noqa: BLE001  (reported below; the report itself is fine)
-        return (f"gpuscope: the diagnosis failed ({type(exc).__name__}: {exc}); "
-                f"try: gpuscope analyze {report.path}\n")
-
-
 def run(args: argparse.Namespace) -> int:
-    trace = traces.parse_trace(args.trace)
+    trace = collectors.parse_trace(args.trace)
     capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
                                           args.steps)
     command = launcher.resolve_command(list(args.program), args.module)
     output = output_path(args.output, args.force_overwrite)
-    if args.trace is None and not traces.gpu_present():
-        trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml", "torch-shapes")] + ["torch-ops", "cpu"]
+    if args.trace is None and not collectors.gpu_present():
+        trace = collectors.cpu_only(trace)
         _say("no NVIDIA GPU driver found: profiling the CPU side "
              "(Python stacks, PyTorch ranges and operators, host counters)")
-    from ..analysis import stats_reports
-    from ..analysis.overview import overview
-    from ..capture import session
-    from ..reporters import overview as overview_text
-    from ..reporters import terminal
-    from ..trace.report import Report
+    from ..run import program
+    from ..run.summary import end_of_run
 
     printed: set[str] = set()
 
@@ -126,14 +106,8 @@ def run(args: argparse.Namespace) -> int:
             printed.add(message)
             _say(message if level != "error" else f"error: {message}")
 
-    result = session.profile(command, output, trace, on_diagnostic, capture)
-    with Report.open(result.report) as report:
-        ov = overview(report)
-        ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
-        text = overview_text.render(ov) + _diagnosis(report)
-        if args.stats:
-            text += terminal.render([fn(report) for fn in stats_reports().values()])
-    sys.stderr.write(text)
+    result = program.profile(command, output, trace, on_diagnostic, capture)
+    sys.stderr.write(end_of_run(result.report, printed, diagnosis=True, stats=args.stats))
     _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "
          f"see it with: gpuscope stats {result.report}, gpuscope analyze {result.report}")

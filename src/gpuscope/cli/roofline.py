@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..reporters import FORMATS
 
 NAME = "roofline"
 HELP = ("Roofline of a report: FLOPs, bytes, intensity, efficiency and bound per kernel and layer; "
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="what --calibrate measures: auto (default), cuda, cuda:N or cpu")
     p.add_argument("-o", "--output", help="write the chart: FILE.png, FILE.svg or FILE.html (needs matplotlib)")
     p.add_argument("--by", choices=("kernel", "layer"), default="kernel", help="one chart point per kernel or layer")
-    p.add_argument("-f", "--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing chart file")
 
 
@@ -37,11 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.force_overwrite:
         raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
     from ..analysis.ceilings import ceilings_table, for_report, save
-    from ..reporters import FORMATS
 
     tables = []
     if args.calibrate:
-        from ..capture.ceilings import calibrate
+        from ..run.roof_benchmark import calibrate
 
         _say(f"measuring the ceilings of {args.device} (a few seconds)")
         measured = calibrate(args.device)
@@ -49,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
         tables.append(ceilings_table(measured))
         _say(f"wrote {path}")
     if args.report:
-        from ..analysis.roofline import kernel_points, layer_points, roofline_layer_sum, roofline_sum
+        from ..analysis.roofline import (
+            kernel_points,
+            layer_points,
+            roofline_layer_sum,
+            roofline_sum,
+        )
         from ..trace.report import Report
 
         with Report.open(args.report) as report:

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
 from ..errors import GpuscopeError
+from ..reporters import FORMATS
 from .output import emit
 
 if TYPE_CHECKING:
     from ..trace.report import Report
 
-FORMAT_NAMES = ("table", "csv", "json")
 
 NAME = "stats"
 HELP = "Print summary reports (kernels, API calls, memory operations, ranges, layers, steps) of a report file."
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-r", "--report", dest="names", action="append", metavar="NAME",
         help="report to print (repeatable); one of: " + ", ".join(STATS_REPORTS) + ". Default: all",
     )
-    p.add_argument("-f", "--format", choices=FORMAT_NAMES, default="table")
+    p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
 
 
@@ -34,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in STATS_REPORTS]
     if unknown:
         raise GpuscopeError(f"unknown report {', '.join(unknown)}; choose from {', '.join(STATS_REPORTS)}")
-    from ..reporters import FORMATS
     from ..trace.report import Report
 
     with Report.open(args.report) as report:
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _say_capture(path: str, report: Report) -> None:
     """Say on stderr that a capture range limited the report, and what it missed."""
-    from ..analysis.capture import capture_summary
+    from ..analysis.capture_summary import capture_summary
 
     summary = capture_summary(report)
     if summary is None:

@@ -7,7 +7,7 @@ import io
 from typing import Sequence
 
 from ..analysis.table import Table
-from .units import machine, machine_label
+from ..units import machine, machine_label
 
 
 def render(tables: Sequence[Table]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.table import Table
 from .findings_table import saving_text, skipped_lines
-from .units import human
+from ..units import human
 
 
 def _table(table: Table) -> str:

@@ -17,7 +17,7 @@ from ..analysis.diagnosis import Diagnosis, Finding
 from ..analysis.diagnosis.cpu_breakdown import CPU_PARTS, CPU_SHORT, CpuBreakdown
 from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
 from ..analysis.table import Table
-from .units import duration, human
+from ..units import duration, human
 
 WIDTH = 100
 MAX_STEPS = 12  # steps shown in the per-step table; json and markdown carry all

@@ -6,7 +6,7 @@ import json as _json
 from typing import Sequence
 
 from ..analysis.table import Table
-from .units import machine, machine_label
+from ..units import machine, machine_label
 
 
 def render(tables: Sequence[Table]) -> str:

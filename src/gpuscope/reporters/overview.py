@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..analysis.capture import CaptureSummary
+from ..analysis.capture_summary import CaptureSummary
 from ..analysis.overhead import CollectionOverhead
 from ..analysis.overview import Overview
 from .terminal import format_table
-from .units import duration
+from ..units import duration
 
 
 def render(ov: Overview) -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..analysis.ceilings import LABELS, Ceilings
 from ..errors import GpuscopeError
-from .units import scaled
+from ..units import scaled
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

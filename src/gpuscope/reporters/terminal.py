@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..analysis.table import Table
-from .units import human
+from ..units import human
 
 GAP = "  "
 

@@ -8,7 +8,7 @@ launches in ``launch_call``, synchronization sites in ``sync_site``). Correlatio
 counter, so the operation was launched between those two calls; when it started at once its GPU
 start is its launch (give or take the launch latency), and when it waited in a queue its launch
 is at most the later anchor. gpuscope makes an anchor right before each range boundary it takes a
-time for (capture/launch_anchors.py), so operations fall on the right side of each boundary.
+time for (capture/cupti/launch_anchors.py), so operations fall on the right side of each boundary.
 """
 
 from __future__ import annotations

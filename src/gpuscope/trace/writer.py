@@ -17,8 +17,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from ..capture.spool import Chunk, ready_chunks
+from ..version import __version__
+from ..spool import Chunk, ready_chunks
 from . import decode, schema, trim
 from .demangle import demangle
 from .ranges import RangeBuilder

@@ -8,88 +8,14 @@ missing are listed with the reason, and the others still run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
-
 from ...trace.report import Report
-from ..table import Column, Table
-from .breakdown import LABELS, PARTS, ProcessBreakdown
+from .breakdown import ProcessBreakdown
 from .context import MIN_SHARE, Context, fmt_ns
 from .finding import Finding, Skipped, cap_to_step
+from .result import Diagnosis
 from .rule import Rule
 
 __all__ = ["Diagnosis", "Finding", "Rule", "Skipped", "diagnose"]
-
-SHORT = {"idle_cpu": "CPU", "idle_launch": "Launch", "idle_sync": "Sync", "idle_data": "Data",
-         "idle_transfer": "Transfer", "idle_warmup": "Warm-up"}
-
-
-@dataclass
-class Diagnosis:
-    """The breakdown of every process that ran GPU work, the ranked findings, and the rules skipped."""
-
-    step_source: str
-    processes: list[ProcessBreakdown]
-    findings: list[Finding]
-    skipped: list[Skipped]
-    notes: list[str] = field(default_factory=list)
-
-    # the parts of a step and the breakdown table's name, title and note without processes
-    PART_NAMES: ClassVar[tuple[str, ...]] = PARTS
-    PART_LABELS: ClassVar[dict[str, str]] = LABELS
-    BREAKDOWN: ClassVar[tuple[str, str]] = ("step_breakdown", "Step-Time Breakdown")
-    NOTHING: ClassVar[str] = "No GPU operations in this report: there is no step time to break down."
-
-    def scope_note(self, p: ProcessBreakdown) -> str:
-        """What one process's means cover, in one line."""
-        return _scope(p, self.step_source)
-
-    def breakdown_table(self) -> Table:
-        """Per process, the mean time per steady step of each part (parts that are zero left out)."""
-        cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
-        rows: list[tuple[object, ...]] = []
-        notes = list(self.notes)
-        for p in self.processes:
-            mean = p.mean_parts()
-            step = mean["duration_ns"]
-            for part in self.PART_NAMES:
-                if round(mean[part]):
-                    rows.append((p.pid, self.PART_LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
-            rows.append((p.pid, "Step (total)", step, 100.0))
-            notes.append(self.scope_note(p))
-        if not self.processes:
-            notes.append(self.NOTHING)
-        return Table(*self.BREAKDOWN, cols, rows, notes)
-
-    def steps_table(self) -> Table:
-        """Per step: duration, the busy share, and the share of each idle cause."""
-        idle = [p for p in PARTS if p.startswith("idle_")]
-        cols = [Column("PID", "id"), Column("Step"), Column("Duration", "ns"), Column("Busy", "percent")]
-        cols += [Column(SHORT[p], "percent") for p in idle]
-        cols.append(Column("Warm-up Step"))
-        rows: list[tuple[object, ...]] = []
-        for p in self.processes:
-            for r in p.steps.itertuples(index=False):
-                d = float(r.duration_ns) or 1.0
-                busy = sum(float(getattr(r, k)) for k in PARTS if k.startswith("busy_"))
-                rows.append((p.pid, r.step, r.duration_ns, 100.0 * busy / d,
-                             *(100.0 * float(getattr(r, k)) / d for k in idle), "yes" if r.warmup else ""))
-        notes = ["Busy: share of the step with GPU work running; the other columns: GPU idle by cause "
-                 "(CPU work, launch overhead, host synchronization, data loading, host-device transfers, "
-                 "warm-up); each row adds up to 100%."]
-        return Table("step_parts", "Step Time by Part", cols, rows, notes if rows else [])
-
-
-def _scope(p: ProcessBreakdown, source: str) -> str:
-    if not p.has_steps:
-        return (f"Process {p.pid}: no steps, so the whole capture (first launch to last GPU operation) "
-                "counts as one step.")
-    warm = int(p.steps["warmup"].sum())
-    steady = len(p.steady)
-    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; steps: {source}"
-    if warm and warm < len(p.steps):
-        text += f"; warm-up step{'s' if warm > 1 else ''} 1{'-' + str(warm) if warm > 1 else ''} left out"
-    return text + "."
 
 
 def _setup_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...reporters.units import duration, size
+from ...units import duration, size
 from ...trace.report import Report
 from ..attribution import innermost_table, ranges_table
 from ..launch_sites import after_launches, sampled_lines

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ...trace.report import Report
 from ..table import Column, Table
-from . import Diagnosis
+from .result import Diagnosis
 from .context import MIN_SHARE, fmt_ns
 from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
 from .cpu_context import CpuContext

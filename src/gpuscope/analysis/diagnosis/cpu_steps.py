@@ -53,20 +53,11 @@ def _empty() -> pd.DataFrame:
 
 
 def _fallback(report: Report) -> CpuSteps:
-    """Steps from ``step_source`` and ``steps_table`` (before ``find_steps`` existed)."""
+    """Steps from ``step_source`` and ``step_windows`` (the steps of step_sum)."""
     source = steps_mod.step_source(report)
     if source.kind is None:
         return CpuSteps(None, NO_STEPS, _empty())
-    windows = getattr(steps_mod, "step_windows", None)
-    if windows is not None:
-        frame = windows(report, source).rename(columns={"warmup": "setup"})
-    else:
-        table = steps_mod.steps_table(report, source)
-        frame = report.df(f"SELECT pid, step, start_ns, end_ns FROM {table} ORDER BY pid, start_ns")
-        frame["setup"] = False
-        for _, idx in frame.groupby("pid").groups.items():
-            dur = (frame.loc[idx, "end_ns"] - frame.loc[idx, "start_ns"]).tolist()
-            frame.loc[idx, "setup"] = np.arange(len(idx)) < leading_warmup(dur)
+    frame = steps_mod.step_windows(report, source).rename(columns={"warmup": "setup"})
     frame = frame[COLUMNS].astype({"pid": "int64", "step": "int64", "start_ns": "int64", "end_ns": "int64",
                                    "setup": bool})
     if not len(frame):

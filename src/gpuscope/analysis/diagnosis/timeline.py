@@ -158,7 +158,7 @@ def _whole(report: Report, pid: int, first: int, last: int) -> pd.DataFrame:
     """The windows of a process without steps: its GPU work, within its capture windows if any."""
     spans = [(first, last)]
     if report.count("capture_window"):
-        from ..capture import windows_table
+        from ..windows import windows_table
 
         rows = report.sql(f"SELECT start_ns, end_ns FROM {windows_table(report)} WHERE pid = ? ORDER BY start_ns", [pid])
         spans = [(max(first, int(a)), min(last, int(b))) for a, b in rows] or spans

@@ -1,0 +1,214 @@
+"""The work of each kernel: PyTorch operators' FLOPs and bytes (:mod:`.work_model`) handed to the
+kernels they launched.
+
+A kernel belongs to the innermost PyTorch operator open where it was launched
+(:func:`.torch_ops.op_kernels_table`). An operator's work goes to its kernels by their share of
+its kernel time, with one exception: the work of a matrix product, convolution or attention goes
+only to its *main* kernels (GEMM, convolution and attention kernels, by name: ``gemm``, ``nvjet``,
+``xmma``, ``cutlass``, ``fprop``, ``dgrad``, ``wgrad``, ``flash``, ``fmha``, ...) when it has any,
+so a split-K reduction or a layout transform launched beside the product gets none and shows as a
+kernel without work.
+
+FP32 matrix work counts as TF32 on a kernel whose name says it runs on tensor cores (``tf32``,
+``tensorop``, ``1688``, ``16816``, ``nvjet``, ``gmma``) and not on FMA units (``simt``, ``sgemm``,
+``ffma``). A kernel's tensor-core use is ``used`` for matrix work in TF32, BF16, FP16 or FP8,
+``eligible-unused`` for FP32 matrix work on CUDA cores (TF32 off, or a kernel without tensor
+cores), and ``n/a`` for other work (and FP64, whose tensor-core use cannot be told from names).
+
+With ``--trace torch-shapes`` operators are recorded in sample windows only; kernels launched
+outside them take the work of sampled launches of the same kernel configuration
+(:mod:`.carried_work`).
+
+In a report without kernels (a program profiled on the CPU), the items are the operators
+themselves, timed by their duration on the CPU (tensor-core use ``n/a``).
+"""
+
+from __future__ import annotations
+
+import re
+from weakref import WeakKeyDictionary
+
+import pandas as pd
+
+from ...trace.report import Report
+from ..attribution import ops_table, ranges_table
+from ..layers import OUTSIDE, op_owners_sql
+from ..steps import step_source, steps_table
+from .carried import carry
+from .measured import PRECISIONS, has_metrics, launch_metrics
+from .model import Work, op_work_json
+
+MATRIX_KINDS = ("matmul", "conv", "attention")
+MAIN_KERNEL = re.compile(
+    r"gemm|gemv|nvjet|xmma|cutlass|implicit|fprop|dgrad|wgrad|winograd|convolve|fft|flash|fmha|attention|attn|sdpa",
+    re.IGNORECASE,
+)
+TENSOR_KERNEL = re.compile(r"tf32|xf32|tensorop|1688|16816|nvjet|gmma|hmma|wgmma", re.IGNORECASE)
+SIMT_KERNEL = re.compile(r"simt|sgemm|ffma", re.IGNORECASE)
+TENSOR_PRECISIONS = ("tf32", "bf16", "fp16", "fp8")
+
+COLUMNS = [
+    "item", "name", "pid", "start_ns", "time_ns", "torch_op_id", "op_name", "work_kind", "precision",
+    "flops", "matrix_flops", "bytes", "tensor_cores", "source", "layer", "owner", "in_step",
+]  # fmt: skip
+
+
+def _torch_ops() -> tuple[object, object]:
+    from .. import torch_ops
+
+    return torch_ops.torch_ops_table, torch_ops.op_kernels_table
+
+
+def has_torch_ops(report: Report) -> bool:
+    """Return whether the report recorded PyTorch operators (``--trace torch-ops``, or samples of them with
+    ``--trace torch-shapes``)."""
+    return bool(report.count("torch_op"))
+
+
+def _works(report: Report, ops: str, ids: str) -> pd.DataFrame:
+    """The work model of each operator whose id ``ids`` (SQL) selects, one row per operator."""
+    rows = report.sql(
+        f"SELECT torch_op_id, name, shapes, dtypes, out_shapes, scalars FROM {ops} "
+        f"WHERE torch_op_id IN ({ids})"
+    )
+    out = []
+    for tid, name, shapes, dtypes, outs, scalars in rows:
+        w: Work | None = op_work_json(name, shapes, dtypes, outs, scalars)
+        if w is not None:
+            out.append((tid, name, w.kind, w.precision, w.flops, w.matrix_flops, w.bytes))
+    return pd.DataFrame(out, columns=["torch_op_id", "op_name", "work_kind", "precision", "op_flops",
+                                      "op_matrix_flops", "op_bytes"])
+
+
+def _tensor_state(frame: pd.DataFrame) -> pd.Series:
+    matrix = frame["matrix_flops"].fillna(0) > 0
+    state = pd.Series("n/a", index=frame.index)
+    state[matrix & frame["precision"].isin(TENSOR_PRECISIONS)] = "used"
+    state[matrix & (frame["precision"] == "fp32")] = "eligible-unused"
+    return state
+
+
+def _share(frame: pd.DataFrame) -> pd.Series:
+    """Each kernel's share of its operator's work (see the module docstring)."""
+    op = frame["torch_op_id"].fillna(-1)
+    main = frame["work_kind"].isin(MATRIX_KINDS) & frame["name"].str.contains(MAIN_KERNEL)
+    has_main = main.groupby(op).transform("any").astype(bool)
+    eligible = main | ~has_main
+    weight = frame["time_ns"].where(eligible, 0).astype(float)
+    total = weight.groupby(op).transform("sum")
+    count = eligible.groupby(op).transform("sum")
+    share = (weight / total).where(total > 0, eligible / count.clip(lower=1))
+    return share.where(frame["op_flops"].notna() & eligible)  # NaN: no work model, or a helper kernel
+
+
+_CACHE: WeakKeyDictionary[Report, pd.DataFrame] = WeakKeyDictionary()
+
+
+def kernel_work(report: Report) -> pd.DataFrame:
+    """Return one row per kernel (per operator in a report without kernels) with the work it did.
+
+    Columns: ``item`` (the operation's ``op_id``; the operator's id without kernels), ``name``,
+    ``pid``, ``start_ns``, ``time_ns``, ``torch_op_id`` and ``op_name`` (its operator; NULL when
+    none), ``work_kind``, ``precision``, ``flops``, ``matrix_flops``, ``bytes`` (NaN without a work
+    model), ``tensor_cores``, ``source`` (``model``; ``carried`` where a launch outside the operator
+    sample windows took the work of sampled launches of its configuration, :mod:`.carried_work`; ``ncu``
+    where a kernel without a work model took its name's measured means; None), ``layer`` (the PyTorch
+    module that owns it, else None), ``owner``
+    (the owning PyTorch range of any kind, or ``(not in a module)``), ``in_step``.
+    Empty when the report has no PyTorch operators.
+    """
+    if report not in _CACHE:
+        _CACHE[report] = _kernel_work(report)
+    return _CACHE[report].copy()
+
+
+def _kernel_work(report: Report) -> pd.DataFrame:
+    if not has_torch_ops(report):
+        return pd.DataFrame(columns=COLUMNS)
+    torch_ops_table, op_kernels_table = _torch_ops()
+    ops = torch_ops_table(report)  # type: ignore[operator]
+    if not report.count("kernel"):
+        return _cpu_work(report, ops)
+    links = op_kernels_table(report)  # type: ignore[operator]
+    frame = report.df(
+        f"""SELECT o.op_id AS item, n.value AS name, o.pid, o.start_ns, o.end_ns - o.start_ns AS time_ns,
+                   l.torch_op_id, w.row_name AS owner, w.row_kind, w.owner_rid, w.in_step
+            FROM {ops_table(report)} o JOIN string n ON n.id = o.name_id
+            LEFT JOIN {links} l ON l.op_id = o.op_id
+            LEFT JOIN ({op_owners_sql(report)}) w ON w.op_id = o.op_id
+            WHERE o.kind = 'kernel' ORDER BY o.op_id"""
+    )
+    works = _works(report, ops, f"SELECT torch_op_id FROM {links}")
+    frame["torch_op_id"] = frame["torch_op_id"].astype("Int64")
+    frame = frame.merge(works.astype({"torch_op_id": "Int64"}), on="torch_op_id", how="left")
+    share = _share(frame)
+    for col in ("flops", "matrix_flops", "bytes"):
+        frame[col] = frame[f"op_{col}"] * share
+    tf32 = ((frame["precision"] == "fp32") & (frame["matrix_flops"] > 0) & frame["name"].str.contains(TENSOR_KERNEL)
+            & ~frame["name"].str.contains(SIMT_KERNEL))
+    frame.loc[tf32, "precision"] = "tf32"
+    frame.loc[frame["flops"].isna(), ["precision", "work_kind"]] = None
+    frame["tensor_cores"] = _tensor_state(frame)
+    frame["source"] = frame["flops"].notna().map({True: "model", False: None})
+    frame = carry(report, frame)
+    frame = _with_measured(report, frame)
+    frame["layer"] = frame["owner"].where(frame["row_kind"] == "module", None)
+    frame["owner"] = frame["owner"].fillna(OUTSIDE)
+    return frame[COLUMNS]
+
+
+def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
+    """Fill kernels without a work model from ncu's metrics of their name (means per launch: FLOPs
+    counted, DRAM bytes), and take tensor-core use from the counters where they were read."""
+    if not has_metrics(report):
+        return frame
+    per = launch_metrics(report)
+    flops_cols = [f"flops_{p}" for p in PRECISIONS]
+    m = per.groupby("name")[["flops", "dram_bytes", "tensor_flops", *flops_cols]].mean()
+    m["counted"] = per.groupby("name")["tensor_counted"].any()
+    m["dominant"] = m[flops_cols].idxmax(axis=1).str.removeprefix("flops_").where(m["flops"] > 0)
+    known = frame["name"].isin(m.index)
+    fill = known & frame["flops"].isna()
+    rows = m.loc[frame.loc[fill, "name"]]
+    frame.loc[fill, "flops"] = rows["flops"].to_numpy()
+    frame.loc[fill, "bytes"] = rows["dram_bytes"].to_numpy()
+    frame.loc[fill, "matrix_flops"] = rows["tensor_flops"].to_numpy()
+    frame.loc[fill, "precision"] = rows["dominant"].to_numpy()
+    frame.loc[fill, "source"] = "ncu"
+    counted = known & frame["name"].map(m["counted"]).fillna(False).astype(bool)
+    tensor = frame["name"].map(m["tensor_flops"]).fillna(0) > 0
+    frame.loc[counted & tensor, "tensor_cores"] = "used"
+    frame.loc[counted & ~tensor & (frame["matrix_flops"].fillna(0) > 0), "tensor_cores"] = "eligible-unused"
+    frame.loc[counted & ~tensor & (frame["source"] == "ncu"), "tensor_cores"] = "n/a"
+    return frame
+
+
+def _cpu_work(report: Report, ops: str) -> pd.DataFrame:
+    """The items of a report without kernels: every operator with a work model."""
+    source = step_source(report)
+    in_step = "FALSE"
+    if source.kind:
+        in_step = f"""t.torch_op_id IN (SELECT t2.torch_op_id FROM {ops} t2 ASOF JOIN {steps_table(report, source)} s
+                     ON s.pid = t2.pid AND t2.start_ns >= s.start_ns WHERE t2.start_ns < s.stop_ns)"""
+    frame = report.df(
+        f"""WITH owner AS (
+                SELECT t.torch_op_id, arg_max(n.value, r.start_ns) AS owner,
+                       arg_max(r.category, r.start_ns) AS category
+                FROM {ops} t JOIN {ranges_table(report)} r
+                  ON r.pid = t.pid AND r.tid = t.tid AND r.source = 'torch'
+                 AND r.start_ns <= t.start_ns AND t.start_ns <= r.end_eff
+                JOIN string n ON n.id = r.name_id
+                GROUP BY t.torch_op_id)
+            SELECT t.torch_op_id AS item, t.name, t.pid, t.start_ns, t.end_ns - t.start_ns AS time_ns,
+                   t.torch_op_id, o.owner, o.category, {in_step} AS in_step
+            FROM {ops} t LEFT JOIN owner o USING (torch_op_id) ORDER BY t.torch_op_id"""
+    )
+    works = _works(report, ops, f"SELECT torch_op_id FROM {ops}")
+    frame = frame.merge(works, on="torch_op_id", how="inner")
+    for col in ("flops", "matrix_flops", "bytes"):
+        frame[col] = frame[f"op_{col}"]
+    frame["tensor_cores"] = "n/a"  # operators timed on the CPU: no tensor cores to use
+    frame["source"] = "model"
+    frame["layer"] = frame["owner"].where(frame["category"].isin(["forward", "backward"]), None)
+    frame["owner"] = frame["owner"].fillna(OUTSIDE)
+    return frame[COLUMNS]

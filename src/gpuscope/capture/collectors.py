@@ -1,0 +1,168 @@
+"""The collectors: what each ``--trace`` value records, and the protocol every in-process recorder follows.
+
+``TRACES`` is the registry: one :class:`TraceOption` per ``--trace`` value, in the order ``--help``
+lists them. Each says what it records (the report's tables), where it runs (inside the profiled
+process or beside it, in the launcher), what it implies, and the hint a report stores when it is
+off (``meta.not_recorded``; the analyses show it where its data is missing). ``--trace`` parsing,
+the defaults, the launcher's samplers, the in-process block and the report's ``not_recorded`` are
+all read from it.
+
+Inside the profiled process every recorder is a :class:`Collector`: the agent hands it the capture
+window's state with ``set_collecting`` and takes its rows with ``take_rows`` at every flush.
+Adding a collector: a module with the recorder, one :class:`TraceOption` line here, its tables in
+trace/schema.py, and its start in the agent (capture/process/agent.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import GpuscopeError
+
+Row = tuple[Any, ...]
+
+
+class Collector(Protocol):
+    """A recorder inside the profiled process."""
+
+    def set_collecting(self, on: bool) -> None:
+        """Record (``on``) or let calls pass straight through, outside a capture window."""
+
+    def take_rows(self) -> dict[str, list[Row]]:
+        """Return the rows recorded since the last call, by report table."""
+        ...
+
+
+@dataclass(frozen=True)
+class TraceOption:
+    """One ``--trace`` value."""
+
+    name: str
+    help: str
+    tables: tuple[str, ...] = ()  # what it adds to the report
+    side: str = "process"  # "process": runs in the profiled process; "launcher": samples it from outside
+    needs_gpu: bool = False  # left out of the default without an NVIDIA driver
+    implies: tuple[str, ...] = ()  # values it needs: cuda is inserted first, any other right before it
+    hint_key: str | None = None  # the key of its hint in meta.not_recorded
+    hint: str = ""  # what is missing without it
+    # When its hint applies; default: when the option is not in the trace.
+    hint_when: Callable[[list[str]], str | None] | None = None
+
+    def not_recorded(self, trace: list[str]) -> str | None:
+        """Return the hint the report stores for this option with ``trace`` (None: nothing missing)."""
+        if self.hint_key is None:
+            return None
+        if self.hint_when is not None:
+            return self.hint_when(trace)
+        return self.hint if self.name not in trace else None
+
+
+def _torch_backward_hint(trace: list[str]) -> str | None:
+    if "torch" in trace and "torch-backward" not in trace:
+        return "per-module backward ranges (backward columns of layer_sum): add --trace torch-backward"
+    return None
+
+
+def _torch_ops_hint(trace: list[str]) -> str | None:
+    if "torch-ops" in trace:
+        return None
+    if "torch-shapes" in trace:
+        return ("every PyTorch operator (op_sum shows those of the sample windows of --trace torch-shapes only): "
+                "add --trace torch-ops")
+    return "PyTorch operators with their shapes (op_sum): add --trace torch-ops"
+
+
+TRACES = [
+    TraceOption("cuda", "kernels, memory copies and sets, synchronizations, devices (CUPTI)",
+                ("kernel", "kernel_config", "memcpy", "memset", "sync", "device", "context", "overhead",
+                 "sync_site", "launch_call"), needs_gpu=True, hint_key="cuda", hint="GPU activity: add --trace cuda"),
+    TraceOption("cuda-graph", "each CUDA graph launch as one operation, instead of one per kernel of the graph "
+                "(less overhead)", ("graph_launch",), needs_gpu=True, implies=("cuda",)),
+    TraceOption("cuda-api", "every CUDA runtime and driver API call (CUPTI; costs more in launch-bound programs)",
+                ("api_call",), needs_gpu=True, implies=("cuda",), hint_key="cuda_api",
+                hint="CUDA API calls and CUPTI's synchronization records (cuda_api_sum, API time in "
+                     "cuda_kern_exec_sum; host waits are in sync_sum): add --trace cuda-api"),
+    TraceOption("nvtx", "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
+                ("nvtx_range",), needs_gpu=True, hint_key="nvtx", hint="NVTX ranges: add --trace nvtx"),
+    TraceOption("torch", "PyTorch module forward, optimizer, zero_grad, loss.backward, DataLoader waits, steps",
+                ("nvtx_range",), hint_key="torch",
+                hint="PyTorch module, optimizer and step ranges: add --trace torch"),
+    TraceOption("torch-backward", "the backward of every PyTorch module (autograd hooks; about 4x the cost of "
+                "forward ranges)", ("nvtx_range",), implies=("torch",), hint_key="torch_backward",
+                hint_when=_torch_backward_hint),
+    TraceOption("torch-ops", "every PyTorch (ATen) operator, forward and backward, with input shapes, dtypes and "
+                "arguments (tens of µs per operator on a slow CPU)", ("torch_op",), hint_key="torch_ops",
+                hint_when=_torch_ops_hint),
+    TraceOption("torch-shapes", "PyTorch operators as torch-ops, in a few short sample windows of steady steps only; "
+                "their FLOPs and bytes are carried to every launch of the same kernels (the roofline without "
+                "torch-ops)", ("torch_op", "torch_op_window"), needs_gpu=True),
+    TraceOption("cpu", "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
+                ("cpu_sample", "cpu_stack", "cpu_frame", "thread_time"), hint_key="cpu",
+                hint="Python stack samples (cpu_hotspots): add --trace cpu"),
+    TraceOption("host", "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
+                ("host_counter",), side="launcher"),
+    TraceOption("nvml", "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz)",
+                ("host_counter",), side="launcher", needs_gpu=True),
+    TraceOption("none", "no collector: run the program and record only its process", side="none"),
+]
+BY_NAME = {t.name: t for t in TRACES}
+KNOWN_TRACES = {t.name: t.help for t in TRACES}
+DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host", "nvml"]
+# Without an NVIDIA driver the default keeps what needs none, and adds the CPU side.
+CPU_EXTRA = ["torch-ops", "cpu"]
+# ``gpuscope.profile()`` blocks: no launcher beside the program, so no host or NVML counters.
+BLOCK_DEFAULT_GPU = ["cuda", "nvtx", "torch", "torch-shapes"]
+BLOCK_DEFAULT_CPU = ["torch", "cpu"]
+
+
+def gpu_present() -> bool:
+    """Return whether this machine has an NVIDIA driver (libcuda loads); creates no CUDA context."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def parse_trace(spec: str | None) -> list[str]:
+    """Return the collectors named in a ``--trace`` value, checking each name."""
+    if spec is None:
+        return list(DEFAULT_TRACE)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        known = ", ".join(sorted(BY_NAME))
+        raise GpuscopeError(f"unknown --trace value {','.join(unknown) or spec!r}; choose from {known}")
+    if "none" in names:
+        return []
+    for option in TRACES:
+        for needed in option.implies:
+            if option.name in names and needed not in names:
+                at = 0 if needed == "cuda" else names.index(option.name)
+                names.insert(at, needed)
+    if "torch-ops" in names and "torch-shapes" in names:  # every operator, not samples of them
+        names.remove("torch-shapes")
+    return names
+
+
+def cpu_only(trace: list[str]) -> list[str]:
+    """Return the default ``trace`` for a machine without an NVIDIA driver."""
+    return [t for t in trace if not BY_NAME[t].needs_gpu] + CPU_EXTRA
+
+
+def in_process(trace: list[str]) -> list[str]:
+    """Return the values of ``trace`` that run inside the profiled process (a block has no launcher)."""
+    return [t for t in trace if BY_NAME[t].side != "launcher"]
+
+
+def not_recorded(trace: list[str]) -> dict[str, str]:
+    """Return ``meta.not_recorded`` for a run with ``trace``: what is missing, and the value that adds it."""
+    out = {}
+    for option in TRACES:
+        hint = option.not_recorded(trace)
+        if hint is not None and option.hint_key is not None:
+            out[option.hint_key] = hint
+    return out

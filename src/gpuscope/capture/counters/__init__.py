@@ -1,0 +1,1 @@
+"""Counters sampled from the launcher, beside the program: host and process counters, NVML."""

@@ -1,0 +1,470 @@
+"""CUDA activity capture through CUPTI (the ``cupti-python`` bindings), inside the profiled process.
+
+CUPTI hands over buffers of activity records on its own thread. The target pays for this with the
+GIL, so no Python work is done per record: buffers are taken in raw through CUPTI's C API and read
+with numpy per run of same-kind records (cupti_buffers.py). Where that is not possible, cupti-python's
+callback hands over one object per record; then only each object's address is read, and the records
+are copied in blocks. Either way records are grouped by struct type and the few distinct string
+pointers (kernel names) resolved; they leave the process as packed CUPTI structs, decoded by the
+launcher (trace/decode.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from ...spool import SpoolWriter
+
+NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
+# Knobs for measuring what each part of the collection costs (bench/overhead.py); not for users.
+KINDS_ENV = "GPUSCOPE_CUPTI_KINDS"  # comma-separated labels of _kinds() to keep
+# "1": kernel queued/submitted timestamps (each launch then costs about 2.3 µs more and the program's
+# memory grows with the kernels launched; launch anchors place kernels instead: launch_anchors.py)
+LATENCY_ENV = "GPUSCOPE_LATENCY_TIMESTAMPS"
+RAW_ENV = "GPUSCOPE_RAW_BUFFERS"  # "0": take records through cupti-python's per-record objects
+VERIFY_ENV = "GPUSCOPE_VERIFY_WALK"  # "1": check every buffer's walk against CUPTI's iterator
+BUFFER_SIZE = 8 * 1024 * 1024
+# Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
+MAX_RECORD_GAP = 4096
+# Runs of one struct type written one by one up to this many; beyond, joined first.
+MAX_PARTS = 64
+# Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
+STRING_FIELDS = ("name", "domain")
+# Record kinds left on outside a capture window: few records, and needed whatever the window.
+ALWAYS_ON = ("device", "context", "overhead")
+
+Diag = Callable[[str, str], None]
+
+
+class CollectorUnavailable(Exception):
+    """The collector cannot run here; the message says what is missing, in one line."""
+
+
+def struct_dtypes(cupti_module: Any) -> dict[str, Any]:
+    """Map CUPTI record class names (``ActivityKernel11``) to the numpy dtypes of their structs."""
+    out = {}
+    for attr in dir(cupti_module):
+        if attr.startswith("activity_") and attr.endswith("_dtype"):
+            key = attr[: -len("_dtype")].replace("_", "").lower()
+            out[key] = getattr(cupti_module, attr)
+    return out
+
+
+def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
+    """Return the activity kinds to enable for ``trace``; the first of them is required."""
+    k = cupti.ActivityKind
+    kinds = []
+    if "cuda" in trace:
+        kinds += [
+            ("kernel", k.CONCURRENT_KERNEL),
+            ("device", k.DEVICE),
+            ("context", k.CONTEXT),
+            ("memcpy", k.MEMCPY),
+            ("memset", k.MEMSET),
+            ("overhead", k.OVERHEAD),
+        ]
+    if "cuda-graph" in trace:
+        kinds += [("graph", k.GRAPH_TRACE)]
+    if "cuda-api" in trace:
+        # CUPTI's synchronization records cost as much as API tracing in launch-bound programs
+        # (bench/RESULTS.md); host waits are recorded by default as synchronization sites instead.
+        kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER), ("sync", k.SYNCHRONIZATION)]
+    if "nvtx" in trace:
+        kinds += [("nvtx", k.MARKER)]
+    keep = os.environ.get(KINDS_ENV)
+    if keep:
+        kinds = [kd for kd in kinds if kd[0] in keep.split(",")]
+    return kinds
+
+
+def loaded_library(fragment: str) -> str | None:
+    """Return the path of the shared library loaded in this process whose name has ``fragment``."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rstrip("\n").partition("/")[2]
+                if fragment in path.rpartition("/")[2]:
+                    return "/" + path
+    except OSError:
+        return None
+    return None
+
+
+class CuptiCollector:
+    """Enables CUPTI activity kinds and ships completed buffers to the spool."""
+
+    def __init__(self, spool: SpoolWriter, trace: set[str], diag: Diag) -> None:
+        self.spool = spool
+        self.trace = trace
+        self.diag = diag
+        self.records = 0
+        self.buffers = 0
+        self.copied_buffers = 0  # buffers whose records were not all in one block
+        self.failed_records = 0
+        self.callback_ns = 0  # CPU time of our completion callbacks (waits for the GIL excluded)
+        self.enabled: list[str] = []
+        self._cupti: Any = None
+        self._np: Any = None
+        self._buffers: Any = None  # the cupti_buffers module, imported by bind()
+        self._dtypes: dict[str, Any] = {}
+        self._class_dtype: dict[type, Any] = {}
+        self._unsupported: set[str] = set()
+        self._enabled_kinds: list[Any] = []
+        self._sent_dtypes: set[str] = set()
+        self._api_names: dict[tuple[str, int], int] = {}
+        self._api_domains: dict[int, str] = {}
+        self._stopped = False
+        self.raw: Any = None  # cupti_buffers.RawBuffers, when CUPTI's buffers are read in raw
+        self.failed_buffers = 0
+        self.verify_walk = os.environ.get(VERIFY_ENV) == "1"
+        self.walk_checked = 0  # records whose place the full walk with CUPTI's iterator checked
+        self.walk_mismatches = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register with CUPTI and enable activity kinds; raise CollectorUnavailable if impossible."""
+        try:
+            from cupti import cupti  # noqa: PLC0415  (optional dependency)
+            import numpy  # noqa: PLC0415
+        except ImportError:
+            raise CollectorUnavailable(
+                f"cupti-python is not installed for {sys.executable} (pip install 'gpuscope[cuda]')"
+            ) from None
+        self.bind(cupti, numpy)
+        try:
+            cupti.get_timestamp()  # loads libcupti (and fails here without a driver)
+            if not self._register_raw():
+                cupti.activity_register_callbacks(self._on_request, self._on_complete)
+        except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+            raise CollectorUnavailable(explain(exc)) from None
+        self._set_thread_id_type()
+        for label, kind in _kinds(cupti, self.trace):
+            try:
+                cupti.activity_enable(kind)
+            except Exception as exc:  # noqa: BLE001
+                if not self._enabled_kinds:
+                    raise CollectorUnavailable(explain(exc)) from None
+                self.diag("warning", f"CUPTI could not record {label} activity: {explain(exc)}")
+                continue
+            self._enabled_kinds.append(kind)
+            self.enabled.append(label)
+        if "cuda" in self.trace and os.environ.get(LATENCY_ENV) == "1":
+            try:
+                cupti.activity_enable_latency_timestamps(1)
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI kernel queue timestamps are not available: {explain(exc)}")
+        if "nvtx" in self.enabled:
+            self._inject_nvtx()
+
+    def _inject_nvtx(self) -> None:
+        """Make NVTX hand its calls to CUPTI: NVTX loads the library named by NVTX_INJECTION64_PATH
+        at a process's first NVTX call, which comes after this agent has started."""
+        lib = loaded_library("libcupti.so")
+        current = os.environ.get(NVTX_INJECTION_ENV)
+        if lib is None:
+            self.diag("warning", "NVTX ranges are not recorded: the loaded libcupti was not found")
+        elif current and os.path.realpath(current) != os.path.realpath(lib):
+            self.diag("warning", f"NVTX ranges go to the tool in {NVTX_INJECTION_ENV}={current}, not to gpuscope")
+        else:
+            os.environ[NVTX_INJECTION_ENV] = lib
+
+    def _register_raw(self) -> bool:
+        """Take CUPTI's buffers through its C API (cupti_buffers.py); False where that is not possible."""
+        lib = loaded_library("libcupti.so")
+        if lib is None or os.environ.get(RAW_ENV) == "0":
+            return False
+        try:
+            raw = self._buffers.RawBuffers.load(lib, BUFFER_SIZE, self._on_raw_buffer, self._on_raw_error)
+            raw.register()
+        except Exception as exc:  # noqa: BLE001
+            self.diag("info", f"CUPTI buffers go through cupti-python's per-record objects: {explain(exc)}")
+            return False
+        self.raw = raw
+        return True
+
+    def bind(self, cupti: Any, numpy: Any) -> None:
+        """Learn the record layouts of this cupti-python (no driver needed)."""
+        from . import buffers as cupti_buffers  # noqa: PLC0415  (needs numpy, which the agent itself does not)
+
+        self._cupti, self._np, self._buffers = cupti, numpy, cupti_buffers
+        self._dtypes = struct_dtypes(cupti)
+        self._strides = cupti_buffers.StrideTable(cupti_buffers.struct_versions(cupti, self._dtypes))
+        self._api_domains = {
+            int(cupti.ActivityKind.RUNTIME): "runtime",
+            int(cupti.ActivityKind.DRIVER): "driver",
+        }
+
+    def flush(self, forced: bool = False) -> None:
+        """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
+        if self._enabled_kinds and not self._stopped:
+            self._cupti.activity_flush_all(1 if forced else 0)
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Nothing: CUPTI's records reach the spool as raw buffers, through :meth:`flush`."""
+        return {}
+
+    def set_collecting(self, on: bool) -> None:
+        """Enable (``on``) or disable the record kinds a capture range limits (all but ALWAYS_ON).
+
+        Records of work started while they were enabled may still arrive after they are disabled;
+        the report is trimmed to the capture windows when written.
+        """
+        if self._stopped:
+            return
+        switch = self._cupti.activity_enable if on else self._cupti.activity_disable
+        for label, kind in zip(self.enabled, self._enabled_kinds):
+            if label in ALWAYS_ON:
+                continue
+            try:
+                switch(kind)
+            except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+                self.diag("warning", f"CUPTI could not turn {label} records {'on' if on else 'off'}: "
+                          f"{explain(exc)}")
+
+    def stop(self) -> None:
+        """Deliver everything CUPTI still holds and detach from CUPTI."""
+        if not self._enabled_kinds or self._stopped:
+            return
+        cupti = self._cupti
+        try:
+            cupti.activity_flush_all(1)
+        finally:
+            self._report_dropped()
+            for kind in self._enabled_kinds:
+                try:
+                    cupti.activity_disable(kind)
+                except Exception:  # noqa: BLE001,S112  (disabling at exit; nothing left to report to)
+                    continue
+            self._stopped = True
+            try:
+                # Detaching keeps CUPTI from calling into Python after the interpreter is gone.
+                cupti.finalize()
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
+
+    @property
+    def cupti_module(self) -> Any:
+        """The ``cupti`` module this collector is bound to."""
+        return self._cupti
+
+    def now(self) -> int:
+        """Return CUPTI's current timestamp (ns)."""
+        return int(self._cupti.get_timestamp())
+
+    # -- CUPTI callbacks (CUPTI's thread) --------------------------------------------------
+    def _on_request(self) -> tuple[int, int]:
+        return BUFFER_SIZE, 0
+
+    def _on_complete(self, activities: list[Any]) -> None:
+        t0 = time.thread_time_ns()
+        try:
+            if activities and not self._stopped:
+                self._ship(activities)
+        except BaseException as exc:  # noqa: BLE001  (an exception here would drop the buffer silently)
+            self.failed_records += len(activities)
+            self.diag("error", f"lost {len(activities)} CUDA records: {type(exc).__name__}: {exc}")
+        finally:
+            self.callback_ns += time.thread_time_ns() - t0
+
+    def _on_raw_buffer(self, raw: Any, valid: int, next_record: Any) -> None:
+        """Ship the records of one of CUPTI's buffers, read in place (CUPTI's thread)."""
+        buffers = self._buffers
+        t0 = time.thread_time_ns()
+        try:
+            runs = buffers.walk(raw, valid, self._strides, next_record)
+            if self.verify_walk:
+                got, want = buffers.run_offsets(runs), buffers.full_walk(valid, next_record)
+                self.walk_checked += len(want)
+                self.walk_mismatches += len(set(got) ^ set(want))
+            by_kind: dict[int, list[Any]] = {}
+            for kind, off, n, stride in runs:
+                if stride:
+                    by_kind.setdefault(kind, []).append(raw[off : off + n * stride])
+                else:
+                    self._unsupported_record(f"kind {kind}", n)
+            blocks = []
+            for kind, parts in by_kind.items():
+                name = self._strides.struct[kind]
+                if len(parts) > MAX_PARTS:  # many short runs: one copy beats many small writes
+                    parts = [self._np.concatenate(parts)]
+                blocks.append((name, self._dtypes[name.lower()], parts))
+            self._ship_blocks(blocks)
+        finally:
+            self.callback_ns += time.thread_time_ns() - t0
+
+    def _on_raw_error(self, exc: BaseException) -> None:
+        self.failed_buffers += 1
+        self.diag("error", f"lost a buffer of CUDA records: {type(exc).__name__}: {exc}")
+
+    # -- record handling ---------------------------------------------------------------
+    def _dtype_of(self, cls: type) -> Any:
+        dt = self._class_dtype.get(cls)
+        if dt is None and cls not in self._class_dtype:
+            dt = self._dtypes.get(cls.__name__.lower())
+            self._class_dtype[cls] = dt
+        return dt
+
+    def _ship(self, activities: list[Any]) -> None:
+        np = self._np
+        ptrs = np.array([a.ptr for a in activities], dtype=np.int64)
+        raw, offsets = self._copy_blocks(activities, ptrs)
+        kinds = _read_i32(np, raw, offsets)
+        blocks = []
+        for kind in np.unique(kinds):
+            idx = np.flatnonzero(kinds == kind)
+            cls = type(activities[int(idx[0])])
+            dt = self._dtype_of(cls)
+            if dt is None:
+                self._unsupported_record(cls.__name__, len(idx))
+                continue
+            blocks.append((cls.__name__, dt, [_gather(np, raw, offsets[idx], dt.itemsize)]))
+        self._ship_blocks(blocks)
+
+    def _ship_blocks(self, blocks: list[tuple[str, Any, list[Any]]]) -> None:
+        """Write one chunk of packed records: (struct class name, dtype, byte arrays) per struct type.
+
+        The bytes may be views of CUPTI's buffer: the chunk is written before this returns. They
+        are written one after the other, not joined first (that copy would hold the GIL).
+        """
+        np = self._np
+        records: dict[str, Any] = {}
+        dtypes: dict[str, Any] = {}
+        symbols: dict[tuple[str, int], int] = {}
+        shipped = 0
+        for name, dt, parts in blocks:
+            recs = [p.view(dt) for p in parts]
+            kind = int(recs[0]["kind"][0])
+            for f in STRING_FIELDS:
+                if f in dt.names:
+                    self._resolve_strings(np.concatenate([r[f] for r in recs]), symbols)
+            if kind in self._api_domains:
+                self._resolve_api_names(self._api_domains[kind], np.concatenate([r["cbid"] for r in recs]), symbols)
+            records[name] = parts
+            if name not in self._sent_dtypes:
+                self._sent_dtypes.add(name)
+                dtypes[name] = dt
+            shipped += sum(len(r) for r in recs)
+        self.spool.write(records=records, dtypes=dtypes, symbols=symbols)
+        self.records += shipped
+        self.buffers += 1
+
+    def _copy_blocks(self, activities: list[Any], ptrs: Any) -> tuple[Any, Any]:
+        """Copy the records out of CUPTI's memory; return the bytes and each record's offset.
+
+        Records normally sit back to back in one buffer, copied in one go; a record that lives
+        elsewhere (CUPTI keeps some apart) starts a block of its own.
+        """
+        np = self._np
+        order = np.argsort(ptrs, kind="stable")
+        sorted_ptrs = ptrs[order]
+        cuts = np.flatnonzero(np.diff(sorted_ptrs) > MAX_RECORD_GAP) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [len(sorted_ptrs)]))
+        parts, offsets, pos = [], np.empty(len(ptrs), dtype=np.int64), 0
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            first = int(sorted_ptrs[s])
+            last_dt = self._dtype_of(type(activities[int(order[e - 1])]))
+            tail = last_dt.itemsize if last_dt is not None else 4  # 4: just the kind field
+            size = int(sorted_ptrs[e - 1]) - first + tail
+            parts.append((first, size))
+            offsets[order[s:e]] = sorted_ptrs[s:e] - first + pos
+            pos += size
+        if len(parts) == 1:
+            # Read CUPTI's buffer in place: it stays valid until this callback returns.
+            first, size = parts[0]
+            return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(first)), offsets
+        self.copied_buffers += 1
+        blob = b"".join(ctypes.string_at(first, size) for first, size in parts)
+        return np.frombuffer(blob, dtype=np.uint8), offsets
+
+    def _resolve_strings(self, values: Any, symbols: dict[tuple[str, int], int]) -> None:
+        for p in self._np.unique(values):
+            key = ("ptr", int(p))
+            if key[1] and key not in symbols:
+                text = ctypes.string_at(key[1]).decode("utf-8", "replace")
+                symbols[key] = self.spool.intern(text)
+
+    def _resolve_api_names(self, domain: str, cbids: Any, symbols: dict[tuple[str, int], int]) -> None:
+        for cbid in self._np.unique(cbids):
+            key = (domain, int(cbid))
+            sid = self._api_names.get(key)
+            if sid is None:
+                sid = self.spool.intern(_api_name(self._cupti, domain, key[1]))
+                self._api_names[key] = sid
+            symbols[key] = sid
+
+    def _unsupported_record(self, name: str, count: int) -> None:
+        self.failed_records += count
+        if name not in self._unsupported:
+            self._unsupported.add(name)
+            self.diag("warning", f"CUPTI records of {name} are not read by gpuscope with this cupti-python; skipped")
+
+    def _set_thread_id_type(self) -> None:
+        kind = getattr(self._cupti, "ActivityThreadIdType", None)
+        if kind is not None and hasattr(kind, "SYSTEM"):
+            try:
+                self._cupti.set_thread_id_type(kind.SYSTEM)
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI thread ids are not system ids: {explain(exc)}")
+
+    def _report_dropped(self) -> None:
+        try:
+            dropped = ctypes.c_size_t(0)
+            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
+            count = int(dropped.value)
+        except Exception as exc:  # noqa: BLE001
+            self.diag("warning", f"could not read CUPTI's dropped-record count: {explain(exc)}")
+            return
+        self.spool.write(rows={"dropped": [("cupti", count), ("gpuscope", self.failed_records)]})
+
+
+def _api_name(cupti: Any, domain: str, cbid: int) -> str:
+    """Return the API function's name for a CUPTI callback id (``cudaLaunchKernel``)."""
+    enum = cupti.runtime_api_trace_cbid if domain == "runtime" else cupti.driver_api_trace_cbid
+    try:
+        name = enum(cbid).name
+    except ValueError:
+        return f"{domain}_cbid_{cbid}"
+    base, sep, version = name.rpartition("_v")
+    return base if sep and version.isdigit() else name
+
+
+def _gather(np: Any, raw: Any, offsets: Any, size: int) -> Any:
+    """Return the ``size``-byte records at ``offsets`` of ``raw``, packed back to back.
+
+    Records of one kind mostly follow each other at a stride of their size; each such run is
+    one slice, so the cost grows with the number of runs, not of records.
+    """
+    first = int(offsets[0])
+    breaks = np.flatnonzero(np.diff(offsets) != size) + 1
+    if not len(breaks):
+        return raw[first : first + size * len(offsets)]  # already packed: no copy
+    starts = np.concatenate(([0], breaks)).tolist()
+    ends = np.concatenate((breaks, [len(offsets)])).tolist()
+    if len(starts) > len(offsets) // 4:  # scattered: one vectorized gather
+        return raw[(offsets[:, None] + np.arange(size)).reshape(-1)]
+    return np.concatenate([raw[int(offsets[s]) : int(offsets[s]) + size * (e - s)] for s, e in zip(starts, ends)])
+
+
+def _read_i32(np: Any, raw: Any, offsets: Any) -> Any:
+    """Return the int32 at each offset of ``raw`` (the ``kind`` field that starts every record)."""
+    if not (offsets & 3).any():  # CUPTI aligns records, so this is the usual case
+        return np.frombuffer(raw.data, dtype="<i4", count=len(raw) // 4)[offsets >> 2]
+    idx = offsets[:, None] + np.arange(4)
+    return raw[idx].reshape(-1).view("<i4")
+
+
+def explain(exc: BaseException) -> str:
+    """Return a CUPTI failure as one line that says what is wrong here (no driver, no permission, ...)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "libcuda" in text or "driver is not found" in text.lower():
+        return "no CUDA driver found (libcuda.so.1 could not be loaded)"
+    if "INSUFFICIENT_PRIVILEGES" in text:
+        return "CUPTI is not permitted to trace here (insufficient privileges)"
+    if "MULTIPLE_SUBSCRIBERS" in text or "MAX_LIMIT_REACHED" in text:
+        return "another CUPTI client (torch.profiler, Nsight, ...) is already attached to this process"
+    return text

@@ -1,0 +1,192 @@
+"""CUPTI's callback API inside the profiled process: one subscriber, handlers per API function.
+
+CUPTI allows one callback subscriber per process, so every collector that needs to run code at
+the entry or exit of a CUDA API call (synchronization sites, capture ranges) registers a handler
+here by function name. Only the callback ids of those functions are enabled: a program pays for
+a Python callback on those calls alone, never on kernel launches.
+
+A runtime API call is usually carried out by driver API calls; when handlers watch both layers,
+a driver call made inside a watched runtime call of the same thread is not reported again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[str, int], None]  # (api name, correlation id), on the calling thread
+Diag = Callable[[str, str], None]
+
+_VERSION = re.compile(r"(_v\d+)?(_ptsz|_ptds)?(_v\d+)?$")
+
+
+def base_name(cbid_name: str) -> str:
+    """Return the API function a CUPTI callback-id name stands for: ``cudaStreamSynchronize_ptsz_v7000``
+    and ``cuStreamSynchronize_ptsz`` give ``cudaStreamSynchronize`` and ``cuStreamSynchronize``."""
+    return _VERSION.sub("", cbid_name)
+
+
+class CallbackHub:
+    """Subscribes to CUPTI once and calls the handlers registered for API functions."""
+
+    def __init__(self, cupti: Any, diag: Diag) -> None:
+        self._cupti = cupti
+        self._diag = diag
+        self._subscriber: int | None = None
+        # (domain, cbid) -> (api name, enter handlers, exit handlers)
+        self._table: dict[tuple[int, int], tuple[str, list[Handler], list[Handler]]] = {}
+        self._entry_only: dict[int, Callable[[int], None]] = {}  # cbid -> handler(correlation id)
+        self._runtime = int(cupti.CallbackDomain.RUNTIME_API)
+        self._driver = int(cupti.CallbackDomain.DRIVER_API)
+        self._enter_site = int(cupti.ApiCallbackSite.API_ENTER)
+        self._local = threading.local()
+        self.calls = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        """Subscribe to CUPTI; raises when another subscriber holds the process."""
+        self._subscriber = int(self._cupti.subscribe(self._callback, None))
+
+    def stop(self) -> None:
+        """Unsubscribe: no handler runs after this returns."""
+        if self._subscriber is not None:
+            sub, self._subscriber = self._subscriber, None
+            self._cupti.unsubscribe(sub)
+
+    def on_api(self, names: list[str], enter: Handler | None = None, exit: Handler | None = None) -> list[str]:
+        """Call ``enter``/``exit`` at the entry/exit of the runtime or driver API functions named;
+        return the names no callback id was found for."""
+        wanted = set(names)
+        found: set[str] = set()
+        for domain, enum in ((self._runtime, self._cupti.runtime_api_trace_cbid),
+                             (self._driver, self._cupti.driver_api_trace_cbid)):
+            for member in enum:
+                name = base_name(member.name)
+                if name not in wanted:
+                    continue
+                key = (domain, int(member.value))
+                entry = self._table.setdefault(key, (name, [], []))
+                if enter is not None:
+                    entry[1].append(enter)
+                if exit is not None:
+                    entry[2].append(exit)
+                if self._subscriber is not None:
+                    self._cupti.enable_callback(1, self._subscriber, domain, key[1])
+                found.add(name)
+        return sorted(wanted - found)
+
+    def on_api_entry(self, names: list[str], handler: Callable[[int], None]) -> list[str]:
+        """Call ``handler(correlation id)`` at the entry of the driver API functions named, with as
+        little work as possible (no nesting bookkeeping; for calls gpuscope makes itself); return
+        the names no callback id was found for. Not switched off by :meth:`set_enabled`."""
+        wanted = set(names)
+        found: set[str] = set()
+        for member in self._cupti.driver_api_trace_cbid:
+            name = base_name(member.name)
+            if name in wanted:
+                self._entry_only[int(member.value)] = handler
+                if self._subscriber is not None:
+                    self._cupti.enable_callback(1, self._subscriber, self._driver, int(member.value))
+                found.add(name)
+        return sorted(wanted - found)
+
+    def set_enabled(self, on: bool) -> None:
+        """Turn every registered callback on or off (the subscription stays)."""
+        if self._subscriber is None:
+            return
+        for domain, cbid in self._table:
+            self._cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+
+    # -- CUPTI's call, on the thread that made the API call ----------------------------------
+    def _data(self, cbdata: Any) -> Any:
+        """The call's CallbackData, whether cupti-python passed the object or its address."""
+        return cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
+
+    def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
+        try:
+            fast = self._entry_only.get(cbid)
+            if fast is not None and domain == self._driver:
+                data = self._data(cbdata)
+                if data.callback_site == self._enter_site:
+                    fast(data.correlation_id)
+                return
+            entry = self._table.get((int(domain), int(cbid)))
+            if entry is None:
+                return
+            data = self._data(cbdata)
+            enter = int(data.callback_site) == self._enter_site
+            local = self._local
+            depth = getattr(local, "depth", 0)
+            if enter:
+                local.depth = depth + 1
+                if depth:
+                    return  # a driver call inside a watched runtime call
+                handlers = entry[1]
+            else:
+                local.depth = max(depth - 1, 0)
+                if depth > 1:
+                    return
+                handlers = entry[2]
+            self.calls += 1
+            corr = int(data.correlation_id)
+            for h in handlers:
+                h(entry[0], corr)
+        except BaseException as exc:  # noqa: BLE001  (nothing may reach the program's CUDA call)
+            self.failures += 1
+            if self.failures == 1:
+                self._diag("warning", f"a CUDA API callback failed: {type(exc).__name__}: {exc}")
+
+
+class TimedCalls:
+    """Records the watched API calls' host start and end on the calling thread, as rows
+    ``(start_ns, end_ns, tid, api name, correlation id, *context)`` on the session clock.
+
+    ``context`` is what a subclass notes at a call's entry (a Python stack, say); nothing by default.
+    """
+
+    TABLE = "launch_call"
+
+    def __init__(self, hub: CallbackHub, names: list[str], offset_ns: int) -> None:
+        self.offset = offset_ns
+        self.collecting = True  # False outside a capture window
+        self._local = threading.local()
+        self._rows: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()
+        self.missing = hub.on_api(names, enter=self._enter, exit=self._exit)
+
+    def set_collecting(self, on: bool) -> None:
+        """Time the watched calls (``on``), or let them pass."""
+        self.collecting = on
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Return the rows recorded since the last call, in the subclass's ``TABLE``."""
+        rows = self.take()
+        return {self.TABLE: rows} if rows else {}
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Return the rows recorded since the last call."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def context(self) -> tuple[Any, ...]:
+        """Return the extra fields of the call being entered (called on its thread)."""
+        return ()
+
+    def _enter(self, name: str, correlation_id: int) -> None:
+        if self.collecting:
+            self._local.open = (time.monotonic_ns(), self.context())
+
+    def _exit(self, name: str, correlation_id: int) -> None:
+        end = time.monotonic_ns()
+        opened = getattr(self._local, "open", None)
+        if opened is None:
+            return
+        self._local.open = None
+        row = (opened[0] + self.offset, end + self.offset, threading.get_native_id(), name, correlation_id,
+               *opened[1])
+        with self._lock:
+            self._rows.append(row)

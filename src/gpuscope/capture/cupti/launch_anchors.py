@@ -1,0 +1,88 @@
+"""Launch anchors: where each range boundary falls in the order of CUDA API calls.
+
+Every CUDA API call gets a correlation id from one counter, and every kernel, copy and set record
+carries the id of the call that launched it, even without API tracing. So a host call whose id
+and time are known splits the operations into those launched before it and those launched after.
+Right before each boundary gpuscope takes a time for (the start and end of a range it records:
+PyTorch modules, optimizer steps, annotations; a step mark; ``gpuscope.start()``/``stop()``), it
+makes one cheap CUDA driver call (``cuDriverGetVersion``: no context, no GPU work) and records its
+correlation id and time as a ``launch_call`` row. An operation launched after the boundary has a
+larger id than the anchor, and one launched before it a smaller id; its launch time is its GPU
+start kept between the times of the anchors around its id (trace/launch.py), so it falls on the
+right side of every boundary: work launched before an anchor is placed before it, and work
+launched after it starts on the GPU after the boundary and before the next anchor after it.
+Anchors are recorded whether collection is on or not (they are few), so that a capture window
+that opens at a step mark has its anchor.
+
+This replaces CUPTI's kernel latency timestamps (``queued``), which cost about 2.3 µs per kernel
+launch and made the program's memory grow by 76 MiB per million kernels on an H100
+(bench/RESULTS.md): an anchor costs one call per range boundary, not one per launch.
+
+The anchor's correlation id comes from CUPTI's callback API on ``cuDriverGetVersion`` alone (one
+Python callback per anchor, about 3 µs on an H100 host with the call itself, bench/RESULTS.md).
+CUPTI's DRIVER activity narrowed to that one call would need no Python, but the CUPTI that PyTorch
+ships (13.0) cannot leave the other driver calls out of it (``cuptiActivityEnableDriverApi``
+refused them), and API records for every launch are what ``--trace cuda-api`` costs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import Any, Callable
+
+from .callbacks import CallbackHub
+
+ANCHOR_API = "cuDriverGetVersion"
+ANCHORS_ENV = "GPUSCOPE_ANCHORS"  # "0": no anchors (for measuring their cost)
+
+
+def anchor_call() -> Callable[[], None]:
+    """Return a function that makes one ``cuDriverGetVersion`` call, keeping the GIL (it is short)."""
+    fn = ctypes.PyDLL("libcuda.so.1").cuDriverGetVersion
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_int
+    out = ctypes.c_int()
+    ref = ctypes.byref(out)
+
+    def call() -> None:
+        fn(ref)
+
+    return call
+
+
+class CallbackAnchors:
+    """Anchors whose correlation ids come from CUPTI's callback API, as ``launch_call`` rows.
+
+    The least Python work per anchor: at the call's entry only, one clock read and one append.
+    """
+
+    def __init__(self, hub: CallbackHub, offset_ns: int) -> None:
+        self.offset = offset_ns
+        self._rows: list[tuple[int, int, int]] = []
+        self.missing = hub.on_api_entry([ANCHOR_API], self._entered)
+
+    def _entered(self, correlation_id: int) -> None:
+        self._rows.append((time.monotonic_ns(), threading.get_native_id(), correlation_id))
+
+    def pending(self) -> int:
+        """How many anchors wait for :meth:`take`."""
+        return len(self._rows)
+
+    def forget_since(self, pending: int) -> None:
+        """Drop the anchors recorded after :meth:`pending` returned ``pending``."""
+        del self._rows[pending:]
+
+    def set_collecting(self, on: bool) -> None:
+        """Anchors are recorded whatever the capture window (as they always were)."""
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Return the anchors since the last call, as ``launch_call`` rows."""
+        rows = self.take()
+        return {"launch_call": rows} if rows else {}
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Return the rows recorded since the last call: ``(start_ns, end_ns, tid, api, correlation id)``."""
+        rows, self._rows = self._rows, []
+        return [(t + self.offset, t + self.offset, tid, ANCHOR_API, corr) for t, tid, corr in rows]

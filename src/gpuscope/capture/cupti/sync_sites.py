@@ -1,0 +1,44 @@
+"""Where the host waits for the GPU: every synchronizing CUDA call with the Python stack that made it.
+
+At the entry of a synchronizing call (stream, device, context and event synchronization, and the
+copies that block the host) the calling thread's Python stack is interned; at its exit a row
+``sync_site`` records the host time the call took. In PyTorch these calls come from ``.item()``,
+``.cpu()``, ``.tolist()``, ``nonzero``, printing a CUDA tensor, ``torch.cuda.synchronize()``.
+The stack is taken only at these calls, so a program pays nothing per kernel launch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+from typing import Any
+
+from .callbacks import CallbackHub, TimedCalls
+from ..python.stacks import StackTable
+
+SYNC_APIS = [
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
+]
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class SyncSites(TimedCalls):
+    """Records synchronizing CUDA calls and their Python stacks as ``sync_site`` rows."""
+
+    TABLE = "sync_site"
+
+    def __init__(self, hub: CallbackHub, stacks: StackTable, offset_ns: int) -> None:
+        self.stacks = stacks
+        super().__init__(hub, SYNC_APIS, offset_ns)
+
+    def context(self) -> tuple[Any, ...]:
+        """The calling thread's Python stack, gpuscope's own frames left out."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
+            frame = frame.f_back
+        return (self.stacks.stack_of(frame),)

@@ -1,0 +1,1 @@
+"""The profiled process: starting it (launch, bootstrap, ncu replay), its agent, and its capture window."""

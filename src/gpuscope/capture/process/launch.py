@@ -1,0 +1,179 @@
+"""Starts the program to profile as a child process, with the agent loaded before its first line.
+
+The child gets the same argv, standard streams, working directory and environment, plus three
+variables: PYTHONPATH gains a bootstrap directory whose ``sitecustomize`` starts the agent (and
+then runs any ``sitecustomize`` the environment had), GPUSCOPE_SPOOL names the spool directory and
+GPUSCOPE_TRACE the collectors. Every Python process started below the child inherits them, so
+process trees (launch scripts, torchrun, spawned workers) are profiled too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ...errors import GpuscopeError
+from ...spool import SPOOL_ENV
+from .agent import TRACE_ENV
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+# Options of the python command that take a value as the next argument.
+_PYTHON_OPTS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+@dataclass(frozen=True)
+class Command:
+    """The resolved command line of the program to profile."""
+
+    argv: list[str]
+    is_python: bool
+
+
+def resolve_command(args: list[str], module: str | None = None) -> Command:
+    """Turn what the user typed after ``gpuscope profile`` into an argv that can be executed.
+
+    ``train.py ...`` runs with this Python; ``-m pkg.mod ...`` likewise; anything else is looked up
+    on PATH. A Python script that does not exist is an error here, before anything starts.
+    """
+    if module is not None:
+        return Command([sys.executable, "-m", module, *args], True)
+    if not args:
+        raise GpuscopeError("nothing to profile: give a command, a script or -m module")
+    first = args[0]
+    if first.endswith(".py"):
+        _check_script(first)
+        return Command([sys.executable, *args], True)
+    exe = shutil.which(first)
+    if exe is None:
+        if os.path.exists(first):
+            raise GpuscopeError(f"{first}: not executable")
+        raise GpuscopeError(f"{first}: command not found")
+    is_python = bool(_PYTHON_NAME.match(os.path.basename(first)))
+    if is_python:
+        script = _python_script(args[1:])
+        if script is not None:
+            _check_script(script)
+    return Command([exe, *args[1:]], is_python)
+
+
+def _python_script(args: list[str]) -> str | None:
+    """Return the script a ``python`` command line would run, or None for -c, -m or stdin."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-c", "-m", "-"):
+            return None
+        if arg in _PYTHON_OPTS_WITH_VALUE:
+            skip = True
+            continue
+        if arg.startswith("-"):
+            continue
+        return arg
+    return None
+
+
+def _check_script(path: str) -> None:
+    if not os.path.exists(path):
+        raise GpuscopeError(f"{path}: no such file")
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "__main__.py")):
+        raise GpuscopeError(f"{path}: is a directory without __main__.py")
+
+
+def prepare_bootstrap(spool_dir: Path) -> Path:
+    """Create the directory that goes first on the child's PYTHONPATH; return it.
+
+    It holds the bootstrap ``sitecustomize.py`` and a link to this gpuscope package, so the agent
+    can be imported by a Python that does not have gpuscope installed.
+    """
+    boot = spool_dir / "boot"
+    boot.mkdir()
+    here = Path(__file__).resolve().parent
+    shutil.copyfile(here / "_bootstrap" / "sitecustomize.py", boot / "sitecustomize.py")
+    (boot / "gpuscope").symlink_to(here.parents[1], target_is_directory=True)
+    return boot
+
+
+def child_environment(spool_dir: Path, boot: Path, trace: list[str]) -> dict[str, str]:
+    """Return the environment of the profiled program."""
+    env = dict(os.environ)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
+    env[SPOOL_ENV] = str(spool_dir)
+    env[TRACE_ENV] = ",".join(trace)
+    return env
+
+
+@dataclass
+class ExitStatus:
+    """How the profiled program ended."""
+
+    returncode: int
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+    @property
+    def shell_code(self) -> int:
+        """The exit code a shell reports for it: the code, or 128 + the signal number."""
+        return 128 + -self.returncode if self.returncode < 0 else self.returncode
+
+    def describe(self) -> str:
+        sig = self.signal
+        if sig is not None:
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            return f"was killed by {name}"
+        return f"exited with code {self.returncode}"
+
+
+def run(
+    argv: list[str],
+    env: dict[str, str],
+    on_poll: Callable[[], None],
+    poll_s: float,
+    on_start: Callable[[int], None] = lambda pid: None,
+) -> ExitStatus:
+    """Run ``argv`` to its end, calling ``on_start`` with its pid, then ``on_poll`` every
+    ``poll_s`` seconds meanwhile.
+
+    Ctrl-C reaches the child from the terminal, so the launcher ignores SIGINT and waits for the
+    child to end; SIGTERM, SIGHUP and SIGQUIT sent to the launcher are passed to the child.
+    """
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        raise GpuscopeError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
+    forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in forwarded}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        on_start(child.pid)
+        while True:
+            try:
+                code = child.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                on_poll()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return ExitStatus(code)

@@ -1,0 +1,218 @@
+"""When collection is on inside a profiled process: the capture range as a small state machine.
+
+Collection is on when the capture range *wants* it (its trigger: a step count, an open NVTX range,
+cudaProfilerStart, gpuscope.start()), the ``--delay`` has passed (*armed*), and ``--duration`` has
+not cut the current stretch short (*capped*; reset when the trigger lets go). Each stretch of
+collection becomes a row of the report's ``capture_window`` table: sent with no end when it opens
+(so a killed process still has it) and again with its end when it closes. The reason names what
+opened and what closed it (``step 10 to step 20``).
+
+Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
+switch that turns collectors on and off runs under that lock, on the thread of the event, so a
+start takes effect before the program's next launch.
+
+Runs inside the profiled process: standard library only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from ..capture_range import CaptureSpec, _seconds
+
+Switch = Callable[[bool], None]  # turn collection on (True) or off
+Emit = Callable[[int, "int | None", str], None]  # a capture_window row: start_ns, end_ns, reason
+MAX_NAMES_SEEN = 12
+
+
+class CaptureWindow:
+    """Turns collection on and off by the capture spec, and records each stretch of collection."""
+
+    def __init__(self, spec: CaptureSpec, now_ns: Callable[[], int], switch: Switch, emit: Emit) -> None:
+        self.spec = spec
+        self.now_ns = now_ns
+        self.switch = switch
+        self.emit = emit
+        self.on = False
+        self.windows = 0
+        self.steps = 0
+        self.step_source = "torch"  # gpuscope.step() marks replace optimizer steps once seen
+        self.nvtx_opened = 0
+        self.names_seen: list[str] = []
+        self.profiler_starts = 0
+        self.profiler_watched = False  # cudaProfilerStart/Stop can be seen (CUPTI's callback API)
+        self.api_starts = 0
+        self.ignored_api_calls = 0
+        self._armed = spec.delay_ns == 0
+        self._wanted = spec.range == "none" and spec.first_step is None
+        self._capped = False
+        self._record = spec.limited  # the whole run: no rows unless gpuscope.stop() pauses it
+        self._opened_at = 0
+        self._open_reason = ""
+        self._nvtx_depth = 0
+        self._lock = threading.RLock()
+        self._timers: list[threading.Timer] = []
+        self._duration_timer: threading.Timer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Set the state at process start; start the delay timer."""
+        with self._lock:
+            if self.spec.first_step == 1:
+                self._wanted = True
+            if not self._armed:
+                origin = self.spec.origin_ns if self.spec.origin_ns is not None else time.monotonic_ns()
+                left = origin + self.spec.delay_ns - time.monotonic_ns()
+                if left <= 0:
+                    self._armed = True
+                else:
+                    self._timer(left, self._arm)
+            reason = "step 1" if self.spec.first_step == 1 else "process start"
+            self._update(self.now_ns(), reason, reason)
+
+    def finish(self) -> dict[str, Any]:
+        """Close the open window at process end; return what happened, for the report."""
+        with self._lock:
+            for t in self._timers:
+                t.cancel()
+            if self.on:
+                self._close(self.now_ns(), "process end")
+            return {
+                "capture": self.spec.describe(),
+                "windows": self.windows,
+                "armed": self._armed,
+                "steps": self.steps,
+                "step_source": self.step_source,
+                "nvtx_opened": self.nvtx_opened,
+                "names_seen": list(self.names_seen),
+                "profiler_starts": self.profiler_starts,
+                "profiler_watched": self.profiler_watched,
+                "api_starts": self.api_starts,
+                "ignored_api_calls": self.ignored_api_calls,
+            }
+
+    # -- events ------------------------------------------------------------------------------
+    def step_mark(self, source: str, t: int) -> None:
+        """A step ended at ``t`` (a mark of ``gpuscope.step()`` or of PyTorch's optimizer step).
+
+        Counted as step_sum counts steps: gpuscope.step() marks when the program makes them (from
+        the first one on), otherwise optimizer steps.
+        """
+        with self._lock:
+            if source == "gpuscope" and self.step_source != "gpuscope":
+                self.step_source, self.steps = "gpuscope", 0
+            elif source != self.step_source:
+                return
+            self.steps += 1
+            first, last = self.spec.first_step, self.spec.last_step
+            if first is None:
+                return
+            n = self.steps
+            self._wanted = first - 1 <= n and (last is None or n < last)
+            self._update(t, f"step {first}", f"step {n}")
+
+    def range_opened(self, name: str, domain: str, source: str = "") -> None:
+        """An NVTX-style range opened (pushed or started) on any thread; ``source`` as in nvtx_range
+        (the names of PyTorch's ranges are not kept as hints)."""
+        if not self._matches(name, domain):
+            if source != "torch" and len(self.names_seen) < MAX_NAMES_SEEN and name not in self.names_seen:
+                self.names_seen.append(name)
+            return
+        with self._lock:
+            self.nvtx_opened += 1
+            self._nvtx_depth += 1
+            self._wanted = True
+            label = self.spec.nvtx_label()
+            self._update(self.now_ns(), f"NVTX range '{label}'", f"end of NVTX range '{label}'")
+
+    def range_closed(self, name: str, domain: str) -> None:
+        """An NVTX-style range closed (popped or ended)."""
+        if not self._matches(name, domain):
+            return
+        with self._lock:
+            self._nvtx_depth = max(self._nvtx_depth - 1, 0)
+            self._wanted = self._nvtx_depth > 0
+            label = self.spec.nvtx_label()
+            self._update(self.now_ns(), f"NVTX range '{label}'", f"end of NVTX range '{label}'")
+
+    def profiler_api(self, name: str, correlation_id: int = 0) -> None:
+        """cudaProfilerStart/Stop (or the driver's cuProfilerStart/Stop) was called."""
+        with self._lock:
+            start = name.endswith("Start")
+            if self.spec.range != "cudaProfilerApi":
+                return
+            self.profiler_starts += start
+            self._wanted = start
+            self._update(self.now_ns(), name, name)
+
+    def api(self, start: bool) -> bool:
+        """gpuscope.start() (``start``) or gpuscope.stop(); return whether collection is on after it.
+
+        They drive collection with ``--capture-range=api`` and in a run recorded whole (where
+        ``stop`` pauses it); under another capture range they are ignored.
+        """
+        with self._lock:
+            if self.spec.range not in ("api", "none") or self.spec.first_step is not None:
+                self.ignored_api_calls += 1
+                return self.on
+            self.api_starts += start
+            if not start and self.on:
+                self._record = True  # the run is no longer whole: say which parts were recorded
+            self._wanted = start
+            which = "gpuscope.start()" if start else "gpuscope.stop()"
+            self._update(self.now_ns(), which, which)
+            return self.on
+
+    # -- state -------------------------------------------------------------------------------
+    def _matches(self, name: str, domain: str) -> bool:
+        spec = self.spec
+        return name == spec.nvtx_name and (spec.nvtx_domain is None or domain == spec.nvtx_domain)
+
+    def _arm(self) -> None:
+        with self._lock:
+            self._armed = True
+            self._update(self.now_ns(), f"--delay {_seconds(self.spec.delay_ns)}", "")
+
+    def _cap(self, started_at: int) -> None:
+        with self._lock:
+            if self.on and self._opened_at == started_at:
+                self._capped = True
+                self._update(self.now_ns(), "", f"--duration {_seconds(self.spec.duration_ns or 0)}")
+
+    def _update(self, t: int, open_reason: str, close_reason: str) -> None:
+        if not self._wanted:
+            self._capped = False
+        want = self._wanted and self._armed and not self._capped
+        if want and not self.on:
+            self._open(t, open_reason)
+        elif self.on and not want:
+            self._close(t, close_reason)
+
+    def _open(self, t: int, reason: str) -> None:
+        self.on = True
+        self._opened_at, self._open_reason = t, reason
+        self.switch(True)
+        if self._record:
+            self.emit(t, None, reason)
+        if self.spec.duration_ns is not None:
+            self._duration_timer = self._timer(self.spec.duration_ns, lambda: self._cap(t))
+
+    def _close(self, t: int, reason: str) -> None:
+        self.on = False
+        self.switch(False)
+        if self._duration_timer is not None:
+            self._duration_timer.cancel()
+            self._duration_timer = None
+        if self._record:
+            self.emit(self._opened_at, t, f"{self._open_reason} to {reason}")
+            self.windows += 1
+
+    def _timer(self, after_ns: int, action: Callable[[], None]) -> threading.Timer:
+        timer = threading.Timer(after_ns / 1e9, action)
+        timer.name = "gpuscope-capture"  # the sampler leaves gpuscope's threads out
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+        return timer

@@ -1,0 +1,181 @@
+"""Ranges recorded by gpuscope's own Python code inside the profiled process.
+
+gpuscope's annotation API, the ``nvtx`` package (when gpuscope profiles the process) and the
+PyTorch hooks all record here. A push/pop range lives on its thread's stack; a start/end range
+can end on another thread. Completed ranges become rows of the report's ``nvtx_range`` table;
+ranges still open when the process ends are delivered with no end. Misuse (a pop with nothing
+pushed, an end of an unknown id) is counted, never raised.
+
+While collection is off (``on`` False, outside a capture window) a push still goes on its stack,
+without a clock read, so that pops stay paired; ranges that start then are not recorded. Step marks
+are recorded always (they are few, and keep steps numbered in any window). Two optional hooks serve
+the capture range: ``on_step(source, t)`` at every step mark, and ``watch`` (an object with
+``range_opened(name, domain, source)`` and ``range_closed(name, domain)``) at every range.
+
+``anchor``, when set, is called right before a range's start and end are read, and before a step
+mark's time (launch_anchors.py): GPU work launched before a boundary then lies before it, and work
+launched after it after it. With collection off it is called only where a capture window may open:
+step marks, and range starts when a window watches for a named range.
+
+Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
+list operations per range, and two anchor calls where anchors are on).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+import time
+from typing import Any
+
+# start_ns, end_ns, tid, id, domain, name, kind, source, category, color: the nvtx_range columns
+# (strings not yet interned, pid left out)
+Row = tuple[Any, ...]
+
+
+class RangeRecorder:
+    """Per-thread range stacks and the finished rows, handed to the spool by the agent."""
+
+    def __init__(self, clock_offset_ns: int = 0) -> None:
+        self.offset = clock_offset_ns
+        self.rows: deque[Row] = deque()  # appended by any thread, drained by the flush thread
+        self.counts = {"ranges": 0, "unbalanced_pops": 0, "unknown_ends": 0, "open_at_exit": 0,
+                       "ended_on_other_thread": 0}
+        self._local = threading.local()
+        self._ids = itertools.count(1)
+        self._started: dict[int, tuple[int | None, int, str, str, str, str, str | None]] = {}
+        self._stacks: list[tuple[int, list[Any]]] = []  # (tid, stack) of every thread, for exit
+        self._lock = threading.Lock()
+        self.on = True
+        self.on_step: Any = None  # callable(source, t_ns) at each step mark
+        self.watch: Any = None  # capture window that starts on a named range
+        self.anchor: Any = None  # callable() marking a range boundary among CUDA calls
+
+    def now(self) -> int:
+        return time.monotonic_ns() + self.offset
+
+    def _stack(self) -> list[Any]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+            tid = self._local.tid = threading.get_native_id()
+            with self._lock:
+                self._stacks.append((tid, stack))
+        return stack
+
+    # -- push/pop ----------------------------------------------------------------------------
+    def push(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+             color: str | None = None) -> int:
+        """Open a range on this thread; return its nesting depth (0 for outermost)."""
+        stack = self._stack()
+        if self.anchor is not None and (self.on or self.watch is not None):
+            self.anchor()  # before the watch: a capture window may open here
+        if self.watch is not None:
+            self.watch.range_opened(name, domain, source)
+        stack.append((time.monotonic_ns() if self.on else None, name, domain, source, category, color))
+        return len(stack) - 1
+
+    def pop(self) -> bool:
+        """Close this thread's innermost range; return False (and count it) if none was open."""
+        if self.anchor is not None and self.on:
+            self.anchor()
+        end = time.monotonic_ns()
+        stack = self._stack()
+        if not stack:
+            self.counts["unbalanced_pops"] += 1
+            return False
+        start, name, domain, source, category, color = stack.pop()
+        if start is not None:
+            self.rows.append((start + self.offset, end + self.offset, self._local.tid, next(self._ids),
+                              domain, name, "range", source, category, color))
+            self.counts["ranges"] += 1
+        if self.watch is not None:
+            self.watch.range_closed(name, domain)
+        return True
+
+    # -- start/end (may cross threads) ---------------------------------------------------
+    def start(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+              color: str | None = None, at_ns: int | None = None) -> int:
+        """Open a range that any thread may end (at ``at_ns``, CLOCK_MONOTONIC, if given); return its id."""
+        self._stack()
+        if self.anchor is not None and (self.on or self.watch is not None):
+            self.anchor()
+        if self.watch is not None:
+            self.watch.range_opened(name, domain, source)
+        rid = next(self._ids)
+        start = None if not self.on else time.monotonic_ns() if at_ns is None else at_ns
+        self._started[rid] = (start, self._local.tid, name, domain, source, category, color)
+        return rid
+
+    def end(self, rid: int) -> bool:
+        """End the range ``rid``; return False (and count it) if no such range is open."""
+        if self.anchor is not None and self.on:
+            self.anchor()
+        end = time.monotonic_ns()
+        started = self._started.pop(rid, None)
+        if started is None:
+            self.counts["unknown_ends"] += 1
+            return False
+        start, tid, name, domain, source, category, color = started
+        if start is not None:
+            if tid != threading.get_native_id():
+                self.counts["ended_on_other_thread"] += 1
+            self.rows.append((start + self.offset, end + self.offset, tid, rid, domain, name, "range",
+                              source, category, color))
+            self.counts["ranges"] += 1
+        if self.watch is not None:
+            self.watch.range_closed(name, domain)
+        return True
+
+    def mark(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
+             color: str | None = None) -> None:
+        """Record an instant (a step mark: ``category`` ``step``)."""
+        self._stack()
+        if self.anchor is not None and (self.on or category == "step"):
+            self.anchor()  # a capture window may open or close at a step mark
+        t = self.now()
+        if category == "step":
+            if self.on_step is not None:
+                self.on_step(source, t)
+        elif not self.on:
+            return
+        self.rows.append((t, t, self._local.tid, next(self._ids), domain, name, "mark", source,
+                          category, color))
+
+    # -- delivery ----------------------------------------------------------------------------
+    # -- the collector protocol (capture/collectors.py) ---------------------------------------
+    def set_collecting(self, on: bool) -> None:
+        """Record ranges (``on``), or keep only the bookkeeping that pairs pushes with pops."""
+        self.on = on
+
+    def take_rows(self) -> dict[str, list[Row]]:
+        """Return the finished ranges since the last call, as ``range`` rows."""
+        rows = self.take()
+        return {"range": rows} if rows else {}
+
+    def take(self) -> list[Row]:
+        """Return the finished rows recorded since the last call."""
+        rows = self.rows
+        return [rows.popleft() for _ in range(len(rows))]
+
+    def close_open(self) -> list[Row]:
+        """Deliver every range still open (end NULL) and forget them; for the process's exit."""
+        rows = []
+        with self._lock:
+            stacks = list(self._stacks)
+        for tid, stack in stacks:
+            while stack:
+                start, name, domain, source, category, color = stack.pop()
+                if start is None:
+                    continue
+                rows.append((start + self.offset, None, tid, next(self._ids), domain, name, "range",
+                             source, category, color))
+        for rid, (start, tid, name, domain, source, category, color) in list(self._started.items()):
+            if start is None:
+                continue
+            rows.append((start + self.offset, None, tid, rid, domain, name, "range", source, category, color))
+        self._started.clear()
+        self.counts["open_at_exit"] += len(rows)
+        return rows
+

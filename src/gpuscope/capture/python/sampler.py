@@ -1,0 +1,198 @@
+"""The Python sampling profiler that runs inside the profiled process (``--trace cpu``).
+
+A thread wakes every ``interval`` (1 ms by default), takes every thread's Python stack with
+``sys._current_frames()``, and records one sample per thread: its stack, as a node of a prefix
+tree of frames, and the wall time since that thread's previous sample (a sample stands for the
+time the sampler could not look; it may wake late while another thread holds the GIL).
+Frames and stack nodes are interned in the process's shared :class:`~.stacks.StackTable`, so a
+sample is three integers. Every 0.1 s, and when sampling stops, the
+threads' CPU times are read from /proc, for CPU time against wall time per thread.
+
+While it runs, the interpreter's switch interval is at most half the sampling interval (see
+:meth:`Sampler.start`). Outside a capture window (``set_collecting(False)``) the thread sleeps until
+collection is back on. When it ends, the thread's CPU time (sampling and waking up, nothing while
+it waits) is kept in ``busy_ns`` for the report's overhead line: one read of the thread's CPU
+clock, none per sample.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from .stacks import MAX_DEPTH, StackTable
+
+THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times
+Rows = dict[str, list[tuple[Any, ...]]]
+
+
+class Sampler:
+    """Samples the stacks of every thread of this process into rows for the report."""
+
+    def __init__(self, interval_s: float, offset_ns: int, stacks: StackTable | None = None) -> None:
+        self.interval = interval_s
+        self.offset = offset_ns
+        self.samples = 0
+        self.stacks = stacks if stacks is not None else StackTable()
+        self._own_stacks = stacks is None
+        self._rows: Rows = {"cpu_sample": [], "thread_time": []}
+        self._last: dict[int, int] = {}  # thread ident -> time of its previous sample
+        self._prev: dict[int, tuple[Any, int, int]] = {}  # id(frame) -> (frame, line, node), last sample
+        self._native: dict[int, tuple[int, str]] = {}  # thread ident -> (native id, name)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
+        self._thread: threading.Thread | None = None
+        self._switch: float | None = None  # the switch interval to restore
+        self.busy_ns = 0
+
+    def set_collecting(self, on: bool) -> None:
+        """Sample (``on``) or sleep until sampling is switched on again."""
+        if on:
+            self._active.set()
+        else:
+            self._active.clear()
+
+    def start(self) -> None:
+        # The sampler needs the GIL: a thread running Python hands it over only when the switch
+        # interval (5 ms by default) has passed, so a sample would land up to 5 ms late, often
+        # after a short hot loop has ended, and count it to whatever line runs then. Half the
+        # sampling interval keeps samples where the time went; restored by stop().
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, self.interval / 2))
+        self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling, with a last reading of the threads' CPU times."""
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
+        self._stop.set()
+        self._active.set()  # wake a sleeping sampler so that it sees the stop
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        try:
+            self._thread_times()
+        except Exception:  # noqa: BLE001,S110
+            pass
+
+    def take_rows(self) -> Rows:
+        """The collector protocol's name for :meth:`take`."""
+        return self.take()
+
+    def take(self) -> Rows:
+        """Return the rows recorded since the last call (frames and nodes before their samples).
+
+        Frames and nodes of a shared stack table are left to its owner to hand over.
+        """
+        with self._lock:
+            rows, self._rows = self._rows, {k: [] for k in self._rows}
+        out = self.stacks.take() if self._own_stacks else {}
+        out.update({k: v for k, v in rows.items() if v})
+        return out
+
+    # -- sampling --------------------------------------------------------------------------
+    def _run(self) -> None:
+        me = threading.get_ident()
+        last_times = 0
+        while not self._stop.wait(self.interval):
+            if not self._active.is_set():
+                self._active.wait()
+                self._last.clear()  # the pause is no thread's time
+                continue
+            try:
+                self._sample(me)
+                if time.monotonic_ns() - last_times >= THREAD_TIMES_EVERY_NS:
+                    self._thread_times()
+                    last_times = time.monotonic_ns()
+            except Exception:  # noqa: BLE001,S112  (a sampler error must not reach the program)
+                continue
+        self.busy_ns = time.thread_time_ns()
+
+    def _sample(self, me: int) -> None:
+        now = time.monotonic_ns()
+        frames = sys._current_frames()
+        seen: dict[int, tuple[Any, int, int]] = {}
+        rows = []
+        for ident, frame in frames.items():
+            if ident == me:
+                continue
+            info = self._native.get(ident)
+            if info is None:
+                self._refresh_threads()
+                info = self._native.setdefault(ident, (ident, ""))  # a thread Python did not start
+            if info[1].startswith("gpuscope-"):
+                continue
+            prev = self._last.get(ident, now - int(self.interval * 1e9))
+            self._last[ident] = now
+            rows.append((now + self.offset, info[0], self._node(frame, seen), now - prev))
+        del frames
+        self._prev = seen  # frames of this sample only: older ones are released
+        with self._lock:
+            self._rows["cpu_sample"] += rows
+        self.samples += 1
+
+    def _node(self, frame: Any, seen: dict[int, tuple[Any, int, int]]) -> int:
+        """Return the stack node of ``frame``, adding to ``seen`` every frame of its stack.
+
+        A frame that was on a stack at the previous sample, at the same line, keeps the node it
+        had (its callers are suspended, so its whole stack is unchanged): usually only the top
+        few frames are new, and the walk stops below them.
+        """
+        prev = self._prev
+        fresh: list[Any] = []
+        base = 0
+        f = frame
+        while f is not None and len(fresh) < MAX_DEPTH:
+            hit = prev.get(id(f))
+            if hit is not None and hit[0] is f and hit[1] == f.f_lineno:
+                base = hit[2]
+                while f is not None:  # carry the unchanged callers over to this sample
+                    kept = prev.get(id(f))
+                    if kept is None or kept[0] is not f:
+                        break
+                    seen[id(f)] = kept
+                    f = f.f_back
+                break
+            fresh.append(f)
+            f = f.f_back
+        node = base
+        stacks = self.stacks
+        for f in reversed(fresh):
+            line = f.f_lineno
+            node = stacks.child(node, stacks.frame(f.f_code, line))
+            seen[id(f)] = (f, line, node)
+        return node
+
+    def _refresh_threads(self) -> None:
+        for t in threading.enumerate():
+            if t.ident is not None:
+                self._native[t.ident] = (t.native_id or t.ident, t.name)
+
+    def _thread_times(self) -> None:
+        """Record each thread's CPU time so far (from /proc), for CPU against wall time."""
+        now = time.monotonic_ns() + self.offset
+        tick = os.sysconf("SC_CLK_TCK")
+        names = {native: name for native, name in self._native.values()}
+        rows = []
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as fh:
+                    fields = fh.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            cpu_ns = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // tick  # utime + stime
+            rows.append((now, int(tid), names.get(int(tid), ""), cpu_ns))
+        with self._lock:
+            self._rows["thread_time"] += rows

@@ -1,0 +1,133 @@
+"""One profiling session: spool, report writer, the program's run, and the finished report."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..capture.capture_range import CAPTURE_ENV, CaptureSpec
+from ..capture.collectors import not_recorded
+from ..capture.counters.host import HostSampler
+from ..capture.counters.nvml import NvmlSampler
+from ..capture.process import launch as launcher
+from ..errors import GpuscopeError
+from ..trace.writer import Diagnostic, ReportWriter
+
+INGEST_INTERVAL_S = 0.25
+HOST_INTERVAL_S = 0.1
+NVML_INTERVAL_S = 0.05
+
+
+@dataclass
+class SessionResult:
+    """What ``profile`` reports at the end."""
+
+    report: Path
+    exit: launcher.ExitStatus
+    records: int
+
+
+def profile(
+    command: launcher.Command,
+    output: Path,
+    trace: list[str],
+    on_diagnostic: Callable[[Diagnostic], None],
+    capture: CaptureSpec | None = None,
+) -> SessionResult:
+    """Run ``command`` under the collectors in ``trace`` and write the report to ``output``;
+    ``capture`` limits collection to a capture range."""
+    spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
+    try:
+        writer = _open_writer(output)
+
+        def ingest(final: bool = False) -> None:
+            try:
+                new = writer.ingest(str(spool), final=final)
+            except Exception as exc:  # noqa: BLE001  (the program keeps running; say what was lost)
+                new = [(0, "error", f"writing the report failed: {type(exc).__name__}: {exc}")]
+            for d in new:
+                on_diagnostic(d)
+
+        writer.set_meta(
+            command=command.argv,
+            cwd=os.getcwd(),
+            host=socket.gethostname(),
+            user=_user(),
+            platform=platform.platform(),
+            python=sys.version.split()[0],
+            trace=trace,
+            not_recorded=not_recorded(trace),
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
+        boot = launcher.prepare_bootstrap(spool)
+        env = launcher.child_environment(spool, boot, trace)
+        if capture is not None and capture.limited:
+            capture = dataclasses.replace(capture, origin_ns=time.monotonic_ns())
+            env[CAPTURE_ENV] = capture.to_env()
+            writer.set_meta(capture_range={"limited": True, "description": capture.describe(),
+                                           "spec": dataclasses.asdict(capture)})
+        else:
+            env.pop(CAPTURE_ENV, None)
+        host: list[HostSampler | NvmlSampler] = []
+
+        def start_host(pid: int) -> None:
+            say = lambda m: on_diagnostic((0, "warning", m))  # noqa: E731
+            samplers: list[HostSampler | NvmlSampler] = []
+            if "host" in trace:
+                samplers.append(HostSampler(pid, HOST_INTERVAL_S, say))
+            if "nvml" in trace:
+                samplers.append(NvmlSampler(NVML_INTERVAL_S, say))
+            host.extend(s for s in samplers if s.start())
+
+        def poll() -> None:
+            for sampler in host:
+                writer.add_host_counters(sampler.take())
+            ingest()
+
+        t0 = time.monotonic_ns()
+        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host)
+        wall = time.monotonic_ns() - t0
+        for sampler in host:
+            sampler.stop()
+            writer.add_host_counters(sampler.take())
+        ingest(final=True)
+        if not command.is_python and not writer.pids():
+            on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
+        writer.close(
+            exit_code=status.returncode if status.signal is None else None,
+            exit_signal=status.signal,
+            wall_ns=wall,
+            processes=sorted(writer.pids()),
+        )
+        return SessionResult(output, status, writer.records)
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def _open_writer(output: Path) -> ReportWriter:
+    if output.exists():
+        output.unlink()
+    wal = output.with_name(output.name + ".wal")
+    if wal.exists():
+        wal.unlink()
+    try:
+        return ReportWriter(output)
+    except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
+        raise GpuscopeError(f"cannot create {output}: {exc}") from None
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())

@@ -1,0 +1,179 @@
+"""The pipeline's direction, checked on the source: no module imports a later stage, and no imports loop.
+
+Stages, first to last: the shared base (top-level modules such as errors, annotation, spool, units),
+capture, trace, analysis, reporters, run, cli, and the package itself (``gpuscope/__init__.py``, the
+Python API). A module may import its own stage and the stages before it. Every import counts: at
+module level, inside functions (lazy imports) and under ``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "gpuscope"
+
+STAGES = ["base", "capture", "trace", "analysis", "reporters", "run", "cli", "api"]
+BASE_MODULES = {"errors", "annotation", "spool", "units", "version"}
+API_MODULES = {"__init__", "__main__"}
+
+
+def _modules(root: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:
+    """Return every module of the package: dotted name -> (file, whether it is a package's __init__)."""
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, is_package)
+    return out
+
+
+def _targets(name: str, is_package: bool, node: ast.Import | ast.ImportFrom, known: set[str]) -> list[str]:
+    """Return the gpuscope modules an import statement names (a name imported from a package that
+    is itself a module counts as that module)."""
+    if isinstance(node, ast.Import):
+        found = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            module = ".".join(base + ([node.module] if node.module else []))
+        else:
+            module = node.module or ""
+        found = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
+    out = []
+    for target in found:
+        while target not in known and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in known and target != name:
+            out.append(target)
+    return out
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Return module -> the gpuscope modules it imports anywhere in its source."""
+    modules = _modules(root)
+    known = set(modules)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, (path, is_package) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[name].update(_targets(name, is_package, node, known))
+    return graph
+
+
+def stage_of(module: str) -> str:
+    """Return the pipeline stage of a gpuscope module, or raise for one no stage claims."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "api"
+    head = parts[1]
+    if head in STAGES:
+        return head
+    if len(parts) == 2 and head in BASE_MODULES:
+        return "base"
+    if len(parts) == 2 and head in API_MODULES:
+        return "api"
+    raise AssertionError(f"{module} belongs to no stage: put it in one, or list it in BASE_MODULES")
+
+
+def back_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Return 'a -> b' for every import of a later stage than the importer's."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if STAGES.index(stage_of(target)) > STAGES.index(stage_of(module)):
+                out.append(f"{module} ({stage_of(module)}) -> {target} ({stage_of(target)})")
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Return the import loops: each strongly connected group of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_stage() -> None:
+    for module in import_graph():
+        stage_of(module)
+
+
+def test_no_import_runs_back_up_the_pipeline() -> None:
+    assert back_edges(import_graph()) == []
+
+
+def test_no_imports_loop() -> None:
+    assert cycles(import_graph()) == []
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "gpuscope" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "gpuscope"
+
+
+def test_the_check_sees_lazy_relative_and_type_checking_imports(tmp_path: Path) -> None:
+    pkg = _write(tmp_path, {
+        "__init__.py": "",
+        "errors.py": "",
+        "capture/__init__.py": "",
+        "capture/agent.py": "def f():\n    from ..analysis import steps\n",
+        "trace/__init__.py": "",
+        "trace/writer.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..cli import main\n",
+        "analysis/__init__.py": "",
+        "analysis/steps.py": "from . import windows\nfrom ..errors import E\n",
+        "analysis/windows.py": "import gpuscope.analysis.steps as s\n",
+        "cli/__init__.py": "from .main import run\n",
+        "cli/main.py": "from gpuscope.trace import writer\n",
+    })
+    graph = import_graph(pkg)
+    assert graph["gpuscope.analysis.steps"] == {"gpuscope.analysis.windows", "gpuscope.errors"}
+    assert back_edges(graph) == [
+        "gpuscope.capture.agent (capture) -> gpuscope.analysis.steps (analysis)",
+        "gpuscope.trace.writer (trace) -> gpuscope.cli.main (cli)",
+    ]
+    assert cycles(graph) == [["gpuscope.analysis.steps", "gpuscope.analysis.windows"],
+                             ["gpuscope.cli.main", "gpuscope.trace.writer"]]
+
+
+def test_a_module_outside_every_stage_is_named(tmp_path: Path) -> None:
+    pkg = _write(tmp_path, {"__init__.py": "", "helpers.py": ""})
+    with pytest.raises(AssertionError, match="gpuscope.helpers belongs to no stage"):
+        stage_of("gpuscope.helpers")
+    assert set(import_graph(pkg)) == {"gpuscope", "gpuscope.helpers"}
