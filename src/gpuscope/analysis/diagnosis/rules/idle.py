@@ -61,10 +61,11 @@ def graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, 
     """The CPU-work idle pieces of the steady steps (starts, ends) and, per piece, the time a CUDA
     graph would remove: the host ran PyTorch's own code between two launches (inside a module's
     forward, backward, the optimizer or zero_grad: dispatch, autograd, optimizer loops), or, outside
-    those ranges, a gap that does not recur at the same place of every step (jitter of the host
-    while it launches: a replayed graph leaves the host nothing to be late for). A gap at a fixed
-    place of the loop outside those ranges is the program's own work (preprocessing, logging),
-    which a graph does not replay. Without steps, gaps shorter than :data:`SHORT_GAP_NS` count as
+    those ranges, a gap shorter than :data:`SHORT_GAP_NS` that does not recur at the same place of
+    every step (jitter of the host while it launches: a replayed graph leaves the host nothing to be
+    late for). A gap of :data:`SHORT_GAP_NS` or more, inside those ranges or not, is a stall that a
+    graph does not prevent. A gap at a fixed place of the loop outside those ranges is the
+    program's own work (preprocessing, logging), which a graph does not replay. Without steps, gaps shorter than :data:`SHORT_GAP_NS` count as
     launch machinery. Computed once per process (three rules ask); the arrays are not to be changed."""
     key = ("graph_capturable", p.pid)
     if key not in ctx.cache:
@@ -77,14 +78,17 @@ def _graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray,
     starts, ends = _pieces(p, "idle_cpu")
     lo, hi = ctx.framework_ranges(p.pid)
     framework = _inside(starts, ends, lo, hi)
+    gaps = _stretches(starts, ends)
+    new = np.concatenate([[True], starts[1:] != ends[:-1]]) if len(starts) else np.array([], bool)
+    stretch = gaps[np.cumsum(new) - 1] if len(starts) else np.array([], np.int64)
+    # a gap of SHORT_GAP_NS or more is a stall of the host (garbage collection, paging, a profiler's
+    # buffer hand-over), which a graph does not prevent: the GPU drains just the same
+    short = stretch < SHORT_GAP_NS
     if p.breakdown.has_steps:
-        jitter = ~_systematic(p, ends) & (framework == 0)
+        jitter = ~_systematic(p, ends) & (framework == 0) & short
     else:
-        gaps = _stretches(starts, ends)
-        new = np.concatenate([[True], starts[1:] != ends[:-1]]) if len(starts) else np.array([], bool)
-        stretch = gaps[np.cumsum(new) - 1] if len(starts) else np.array([], np.int64)
-        jitter = (stretch < SHORT_GAP_NS) & (framework == 0)
-    return starts, ends, np.where(jitter, (ends - starts).astype(np.float64), framework)
+        jitter = short & (framework == 0)
+    return starts, ends, np.where(jitter, (ends - starts).astype(np.float64), np.where(short, framework, 0.0))
 
 
 def _stretches(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
