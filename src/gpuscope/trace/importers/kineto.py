@@ -155,7 +155,9 @@ class KinetoImporter:
         a = ev.get("args") or {}
         start, end = self._times(ev)
         kind = a.get("cuda_sync_kind") or ev.get("name", "")
-        self.sink.add("sync", (start, end, PENDING_PID, a.get("context"), a.get("stream"), a.get("Event ID"),
+        stream = a.get("stream")
+        stream = None if stream in (-1, 4294967295) else stream  # a device-wide synchronization
+        self.sink.add("sync", (start, end, PENDING_PID, a.get("context"), stream, a.get("Event ID"),
                                _SYNC_KIND.get(kind, kind), a.get("correlation"), None))
 
     def cpu_op(self, ev: dict[str, Any]) -> None:

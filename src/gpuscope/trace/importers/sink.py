@@ -37,9 +37,12 @@ def _column(values: tuple[Any, ...], sql_type: str) -> Any:
     where a value is None; a float column would round nanosecond times), floats or objects."""
     if sql_type in ("BIGINT", "INTEGER"):
         try:
-            return np.array(values, dtype=np.int64)
+            out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError):
-            return pd.array(values, dtype="Int64")
+            out = pd.array(values, dtype="Int64")
+        if sql_type == "INTEGER":  # an unsigned 32-bit id (a stream of -1 written as 4294967295): as signed
+            out[(out >= 2**31) & (out < 2**32)] -= 2**32
+        return out
     if sql_type == "DOUBLE":
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     return np.array(values, dtype=object)
