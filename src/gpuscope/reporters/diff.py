@@ -118,7 +118,13 @@ def render_markdown(result: DiffResult) -> str:
 
 
 def _short(key: str, width: int = 90) -> str:
-    return key if len(key) <= width else key[: width - 1] + "…"
+    """``key`` cut to ``width`` characters, keeping a kernel's launch configuration at its end."""
+    if len(key) <= width:
+        return key
+    name, sep, config = key.partition(" grid(")
+    tail = sep + config if sep else ""
+    room = max(width - len(tail), 20)
+    return name[: room - 1] + "…" + tail
 
 
 def _change(c: Change | None) -> dict[str, Any] | None:
