@@ -3,7 +3,8 @@
 Each table of the report's schema (docs/report-format.md) becomes ``TABLE.parquet`` with the same
 columns and types (times as 64-bit integer nanoseconds, names as ids into ``string.parquet``),
 written by DuckDB with zstd compression; ``schema.json`` beside them names every table's columns
-and types and the report's schema version. The report stays the single source: the folder is
+and types and the schema version (that of this gpuscope: a report of an older version is
+exported with the tables and columns of this one, as ``gpuscope stats`` reads it). The report stays the single source: the folder is
 derived and can be written again at any time.
 """
 
@@ -41,7 +42,8 @@ def write(report: Report, folder: Path) -> dict[str, int]:
             cols = ", ".join(f'"{c}"' for c in schema.columns(table))
             report.con.execute(f"COPY (SELECT {cols} FROM {table}) TO '{target}' (FORMAT PARQUET, COMPRESSION ZSTD)")
             counts[table] = report.count(table)
-        doc = {"format": "gpuscope-parquet", "schema_version": report.meta.get("schema_version"),
+        doc = {"format": "gpuscope-parquet", "schema_version": schema.SCHEMA_VERSION,
+               "report_schema_version": report.meta.get("schema_version"),
                "source": str(report.path.name), "rows": counts,
                "tables": {t: column_types(t) for t in schema.TABLES}}
         (tmp / "schema.json").write_text(json.dumps(doc, indent=1) + "\n")
