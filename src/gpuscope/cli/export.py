@@ -1,4 +1,4 @@
-"""``gpuscope export``: convert a report for other viewers (Chrome trace JSON for Perfetto UI)."""
+"""``gpuscope export``: convert a report for other tools (the formats of trace/exports.py: Chrome trace JSON, Parquet)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ HELP = "Convert a report to another format (" + "; ".join(f"{n}: {f.help}" for n
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
     p.add_argument("-f", "--format", choices=list(EXPORTS), default="chrome")
-    p.add_argument("-o", "--output", help="output file (default: REPORT with .trace.json)")
+    p.add_argument("-o", "--output", help="output file, or folder for parquet (default: REPORT with the "
+                                          "format's suffix: .trace.json, .parquet)")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = EXPORTS[args.format]
+    if fmt.folder:
+        return _folder(args)
     out = Path(args.output) if args.output else Path(args.report).with_suffix(fmt.suffix)
     if out.exists() and not args.force_overwrite:
         raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
@@ -41,4 +44,22 @@ def run(args: argparse.Namespace) -> int:
         finally:
             tmp.unlink(missing_ok=True)
     print(f"gpuscope: wrote {out} ({n:,} events); open it in {fmt.opens_in}", file=sys.stderr)
+    return 0
+
+
+def _folder(args: argparse.Namespace) -> int:
+    from ..trace.report import Report
+
+    fmt = EXPORTS[args.format]
+    out = Path(args.output) if args.output else Path(args.report).with_suffix(fmt.suffix)
+    if out.exists() and not args.force_overwrite:
+        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    with Report.open(args.report) as report:
+        try:
+            counts = writer(args.format)(report, out)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
+    assert isinstance(counts, dict)
+    print(f"gpuscope: wrote {out}/ ({len(counts)} tables, {sum(counts.values()):,} rows); open it with "
+          f"{fmt.opens_in}", file=sys.stderr)
     return 0

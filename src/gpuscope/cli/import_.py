@@ -1,0 +1,48 @@
+"""``gpuscope import``: a PyTorch profiler trace or an Nsight Systems SQLite export as a report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import GpuscopeError
+from ..trace.schema import FILE_SUFFIX
+
+NAME = "import"
+HELP = ("Import a PyTorch profiler (Kineto) JSON trace (.json, .json.gz) or an Nsight Systems SQLite "
+        "export as a gpuscope report.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a torch.profiler trace (.json or .json.gz) or an nsys export (.sqlite)")
+    p.add_argument("-o", "--output", metavar="NAME",
+                   help=f"report file (default: the trace's name with {FILE_SUFFIX})")
+    p.add_argument("--force-overwrite", action="store_true", help="replace an existing report file")
+
+
+def default_output(trace: Path) -> Path:
+    """The report name for ``trace``: its name without ``.json``, ``.gz``, ``.sqlite``, plus the suffix."""
+    name = trace.name
+    for ext in (".gz", ".json", ".sqlite", ".pt.trace"):
+        name = name.removesuffix(ext)
+    return trace.with_name(name + FILE_SUFFIX)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..trace.importers import import_trace
+
+    source = Path(args.trace)
+    if not source.is_file():
+        raise GpuscopeError(f"{source}: no such trace file")
+    out = Path(args.output) if args.output else default_output(source)
+    if out.suffix != FILE_SUFFIX and not args.output:
+        out = out.with_suffix(FILE_SUFFIX)
+    if out.exists() and not args.force_overwrite:
+        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    done = import_trace(source, out)
+    c = done.counts
+    print(f"gpuscope: wrote {out} ({c.get('kernel', 0):,} kernels, {c.get('memcpy', 0) + c.get('memset', 0):,} "
+          f"copies and sets, {c.get('api_call', 0):,} API calls, {c.get('torch_op', 0):,} operators) from "
+          f"{done.format} trace {source.name}; look at it with gpuscope stats {out}", file=sys.stderr)
+    return 0

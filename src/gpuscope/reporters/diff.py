@@ -1,0 +1,160 @@
+"""``gpuscope diff`` output: plain text for a terminal, JSON for tools, Markdown for a pull-request
+comment. Names from the reports are shown as text only: control characters are replaced, and
+Markdown's special characters escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..analysis.diff import DiffResult, Item
+from ..analysis.diff_data import describe
+from ..analysis.diff_stats import Change
+from .units import human
+
+ROWS = 10  # items per family in text and Markdown
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_MD = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+TITLES = {"layer": "Layers (GPU time per step)", "kernel": "Kernels (by name and launch configuration)",
+          "operator": "Operators (GPU time per step)"}
+
+
+def _text(name: str) -> str:
+    return _CONTROL.sub("?", name)
+
+
+def _md(name: str) -> str:
+    return _MD.sub(r"\\\1", _text(name))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.1f}%"
+
+
+def _change_text(c: Change) -> str:
+    if c.base == 0:
+        return "new"
+    if c.new == 0:
+        return "gone"
+    return _pct(c.change)
+
+
+def _ci(c: Change) -> str:
+    if c.base == 0 or c.new == 0:
+        return "-"
+    if c.low is None or c.high is None:
+        return "too few steps"
+    return f"{c.low * 100:+.1f}% .. {c.high * 100:+.1f}%"
+
+
+def _mark(c: Change) -> str:
+    return "*" if c.significant else ""
+
+
+def _row(i: Item) -> list[str]:
+    c = i.change
+    return [human(c.base, "ns"), human(c.new, "ns"), _change_text(c), _ci(c) + _mark(c),
+            "" if i.share is None else f"{i.share:.0%}"]
+
+
+def _head(result: DiffResult) -> list[str]:
+    s = result.step
+    nb, nn = len(result.base), len(result.new)
+    return [
+        f"Step time (median of steady steps): {human(s.base, 'ns')} -> {human(s.new, 'ns')}  "
+        f"{_pct(s.change)}  (95% CI {_ci(s)}; {s.verdict})",
+        f"  base: {s.steps[0]} steps from {nb} report{'s' * (nb != 1)}, spread (IQR) {human(result.spread[0], 'ns')}; "
+        f"new: {s.steps[1]} steps from {nn} report{'s' * (nn != 1)}, spread (IQR) {human(result.spread[1], 'ns')}",
+    ]
+
+
+def render_text(result: DiffResult) -> str:
+    """Return the comparison as text for a terminal."""
+    out = [*_head(result), "", "Attribution: " + "; ".join(_text(x) for x in result.attribution()), ""]
+    for family, items in result.items.items():
+        out.append(TITLES[family])
+        header = ["Base", "New", "Change", "95% CI", "Share", "Name"]
+        rows = [[*_row(i), _text(_short(i.key, 120))] for i in items[:ROWS]]
+        widths = [max(len(r[k]) for r in [header, *rows]) for k in range(5)]
+        for r in [header, *rows]:
+            out.append("  " + "  ".join(v.rjust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])
+        out.append("")
+    if result.syncs is not None:
+        out.append(f"Host synchronizations per step: {result.syncs.base:.3g} -> {result.syncs.new:.3g}; "
+                   f"host wait {human(result.sync_wait.base, 'ns')} -> {human(result.sync_wait.new, 'ns')} "  # type: ignore[union-attr]
+                   f"({_pct(result.sync_wait.change)}, CI {_ci(result.sync_wait)})")  # type: ignore[union-attr, arg-type]
+        for label, b, n in sorted(result.sync_sites, key=lambda s: -abs(s[2] - s[1]))[:5]:
+            out.append(f"  {b:.3g} -> {n:.3g} per step  {_text(label)}")
+        out.append("")
+    for name, (b, n) in result.memory.items():
+        out.append(f"Memory peak {name}: {human(b, 'bytes')} -> {human(n, 'bytes')}")
+    out.append("* significant: the 95% interval leaves out zero. Share: of the change of the mean step.")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(result: DiffResult) -> str:
+    """Return the comparison as Markdown (for a pull-request comment)."""
+    s = result.step
+    verdict = {"slower": "🔴 slower", "faster": "🟢 faster"}.get(s.verdict, s.verdict)
+    out = ["## gpuscope diff", "", f"**Step time** (median): {human(s.base, 'ns')} → {human(s.new, 'ns')}, "
+           f"**{_pct(s.change)}** (95% CI {_ci(s)}): {verdict}", "",
+           f"Base: {s.steps[0]} steps, new: {s.steps[1]} steps (warm-up left out).", "",
+           "**Attribution:** " + "; ".join(_md(x) for x in result.attribution()), ""]
+    for family, items in result.items.items():
+        out += [f"### {TITLES[family]}", "", "| Name | Base | New | Change | 95% CI | Share |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for i in items[:ROWS]:
+            r = _row(i)
+            out.append(f"| {_md(_short(i.key))} | {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |")
+        out.append("")
+    if result.syncs is not None:
+        out.append(f"Host synchronizations per step: {result.syncs.base:.3g} → {result.syncs.new:.3g}")
+    for name, (b, n) in result.memory.items():
+        out.append(f"Memory peak {_md(name)}: {human(b, 'bytes')} → {human(n, 'bytes')}  ")
+    out.append("")
+    out.append("_\\* significant: the 95% interval leaves out zero. Share: of the change of the mean step._")
+    return "\n".join(out) + "\n"
+
+
+def _short(key: str, width: int = 90) -> str:
+    """``key`` cut to ``width`` characters, keeping a kernel's launch configuration at its end."""
+    if len(key) <= width:
+        return key
+    name, sep, config = key.partition(" grid(")
+    tail = sep + config if sep else ""
+    room = max(width - len(tail), 20)
+    return name[: room - 1] + "…" + tail
+
+
+def _change(c: Change | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"base": c.base, "new": c.new, "change": c.change, "ci_low": c.low, "ci_high": c.high,
+            "significant": c.significant, "verdict": c.verdict, "steps": list(c.steps)}
+
+
+def as_dict(result: DiffResult) -> dict[str, Any]:
+    """The comparison as plain data (what the JSON output holds)."""
+    return {
+        "step_time": {**_change(result.step), "statistic": "median", "unit": "ns",  # type: ignore[dict-item]
+                      "spread_iqr_ns": list(result.spread), "mean_delta_ns": result.step_mean_delta_ns},
+        "attribution": result.attribution(),
+        "base": [describe(r) for r in result.base],
+        "new": [describe(r) for r in result.new],
+        **{family: [{"name": i.key, "share_of_step_change": i.share, **_change(i.change)}  # type: ignore[dict-item]
+                    for i in items] for family, items in result.items.items()},
+        "syncs_per_step": _change(result.syncs),
+        "sync_wait_per_step": _change(result.sync_wait),
+        "sync_sites": [{"site": s, "base_per_step": b, "new_per_step": n} for s, b, n in result.sync_sites],
+        "memory_peak_bytes": {k: {"base": b, "new": n} for k, (b, n) in result.memory.items()},
+        "warnings": result.warnings,
+    }
+
+
+def render_json(result: DiffResult) -> str:
+    """Return the comparison as JSON text."""
+    return json.dumps(as_dict(result), indent=1) + "\n"
+
+
+RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown}

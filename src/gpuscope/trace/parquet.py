@@ -1,0 +1,57 @@
+"""Export a report as Parquet: a folder with one file per table, for pandas, Polars, Spark or DuckDB.
+
+Each table of the report's schema (docs/report-format.md) becomes ``TABLE.parquet`` with the same
+columns and types (times as 64-bit integer nanoseconds, names as ids into ``string.parquet``),
+written by DuckDB with zstd compression; ``schema.json`` beside them names every table's columns
+and types and the schema version (that of this gpuscope: a report of an older version is
+exported with the tables and columns of this one, as ``gpuscope stats`` reads it). The report stays the single source: the folder is
+derived and can be written again at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from . import schema
+from .report import DAMAGED, Report
+
+
+def column_types(table: str) -> dict[str, str]:
+    """Return the SQL type of each column of ``table``, in order."""
+    out = {}
+    for line in schema.TABLES[table].split(","):
+        parts = line.split()
+        if len(parts) >= 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def write(report: Report, folder: Path) -> dict[str, int]:
+    """Write every table of ``report`` into ``folder`` (created whole, or not at all: it is written
+    under a temporary name and renamed); return the rows per table."""
+    tmp = folder.with_name(f".{folder.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    counts: dict[str, int] = {}
+    try:
+        for table in schema.TABLES:
+            target = str(tmp / f"{table}.parquet").replace("'", "''")
+            cols = ", ".join(f'"{c}"' for c in schema.columns(table))
+            report.con.execute(f"COPY (SELECT {cols} FROM {table}) TO '{target}' (FORMAT PARQUET, COMPRESSION ZSTD)")
+            counts[table] = report.count(table)
+        doc = {"format": "gpuscope-parquet", "schema_version": schema.SCHEMA_VERSION,
+               "report_schema_version": report.meta.get("schema_version"),
+               "source": str(report.path.name), "rows": counts,
+               "tables": {t: column_types(t) for t in schema.TABLES}}
+        (tmp / "schema.json").write_text(json.dumps(doc, indent=1) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except DAMAGED as exc:
+        raise report.damaged(exc) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counts
