@@ -16,7 +16,7 @@ from import_helpers import load_json, shared
 
 from gpuscope.analysis.roofline import roofline_sum
 from gpuscope.analysis.steps import step_sum
-from gpuscope.analysis.work_model import op_work_json
+from gpuscope.analysis.work.model import op_work_json
 from gpuscope.trace.importers import import_trace
 from gpuscope.trace.report import Report
 

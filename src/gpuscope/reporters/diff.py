@@ -11,7 +11,7 @@ from typing import Any
 from ..analysis.diff import DiffResult, Item
 from ..analysis.diff_data import describe
 from ..analysis.diff_stats import Change
-from .units import human
+from ..units import human
 
 ROWS = 10  # items per family in text and Markdown
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
