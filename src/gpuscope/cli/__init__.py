@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 
 from .. import __version__
 from ..errors import GpuscopeError
-from . import analyze, export, kernels, profile, roofline, stats
+from . import analyze, export, kernels, profile, report, roofline, stats, view
 
 
 class Command(Protocol):
@@ -20,7 +20,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-COMMANDS: list[Command] = [profile, stats, analyze, roofline, kernels, export]  # type: ignore[list-item]
+COMMANDS: list[Command] = [profile, stats, analyze, roofline, kernels, export, report, view]  # type: ignore[list-item]
 
 
 def build_parser() -> argparse.ArgumentParser:
