@@ -106,6 +106,8 @@ def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             if url.path in ("/", "/index.html"):
                 return self._send(HTTPStatus.OK, viewer.page.encode(), "text/html; charset=utf-8")
+            if url.path == "/favicon.ico":
+                return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             route = routes.get(url.path)
             if route is None:
                 return self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})

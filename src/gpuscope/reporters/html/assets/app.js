@@ -47,6 +47,7 @@
       const pts = r[which];
       $("roofline-note").textContent = pts.length ? `${r.device}: ${pts.length} points; hover a point for its numbers.`
         : `${r.device}: no ${which} with FLOPs to place (record with --trace torch-shapes or torch-ops).`;
+      $("roofline-chart").parentNode.style.display = pts.length ? "" : "none";
       chart = pts.length ? GS.rooflineChart($("roofline-chart"), r, which) : null;
     };
     document.querySelectorAll("input[name=roof-by]").forEach(i => i.addEventListener("change", () => draw(i.value)));

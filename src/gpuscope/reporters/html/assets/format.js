@@ -17,10 +17,10 @@ GS.el = function (tag, props, ...children) {
 
 // A duration for axis ticks and labels (as the text reports write it: three significant digits).
 GS.ns = function (ns) {
-  const a = Math.abs(ns);
+  const a = Math.abs(ns), trim = s => s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
   if (a < 1e3) return ns.toFixed(0) + " ns";
-  if (a < 1e6) return (ns / 1e3).toPrecision(3).replace(/\.?0+$/, "") + " µs";
-  if (a < 1e9) return (ns / 1e6).toPrecision(3).replace(/\.?0+$/, "") + " ms";
+  if (a < 1e6) return trim((ns / 1e3).toPrecision(3)) + " µs";
+  if (a < 1e9) return trim((ns / 1e6).toPrecision(3)) + " ms";
   return (ns / 1e9).toFixed(3) + " s";
 };
 
