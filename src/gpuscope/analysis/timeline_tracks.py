@@ -196,15 +196,17 @@ class _Builder:
         if not parts:
             return
         start = np.concatenate([np.asarray(p["start_ns"], dtype=np.int64) for p in parts])
-        end = np.maximum(np.concatenate([np.asarray(p["end_ns"], dtype=np.int64) for p in parts]), start)
+        end = np.concatenate([np.asarray(p["end_ns"], dtype=np.int64) for p in parts])
+        np.maximum(end, start, out=end)
         name = np.concatenate([self.names.of(p.get("name_id"), p.get("text")) for p in parts])
         src = np.concatenate([np.asarray(p["src"], dtype=np.int8) for p in parts])
         if len(parts) > 1:  # each part comes sorted; several are merged here
             order = np.lexsort((-end, start))
             start, end, name, src = start[order], end[order], name[order], src[order]
         depth = _lanes_of(start, end)
-        for d in range(int(depth.max()) + 1):
-            m = depth == d
+        deepest = int(depth.max())
+        for d in range(deepest + 1):
+            m = depth == d if deepest else slice(None)  # one lane: no copies (ten million slices are 300 MB)
             lane = Lane(len(self.lanes), track.id, d, start[m], end[m], name[m], src[m])
             self.lanes.append(lane)
             track.lanes.append(lane.id)

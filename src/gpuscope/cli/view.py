@@ -8,6 +8,7 @@ import threading
 import time
 
 NAME = "view"
+INDEX_MEMORY = "256MB"
 HELP = ("Serve the report's page on 127.0.0.1, with a timeline that loads the window on screen "
         "at the level of detail it needs (any report size).")
 
@@ -35,7 +36,11 @@ def run(args: argparse.Namespace) -> int:
     report = Report.open(args.report)
     try:
         t0 = time.perf_counter()
+        # DuckDB's cache would hold gigabytes while ten million slices are read; the index is what stays
+        report.con.execute(f"SET memory_limit = '{INDEX_MEMORY}'")
         index = build_index(report)
+        if index.events() <= FILE_EVENT_CAP:  # the analyses of the page's other sections run at full width
+            report.con.execute("RESET memory_limit")
         viewer = Viewer(report, index, server_page(report.path, index), FILE_EVENT_CAP)
         server = serve(viewer, args.port)
         _say(f"indexed {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s")
