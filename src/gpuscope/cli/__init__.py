@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 
 from ..errors import GpuscopeError
 from ..version import __version__
-from . import analyze, diff, export, import_, kernels, profile, roofline, stats
+from . import analyze, diff, export, import_, kernels, profile, report, roofline, stats, view
 
 
 class Command(Protocol):
@@ -20,7 +20,9 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-COMMANDS: list[Command] = [profile, stats, analyze, roofline, kernels, export, import_, diff]  # type: ignore[list-item]
+COMMANDS: list[Command] = [  # type: ignore[list-item]
+    profile, stats, analyze, roofline, kernels, report, view, export, import_, diff,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

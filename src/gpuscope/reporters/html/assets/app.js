@@ -1,0 +1,86 @@
+"use strict";
+// The page: reads its data (one JSON element) and builds each section. In a file every section's
+// data is inline; from gpuscope view the analyses arrive from /api/content and the timeline's
+// windows from /api/window.
+(function () {
+  const data = JSON.parse(document.getElementById("gpuscope-data").textContent);
+  const $ = id => document.getElementById(id);
+  $("title").textContent = data.title;
+  document.title = data.title;
+
+  function run(info) {
+    const dl = GS.clear($("run-facts"));
+    for (const [k, v] of info.facts) dl.append(GS.el("dt", { text: k }), GS.el("dd", { text: v }));
+    const ul = GS.clear($("run-notes"));
+    for (const w of info.warnings) ul.append(GS.el("li", { class: "warning", text: "Warning: " + w }));
+    for (const n of info.not_recorded) ul.append(GS.el("li", { class: "note", text: "Not recorded: " + n }));
+  }
+
+  function diagnosis(d) {
+    $("breakdown-source").textContent = "Steps: " + d.step_source;
+    if (d.series.length) GS.breakdownChart($("breakdown-chart"), d.series);
+    else $("breakdown-chart").parentNode.remove();
+    GS.clear($("breakdown-table")).append(GS.table(d.breakdown, true));
+    const ol = GS.clear($("findings-list"));
+    if (!d.findings.length) ol.append(GS.el("li", { class: "note", text: "No findings." }));
+    for (const f of d.findings) {
+      const li = GS.el("li", { class: "finding" });
+      li.append(GS.el("div", { class: "finding-title", text: f.title }),
+        GS.el("div", { class: "finding-meta", text: `saves ${f.saving_text} (${(100 * f.share).toFixed(1)}%${f.one_time ? ", once" : " of the step"}) · ${f.rule}` }));
+      const ev = GS.el("ul");
+      for (const e of f.evidence) ev.append(GS.el("li", { text: e }));
+      li.append(ev, GS.el("div", { class: "finding-where" }, "Where: ", GS.el("span", { text: f.location })));
+      if (f.target && GS.timeline) li.lastChild.append(" ", GS.el("button", { type: "button", class: "link", text: "show in timeline",
+        onclick: () => { GS.timeline.showSpan(f.target.start, f.target.end); $("timeline").scrollIntoView(); } }));
+      li.append(GS.el("div", { class: "finding-fix", text: "Fix: " + f.fix }));
+      ol.append(li);
+    }
+    const sk = GS.clear($("skipped-list"));
+    for (const s of d.skipped) sk.append(GS.el("li", { text: `${s.rule}: ${s.reason}` }));
+    for (const n of d.notes) sk.append(GS.el("li", { class: "note", text: n }));
+  }
+
+  function roofline(r) {
+    let chart = null;
+    const draw = which => {
+      if (chart) chart.destroy();
+      const pts = r[which];
+      $("roofline-note").textContent = pts.length ? `${r.device}: ${pts.length} points; hover a point for its numbers.`
+        : `${r.device}: no ${which} with FLOPs to place (record with --trace torch-shapes or torch-ops).`;
+      $("roofline-chart").parentNode.style.display = pts.length ? "" : "none";
+      chart = pts.length ? GS.rooflineChart($("roofline-chart"), r, which) : null;
+    };
+    document.querySelectorAll("input[name=roof-by]").forEach(i => i.addEventListener("change", () => draw(i.value)));
+    draw("kernels");
+  }
+
+  function tables(list) {
+    const box = GS.clear($("tables-list"));
+    list.forEach((t, i) => box.append(GS.table(t, i === 0)));
+  }
+
+  function content(c) {
+    if (c.too_large) {
+      for (const id of ["run-facts", "findings-list", "tables-list"]) GS.clear($(id)).append(GS.el("p", { class: "note", text: c.too_large }));
+      if (c.run) run(c.run);
+      return;
+    }
+    run(c.run); diagnosis(c.diagnosis); roofline(c.roofline); tables(c.tables);
+  }
+
+  const tl = data.timeline;
+  const panels = { details: $("tl-details"), summary: $("tl-summary"), note: $("tl-note"), searchResult: $("tl-search-result") };
+  const source = data.mode === "server" ? new GS.ServerSource() : new GS.StaticSource(tl);
+  if (data.mode !== "server") {
+    const sliced = tl.static.lanes.filter(l => l.kind === "buckets").length;
+    $("tl-note").textContent = sliced ? `${sliced} of ${tl.lanes.length} lanes are drawn at a fixed level of detail in this file (one bucket per 1/${tl.static.px} of the run); gpuscope view shows every slice.` : "";
+  }
+  if (!tl.steps_found) $("tl-note").textContent += " Steps are not marked: the report has too many GPU operations to look for them here.";
+  GS.timeline = new GS.Timeline($("tl-view"), $("tl-canvas"), tl, source, panels);
+  $("tl-search").addEventListener("keydown", e => { if (e.key === "Enter") GS.timeline.find(e.target.value.trim()); });
+  $("tl-reset").addEventListener("click", () => GS.timeline.setView(0, GS.timeline.span));
+
+  if (data.content) content(data.content);
+  else fetch("/api/content").then(r => r.json()).then(content)
+    .catch(e => { $("run-facts").textContent = "could not load: " + e.message; });
+})();

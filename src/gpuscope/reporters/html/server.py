@@ -1,0 +1,160 @@
+"""The local server of ``gpuscope view``: the page, and its answers from the report.
+
+Routes (GET, JSON but the page): ``/`` the page; ``/api/content`` the analyses' sections;
+``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`);
+``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
+Times are ns from the timeline's start. The server binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+from ...analysis.timeline_details import details, search, span_summary
+from ...analysis.timeline_tracks import TimelineIndex
+from ...analysis.timeline_window import counters, window
+from ...errors import GpuscopeError
+from ...trace.report import Report
+from ...units import duration, human
+
+
+class Viewer:
+    """What the server answers from: the report (one query at a time), its index, its page."""
+
+    def __init__(self, report: Report, index: TimelineIndex, page: str, content_cap: int) -> None:
+        self.report, self.index, self.page = report, index, page
+        self.lock = threading.Lock()
+        self._content: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        self.content_cap = content_cap
+
+    def start_content(self) -> None:
+        """Compute the analyses' sections in the background (they take seconds on a large report)."""
+        threading.Thread(target=self._compute, name="gpuscope-content", daemon=True).start()
+
+    def _compute(self) -> None:
+        from . import sections
+
+        events = self.index.events()
+        try:
+            if events > self.content_cap:
+                self._content = {"too_large": f"{events:,} timeline slices: the tables, findings and roofline of a "
+                                              f"report this large come from gpuscope stats, analyze and roofline "
+                                              f"(the viewer shows them up to {self.content_cap:,})."}
+            else:
+                with Report.open(self.report.path) as own:  # a connection of this thread's own
+                    self._content = sections(own, self.index)
+        except GpuscopeError as exc:
+            self._content = {"too_large": str(exc)}
+        except Exception as exc:  # the page says what failed; the timeline keeps working
+            self._content = {"too_large": f"the analyses failed: {type(exc).__name__}: {exc}"}
+            print(f"gpuscope: warning: the analyses failed: {exc}", file=sys.stderr)
+        self._ready.set()
+
+    def content(self) -> dict[str, Any]:
+        self._ready.wait()
+        assert self._content is not None
+        return self._content
+
+    def slice(self, lane: int, i: int) -> dict[str, Any] | None:
+        with self.lock:
+            d = details(self.report, self.index, lane, i)
+        if d is not None:
+            d["fields"] = [[label, human(v, unit)] for label, v, unit in d["fields"]]
+        return d
+
+    def summary(self, t0: int, t1: int) -> dict[str, Any]:
+        s = span_summary(self.index, t0, t1)
+        s["busy"] = [[name, f"{100 * b:.1f}%"] for name, b in s["busy"]]
+        for key in ("kernels", "ranges"):
+            s[key] = [[name, duration(ns), f"{n:,}"] for name, ns, n in s[key]]
+        return s
+
+
+def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
+    try:
+        return int(float(q[key][0]))
+    except (KeyError, IndexError, ValueError):
+        if default is None:
+            raise ValueError(f"missing or bad parameter {key}") from None
+        return default
+
+
+def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
+    """Return the request handler class that answers from ``viewer``."""
+
+    routes: dict[str, Callable[[dict[str, list[str]]], Any]] = {
+        "/api/content": lambda q: viewer.content(),
+        "/api/window": lambda q: {
+            **window(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
+            "counters": counters(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
+        "/api/slice": lambda q: viewer.slice(_int(q, "lane"), _int(q, "i")),
+        "/api/search": lambda q: search(viewer.index, q.get("q", [""])[0]),
+        "/api/summary": lambda q: viewer.summary(_int(q, "t0"), _int(q, "t1")),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpuscope"
+
+        def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+            url = urlparse(self.path)
+            if url.path in ("/", "/index.html"):
+                return self._send(HTTPStatus.OK, viewer.page.encode(), "text/html; charset=utf-8")
+            if url.path == "/favicon.ico":
+                return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+            route = routes.get(url.path)
+            if route is None:
+                return self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
+            try:
+                body = route(parse_qs(url.query))
+            except ValueError as exc:
+                return self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            except GpuscopeError as exc:
+                return self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
+            if body is None:
+                return self._json(HTTPStatus.NOT_FOUND, {"error": "no such slice"})
+            self._json(HTTPStatus.OK, body)
+
+        def _json(self, status: HTTPStatus, body: Any) -> None:
+            self._send(status, json.dumps(body, separators=(",", ":"), default=str).encode(), "application/json")
+
+        def _send(self, status: HTTPStatus, data: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the browser moved on (a newer window asked for)
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise
+            pass
+
+    return Handler
+
+
+def serve(viewer: Viewer, port: int) -> ThreadingHTTPServer:
+    """Return a server for ``viewer`` bound to 127.0.0.1:``port`` (0: a free port); GpuscopeError
+    when the port is taken or not allowed."""
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler(viewer))
+    except OSError as exc:
+        what = "is in use" if exc.errno in (98, 48, 10048) else f"cannot be used ({exc.strerror})"
+        raise GpuscopeError(f"port {port} on 127.0.0.1 {what}: choose another with --port, or leave "
+                            "--port out for a free one") from None
+    server.daemon_threads = True
+    return server
+
+
+def url_of(server: ThreadingHTTPServer) -> str:
+    """Return the address people open."""
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}/"

@@ -1,0 +1,145 @@
+"""Helpers of the HTML page tests: the page's data, a running ``gpuscope view``, a hand-made report
+whose names are markup, and a headless Chromium (Debian's ``chromium`` driven by Playwright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from report_builder import ReportBuilder
+
+import gpuscope
+
+from .conftest import TIMEOUT_S, Gpuscope as _Gpuscope, base_env
+
+# Names that would run script if a page ever used them as markup.
+SCRIPT_NAME = "<script>window.__pwned = 'kernel'</script>"
+IMG_NAME = "<img src=x onerror=\"window.__pwned = 'range'\">"
+ARTIFACTS = Path(os.environ.get("GPUSCOPE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+
+
+class Gpuscope(_Gpuscope):
+    """A gpuscope runner whose commands import the gpuscope these tests import (a source tree on
+    PYTHONPATH included), not whichever is installed."""
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return base_env({"PYTHONPATH": str(Path(gpuscope.__file__).resolve().parents[1])})
+
+    def run(self, *args: str, **kw: Any) -> Any:
+        return super().run(*args, env=self.env(), **kw)
+
+    def start(self, *args: str, new_session: bool = False) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "gpuscope", *args], cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env(),
+                                start_new_session=new_session)
+
+
+def page_data(html: str) -> dict[str, Any]:
+    """Return the JSON document a page holds."""
+    m = re.search(r'<script type="application/json" id="gpuscope-data">(.*?)</script>', html, re.S)
+    assert m, "the page has no data element"
+    return json.loads(m.group(1))
+
+
+def markup_names_report(path: Path) -> Path:
+    """Write a small report whose kernel and range names are HTML; return its path."""
+    b = ReportBuilder(path)
+    for step in range(3):
+        t = 1_000_000 * step
+        b.range(IMG_NAME, t, t + 900_000, tid=1, source="nvtx")
+        b.kernel(SCRIPT_NAME, t + 100_000, t + 600_000, tid=1, launch=t + 50_000)
+        b.kernel("ordinary_kernel", t + 600_000, t + 700_000, tid=1, launch=t + 60_000)
+        b.mark("step", t + 950_000, tid=1)
+    b.open(wall_ns=3_000_000).close()
+    return path
+
+
+class View:
+    """A ``gpuscope view REPORT --no-browser`` running in a subprocess, and its address."""
+
+    def __init__(self, gs: Gpuscope, report: Path) -> None:
+        self.proc = gs.start("view", str(report), "--no-browser")
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(TIMEOUT_S)
+        if not line or not line[0].startswith("http://127.0.0.1:"):
+            self.stop()
+            pytest.fail(f"gpuscope view printed no address: {line} {self.proc.stderr.read()}")  # type: ignore[union-attr]
+        self.url = line[0].strip()
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url.rstrip("/") + path, timeout=TIMEOUT_S) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def chromium_path() -> str | None:
+    """Return the Chromium to drive: $GPUSCOPE_CHROMIUM, else Debian's chromium on PATH."""
+    for name in (os.environ.get("GPUSCOPE_CHROMIUM"), "chromium", "chromium-browser"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium; skipped where there is none, unless GPUSCOPE_REQUIRE_BROWSER is set (CI)."""
+    required = bool(os.environ.get("GPUSCOPE_REQUIRE_BROWSER"))
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if required:
+            pytest.fail("playwright is not installed (pip install -e '.[test]')")
+        pytest.skip("playwright is not installed")
+    path = chromium_path()
+    if path is None:
+        if required:
+            pytest.fail("no chromium on PATH (apt-get install chromium)")
+        pytest.skip("no chromium on PATH")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser page that records console errors, page errors and every request it makes."""
+
+    def __init__(self, browser: Any, name: str) -> None:
+        # bypass_csp: the page forbids eval, which Playwright's waiting functions use
+        self.page = browser.new_page(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+        self.name = name
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+    def shot(self, label: str) -> Path:
+        """Save a screenshot of the whole page as a test artifact; return its path."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{self.name}-{label}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def close(self) -> None:
+        self.page.close()

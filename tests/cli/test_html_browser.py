@@ -1,0 +1,159 @@
+"""The pages in a real browser (headless Chromium): the file of a recorded GPU report and the viewer
+load without errors or requests out, show the report's top kernel and findings, a click shows a
+kernel's details from the report, zooming changes the window and the slices drawn, and names that
+are HTML stay text. Screenshots go to test-artifacts/ (or $GPUSCOPE_TEST_ARTIFACTS)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from .html_pages import IMG_NAME, SCRIPT_NAME, Gpuscope, Page, View, browser, markup_names_report, page_data  # noqa: F401
+from .test_html_report import urllib_text
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def adam(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import unpack_fixture
+
+    d = tmp_path_factory.mktemp("adam-browser")
+    report = unpack_fixture("program_mlp_adam", d)
+    res = Gpuscope(d).run("report", report.name)
+    assert res.returncode == 0, res.describe()
+    return report
+
+
+def _wait_drawn(page: Any, updates: int = 1) -> None:
+    page.wait_for_function(f"window.GS && GS.timeline && GS.timeline.stats.updates >= {updates}", timeout=30_000)
+
+
+def _click_slice(page: Any, lane: int, i: int) -> None:
+    """Click the middle of slice ``i`` of ``lane`` where the timeline draws it."""
+    page.locator("#tl-view").scroll_into_view_if_needed()
+    xy = page.evaluate("""([lane, i]) => { const tl = GS.timeline, w = tl.data.byLane.get(lane), k = i - w.first;
+        const row = tl.rows.find(r => r.track && r.track.lanes.includes(lane));
+        const x = tl.x((w.start[k] + w.end[k]) / 2), y = 22 - tl.scrollY + row.y + 1 + tl.meta.lanes[lane].depth * 15 + 6;
+        const box = tl.canvas.getBoundingClientRect(); return [box.left + x, box.top + y]; }""", [lane, i])
+    page.mouse.click(xy[0], xy[1])
+
+
+def test_the_file_shows_the_run_top_kernel_and_findings(browser: Any, adam: Path) -> None:
+    p = Page(browser, "file-mlp-adam")
+    try:
+        p.page.goto(adam.with_suffix(".html").as_uri())
+        _wait_drawn(p.page)
+        kernels = p.page.locator("#table-cuda_gpu_kern_sum tbody tr").first.locator("td").last.text_content()
+        assert "gemm" in kernels
+        titles = p.page.locator(".finding-title").all_text_contents()
+        assert titles and titles[0].startswith("Launch-bound")
+        assert "NVIDIA H100" in p.page.locator("#run-facts").text_content()
+        assert p.page.evaluate("GS.timeline.stats.drawnSlices") > 100
+        # a table sorts by its raw values and filters by text
+        p.page.locator("#table-cuda_gpu_kern_sum th", has_text="Instances").click()
+        first = p.page.locator("#table-cuda_gpu_kern_sum tbody tr").first.locator("td").nth(2).text_content()
+        p.page.locator("#table-cuda_gpu_kern_sum .table-filter").fill("cutlass")
+        shown = p.page.locator("#table-cuda_gpu_kern_sum tbody tr").all_text_contents()
+        assert shown and all("cutlass" in row for row in shown) and first
+        # the roofline has no FLOPs in this report: it says so instead of drawing
+        assert "no kernels with FLOPs" in p.page.locator("#roofline-note").text_content()
+        p.shot("loaded")
+        assert not p.errors, p.errors
+        assert all(u.startswith(("file:", "data:", "about:")) for u in p.requests), p.requests
+    finally:
+        p.close()
+
+
+def test_the_viewer_zooms_and_shows_a_kernels_details(browser: Any, adam: Path, tmp_path: Path) -> None:
+    report = tmp_path / "adam.gpuscope"
+    shutil.copyfile(adam, report)
+    view = View(Gpuscope(tmp_path), report)
+    p = Page(browser, "view-mlp-adam")
+    try:
+        p.page.goto(view.url)
+        _wait_drawn(p.page)
+        p.page.wait_for_selector(".finding-title", timeout=60_000)
+        meta = p.page.evaluate("GS.timeline.meta")
+        [gpu] = [t for t in meta["tracks"] if t["group"].startswith("GPU 0")]
+        lane = gpu["lanes"][0]
+        assert p.page.evaluate(f"GS.timeline.data.byLane.get({lane}).kind") == "buckets"
+        # zoom onto one step with the keys, as a user does: W zooms in around the pointer
+        step = meta["steps"][300]
+        p.page.evaluate(f"GS.timeline.setView({step['start']}, {step['end']} + 2 * ({step['end']} - {step['start']}))")
+        before = p.page.evaluate("[GS.timeline.t0, GS.timeline.t1, GS.timeline.stats.updates]")
+        p.page.locator("#tl-view").focus()
+        for _ in range(3):
+            p.page.keyboard.press("w")
+        p.page.keyboard.press("a")
+        _wait_drawn(p.page, before[2] + 1)
+        p.page.wait_for_function("!GS.timeline.inFlight")
+        after = p.page.evaluate("[GS.timeline.t0, GS.timeline.t1, GS.timeline.data.t0, GS.timeline.data.t1]")
+        assert after[1] - after[0] == pytest.approx((before[1] - before[0]) * 0.8 ** 3, rel=1e-6)
+        assert (after[2], after[3]) == (int(after[0]), pytest.approx(after[1], abs=1))  # the window asked for
+        w = p.page.evaluate(f"GS.timeline.data.byLane.get({lane})")
+        assert w["kind"] == "slices" and p.page.evaluate("GS.timeline.stats.drawnSlices") > 0
+        # click the longest kernel on screen (the lane holds copies too): the panel shows what the report holds for it
+        names = p.page.evaluate(f"GS.timeline.data.byLane.get({lane}).name.map(n => GS.timeline.name(n))")
+        k = max((j for j in range(len(w["start"])) if not names[j].startswith("Mem")),
+                key=lambda j: w["end"][j] - w["start"][j])
+        _click_slice(p.page, lane, w["first"] + k)
+        p.page.wait_for_selector("#tl-details table.details", timeout=30_000)
+        fields = dict(zip(p.page.locator("#tl-details th").all_text_contents(),
+                          p.page.locator("#tl-details td").all_text_contents()))
+        origin = page_data(urllib_text(view.url))["timeline"]["start_ns"]  # exact: JavaScript's numbers are not
+        con = duckdb.connect(str(report), read_only=True)
+        grid, block, regs, name = con.execute(
+            "SELECT c.grid_x || ' x ' || c.grid_y || ' x ' || c.grid_z, c.block_x || ' x ' || c.block_y || ' x ' || "
+            "c.block_z, c.registers_per_thread, s.value FROM kernel k JOIN kernel_config c ON c.id = k.config_id "
+            "JOIN string s ON s.id = c.name_id WHERE k.start_ns = ?", [origin + w["start"][k]]).fetchone()
+        con.close()
+        assert p.page.locator("#tl-details .slice-name").text_content() == name
+        assert (fields["Grid"], fields["Block"], fields["Registers per thread"]) == (grid, block, str(regs))
+        assert fields["Range path"] and fields["Python line"]
+        p.shot("zoomed-details")
+        assert not p.errors, p.errors
+        assert all(u.startswith(view.url) for u in p.requests), p.requests
+    finally:
+        p.close()
+        view.stop()
+
+
+def test_names_that_are_html_stay_text_in_the_file_and_the_viewer(browser: Any, tmp_path: Path) -> None:
+    report = markup_names_report(tmp_path / "names.gpuscope")
+    res = Gpuscope(tmp_path).run("report", report.name)
+    assert res.returncode == 0, res.describe()
+    view = View(Gpuscope(tmp_path), report)
+    try:
+        for url, label in ((report.with_suffix(".html").as_uri(), "file"), (view.url, "view")):
+            p = Page(browser, f"names-{label}")
+            try:
+                p.page.goto(url)
+                _wait_drawn(p.page)
+                p.page.wait_for_selector("#table-cuda_gpu_kern_sum tbody tr", timeout=30_000)
+                cells = p.page.locator("#table-cuda_gpu_kern_sum tbody td").all_text_contents()
+                assert SCRIPT_NAME in cells
+                assert IMG_NAME in p.page.locator("#table-nvtx_sum").text_content()
+                p.page.locator("#tl-search").fill("__pwned = 'kernel'")
+                p.page.locator("#tl-search").press("Enter")
+                p.page.wait_for_function("GS.timeline.selected", timeout=30_000)
+                assert "match 1 of 3" in p.page.locator("#tl-search-result").text_content()
+                p.page.wait_for_function("!GS.timeline.inFlight")
+                sel = p.page.evaluate("GS.timeline.selected")
+                _click_slice(p.page, sel["lane"], sel["i"])
+                p.page.wait_for_selector("#tl-details .slice-name", timeout=30_000)
+                assert p.page.locator("#tl-details .slice-name").text_content() == SCRIPT_NAME
+                assert p.page.evaluate("window.__pwned") is None
+                assert p.page.locator("img").count() == 0
+                assert p.page.locator("script").count() == p.page.evaluate(
+                    "document.querySelectorAll('script').length")
+                p.shot("search-details")
+                assert not p.errors, p.errors
+            finally:
+                p.close()
+    finally:
+        view.stop()

@@ -1,0 +1,185 @@
+"""``gpuscope report`` and ``gpuscope view`` as a user runs them: the file, its data, the server's
+answers, and the one-line errors (a report too large, a port in use, a damaged report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pytest
+
+from .html_pages import Gpuscope, IMG_NAME, SCRIPT_NAME, View, markup_names_report, page_data
+
+
+@pytest.fixture(scope="module")
+def adam(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
+    """The recorded MLP + Adam training report, its page and the page's data."""
+    from conftest import unpack_fixture
+
+    d = tmp_path_factory.mktemp("adam")
+    report = unpack_fixture("program_mlp_adam", d)
+    res = Gpuscope(d).run("report", report.name)
+    assert res.returncode == 0, res.describe()
+    assert res.own_lines == [l for l in res.own_lines if "wrote program_mlp_adam.html" in l], res.describe()
+    html = (d / "program_mlp_adam.html").read_text()
+    return report, html, page_data(html)
+
+
+def test_the_file_fetches_nothing(adam: tuple[Path, str, dict]) -> None:
+    """Every script and style is inline: no src=, no link, no url() and no address to load."""
+    _, html, _ = adam
+    assert not re.search(r"<(script|img|iframe)[^>]*\ssrc=", html, re.I)
+    assert not re.search(r"<link\b", html, re.I)
+    assert "url(" not in html.split('id="gpuscope-data"')[0]
+    assert "sourceMappingURL" not in html
+
+
+def test_the_tables_are_those_of_stats(adam: tuple[Path, str, dict]) -> None:
+    """Every stats report is in the page, with the raw values ``gpuscope stats -f json`` gives."""
+    report, _, data = adam
+    res = Gpuscope(report.parent).run("stats", report.name, "-f", "json")
+    assert res.returncode == 0, res.describe()
+    stats = json.loads(res.stdout)
+    tables = {t["name"]: t for t in data["content"]["tables"]}
+    assert list(tables) == list(stats)
+    for name, expected in stats.items():
+        rows = [[cell[0] for cell in row] for row in tables[name]["rows"]]
+        want = [list(r.values()) for r in expected["rows"]]
+        assert sorted(map(repr, rows)) == sorted(map(repr, want)), name  # rows that tie may come in either order
+    top = tables["cuda_gpu_kern_sum"]["rows"][0]
+    assert "gemm" in top[-1][1]
+
+
+def test_the_findings_are_those_of_analyze(adam: tuple[Path, str, dict]) -> None:
+    report, _, data = adam
+    res = Gpuscope(report.parent).run("analyze", report.name, "-f", "json")
+    expected = json.loads(res.stdout)["findings"]
+    found = data["content"]["diagnosis"]["findings"]
+    assert [(f["rule"], f["title"], f["saving_ns"]) for f in found] == \
+        [(f["rule"], f["title"], f["saving_ns"]) for f in expected]
+    assert all(f["target"] and f["target"]["end"] > f["target"]["start"] for f in found)
+
+
+def test_the_file_timeline_holds_every_slice_of_a_small_report(adam: tuple[Path, str, dict]) -> None:
+    report, _, data = adam
+    tl = data["timeline"]
+    con = duckdb.connect(str(report), read_only=True)
+    kernels = con.execute("SELECT count(*) FROM kernel").fetchone()[0]
+    con.close()
+    gpu = [t for t in tl["tracks"] if t["group"].startswith("GPU 0")]
+    lanes = {w["lane"]: w for w in tl["static"]["lanes"]}
+    drawn = sum(len(lanes[i]["start"]) for t in gpu for i in t["lanes"])
+    assert all(lanes[i]["kind"] == "slices" for t in gpu for i in t["lanes"])
+    assert drawn == kernels + 16  # the kernels and the 16 memcpys
+    assert len(tl["steps"]) == 600
+
+
+def test_a_file_with_fewer_slices_allowed_is_refused_and_points_to_view(adam: tuple[Path, str, dict],
+                                                                         tmp_path: Path) -> None:
+    report, _, _ = adam
+    res = Gpuscope(tmp_path).run("report", str(report), "--max-events", "1000")
+    assert res.returncode == 2 and len(res.stderr_lines) == 1, res.describe()
+    assert "gpuscope view" in res.stderr and "57,584" in res.stderr
+    assert not list(tmp_path.glob("*.html"))
+
+
+def test_an_existing_file_is_kept_unless_told(tmp_path: Path) -> None:
+    gs = Gpuscope(tmp_path)
+    report = markup_names_report(tmp_path / "names.gpuscope")
+    (tmp_path / "out.html").write_text("mine")
+    res = gs.run("report", report.name, "-o", "out.html")
+    assert res.returncode == 2 and "exists" in res.stderr and (tmp_path / "out.html").read_text() == "mine"
+    res = gs.run("report", report.name, "-o", "out.html", "--force-overwrite")
+    assert res.returncode == 0, res.describe()
+
+
+def test_names_are_never_markup_in_the_file(tmp_path: Path) -> None:
+    """A name that is HTML is escaped inside the data element and nowhere else in the page."""
+    report = markup_names_report(tmp_path / "names.gpuscope")
+    res = Gpuscope(tmp_path).run("report", report.name)
+    assert res.returncode == 0, res.describe()
+    html = (tmp_path / "names.html").read_text()
+    assert "__pwned" in html  # the names are there...
+    assert SCRIPT_NAME not in html and IMG_NAME not in html and "<img" not in html  # ...but never as markup
+    data = page_data(html)
+    assert SCRIPT_NAME in data["timeline"]["names"] and IMG_NAME in data["timeline"]["names"]
+
+
+def _truncated(d: Path, real: Path) -> str:
+    data = real.read_bytes()
+    (d / "truncated.gpuscope").write_bytes(data[: len(data) // 2])
+    return "truncated.gpuscope"
+
+
+def _random(d: Path, real: Path) -> str:
+    (d / "random.gpuscope").write_bytes(os.urandom(64 * 1024))
+    return "random.gpuscope"
+
+
+@pytest.mark.parametrize("make", [_truncated, _random], ids=["truncated", "random-bytes"])
+def test_a_damaged_report_gives_the_line_stats_gives(adam: tuple[Path, str, dict], tmp_path: Path,
+                                                     make: Callable[[Path, Path], str]) -> None:
+    name = make(tmp_path, adam[0])
+    gs = Gpuscope(tmp_path)
+    procs = {cmd: gs.start(cmd, name, *extra) for cmd, extra in
+             (("stats", ()), ("report", ()), ("view", ("--no-browser",)))}
+    from .conftest import finish
+
+    results = {cmd: finish(p, (cmd, name)) for cmd, p in procs.items()}
+    expected = results["stats"].stderr_lines
+    assert len(expected) == 1 and expected[0].startswith("gpuscope: error:"), results["stats"].describe()
+    for cmd in ("report", "view"):
+        assert results[cmd].returncode == 2 and results[cmd].stderr_lines == expected, results[cmd].describe()
+    assert not list(tmp_path.glob("*.html"))
+
+
+def test_view_on_a_port_in_use_is_one_line_and_exit_2(adam: tuple[Path, str, dict], tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = Gpuscope(tmp_path).run("view", str(adam[0]), "--no-browser", "--port", str(port))
+    assert res.returncode == 2, res.describe()
+    assert res.errors == res.stderr_lines and len(res.errors) == 1 and f"port {port}" in res.errors[0]
+
+
+def test_view_answers_a_window_with_the_reports_slices(adam: tuple[Path, str, dict], tmp_path: Path) -> None:
+    report = tmp_path / "r.gpuscope"
+    shutil.copyfile(adam[0], report)
+    view = View(Gpuscope(tmp_path), report)
+    try:
+        page = page_data(urllib_text(view.url))
+        tl = page["timeline"]
+        assert page["mode"] == "server" and "content" not in page and "static" not in tl
+        [gpu] = [t for t in tl["tracks"] if t["group"].startswith("GPU 0")]
+        con = duckdb.connect(str(report), read_only=True)
+        lo = tl["start_ns"]
+        rows = con.execute("SELECT start_ns, end_ns FROM kernel ORDER BY start_ns LIMIT 20 OFFSET 20000").fetchall()
+        con.close()
+        t0, t1 = rows[0][0] - lo, rows[-1][0] - lo  # a window of 19 kernels and the start of the 20th
+        w = view.get(f"/api/window?t0={t0}&t1={t1 + 1}&px=800")
+        [lane] = [x for x in w["lanes"] if x["lane"] == gpu["lanes"][0]]
+        assert lane["kind"] == "slices"
+        assert [(s + lo, e + lo) for s, e in zip(lane["start"], lane["end"])] == [tuple(r) for r in rows]
+        whole = view.get(f"/api/window?t0=0&t1={tl['end_ns'] - lo}&px=400")
+        [zoomed_out] = [x for x in whole["lanes"] if x["lane"] == gpu["lanes"][0]]
+        assert zoomed_out["kind"] == "buckets" and sum(zoomed_out["count"]) > 40_000
+        d = view.get(f"/api/slice?lane={gpu['lanes'][0]}&i={lane['first']}")
+        assert d["start"] + lo == rows[0][0] and dict(d["fields"])["Grid"]
+        content = view.get("/api/content")
+        assert [t["name"] for t in content["tables"]][0] == "cuda_gpu_kern_sum"
+    finally:
+        view.stop()
+
+
+def urllib_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return r.read().decode()

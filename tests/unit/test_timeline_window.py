@@ -1,0 +1,120 @@
+"""The timeline's index and window queries: slices when few, exact per-pixel busy time when many,
+nested ranges on their depth, details from the report, search and span summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuscope.analysis.timeline_details import details, search, span_summary
+from gpuscope.analysis.timeline_tracks import Lane, TimelineIndex, Track, build_index
+from gpuscope.analysis.timeline_window import counters, lane_window, window
+from report_builder import torch_training
+
+
+def _lane(start: list[int], end: list[int], name: list[int]) -> Lane:
+    return Lane(0, 0, 0, np.array(start, np.int64), np.array(end, np.int64), np.array(name, np.int32),
+                np.zeros(len(start), np.int8))
+
+
+def _random_lane(n: int, seed: int) -> Lane:
+    rng = np.random.default_rng(seed)
+    gaps = rng.integers(0, 300, n)
+    durs = rng.integers(1, 500, n)
+    start = np.cumsum(gaps + np.concatenate([[0], durs[:-1]]))
+    return _lane(start.tolist(), (start + durs).tolist(), rng.integers(0, 7, n).tolist())
+
+
+def test_few_slices_come_back_as_they_are() -> None:
+    lane = _lane([10, 30, 50], [20, 40, 60], [1, 2, 3])
+    w = lane_window(lane, 25, 55, px=100)
+    assert w["kind"] == "slices"
+    assert (w["first"], w["start"], w["end"], w["name"]) == (1, [30, 50], [40, 60], [2, 3])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_buckets_hold_the_exact_busy_time_and_slice_count_of_each_pixel(seed: int) -> None:
+    lane = _random_lane(5000, seed)
+    t0, t1, px = int(lane.start[300]) + 17, int(lane.end[4200]) - 5, 97
+    w = lane_window(lane, t0, t1, px, max_slices=100)
+    assert w["kind"] == "buckets" and len(w["busy"]) == px
+    edges = t0 + (np.arange(px + 1, dtype=np.float64) * ((t1 - t0) / px)).astype(np.int64)
+    for p in range(px):
+        a, b = edges[p], edges[p + 1]
+        overlap = np.clip(np.minimum(lane.end, b) - np.maximum(lane.start, a), 0, None).sum()
+        assert w["busy"][p] == pytest.approx(overlap / (b - a), abs=0.0006)
+        assert w["count"][p] == int(((lane.start >= a) & (lane.start < b)).sum())
+    assert sum(w["count"]) == int(((lane.start >= t0) & (lane.start < edges[-1])).sum())
+
+
+def test_a_pixel_covered_by_one_slice_is_named_after_it() -> None:
+    start = list(range(0, 1000, 10))
+    lane = _lane(start + [1000], [s + 9 for s in start] + [5000], [1] * len(start) + [4])
+    w = lane_window(lane, 0, 5000, px=10, max_slices=5)
+    assert w["kind"] == "buckets"
+    assert w["name"][0] == 1 and w["busy"][0] == pytest.approx(0.9)
+    assert w["name"][5:] == [4] * 5 and w["busy"][5:] == [1.0] * 5
+
+
+def test_window_times_are_from_the_timeline_start_and_names_are_only_those_used() -> None:
+    lane = _lane([1_000_010, 1_000_030], [1_000_020, 1_000_040], [0, 2])
+    index = TimelineIndex([Track(0, "g", "t", "slices", [0])], [lane], ["a", "b", "c"], 1_000_000, 1_000_100, [])
+    w = window(index, 0, 100, px=50)
+    assert w["lanes"][0]["start"] == [10, 30] and w["names"] == {0: "a", 2: "c"}
+
+
+def test_counters_keep_each_pixels_range() -> None:
+    track = Track(0, "Counters", "gpu0.util_percent", "counter")
+    track.t = np.arange(0, 1000, dtype=np.int64)
+    track.v = (np.arange(1000) % 10).astype(float)
+    index = TimelineIndex([track], [], [], 0, 1000, [])
+    [c] = counters(index, 0, 1000, px=10)
+    assert len(c["t"]) == 10 and c["lo"] == [0.0] * 10 and c["hi"] == [9.0] * 10
+    [raw] = counters(index, 500, 510, px=100)
+    assert raw["t"] == list(range(499, 510))  # with the sample before the window: the line starts at t0
+
+
+@pytest.fixture
+def training(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with torch_training(tmp_path / "t.gpuscope") as report:
+        yield report, build_index(report)
+
+
+def test_ranges_nest_by_depth_on_their_threads_track(training) -> None:  # type: ignore[no-untyped-def]
+    report, index = training
+    [track] = [t for t in index.tracks if t.label == "Thread 1: Ranges"]
+    by_depth = {index.lanes[i].depth: [index.names[n] for n in index.lanes[i].name] for i in track.lanes}
+    assert by_depth[0][:3] == ["DataLoader.__next__", "Net", "backward"]
+    assert by_depth[1][:2] == ["Net.enc", "Net.head"] and by_depth[2] == ["Net.enc.fc"]
+
+
+def test_a_kernels_details_name_its_launch_range_path_and_configuration(training) -> None:  # type: ignore[no-untyped-def]
+    report, index = training
+    [gpu] = [t for t in index.tracks if t.stream is not None]
+    lane = index.lanes[gpu.lanes[0]]
+    i = int(np.flatnonzero(lane.start == 10100)[0])  # the gemm launched at 4000 inside Net > Net.enc > Net.enc.fc
+    d = details(report, index, lane.id, i)
+    assert d is not None and d["name"] == "gemm" and d["source"] == "kernel"
+    fields = {label: value for label, value, _ in d["fields"]}
+    assert fields["Range path"] == "Net > Net.enc > Net.enc.fc"
+    assert fields["Duration"] == 500 and fields["Stream"] == 7
+    assert d["launch"]["name"] == "cudaLaunchKernel" and d["launch"]["start_ns"] == 4000
+    assert details(report, index, lane.id, len(lane)) is None
+
+
+def test_search_and_span_summary_count_what_ran(training) -> None:  # type: ignore[no-untyped-def]
+    report, index = training
+    found = search(index, "GEMM")
+    assert found["total"] == 5 and [m[2] for m in found["matches"]] == [10100 - index.start_ns, 10700 - index.start_ns,
+                                                                        13000 - index.start_ns, 13600 - index.start_ns,
+                                                                        33000 - index.start_ns]
+    o = index.start_ns
+    s = span_summary(index, 10500 - o, 13800 - o)
+    kernels = {name: (ns, n) for name, ns, n in s["kernels"]}
+    # gemm: 100 of 10100-10600, all of 10700-11000, 600 of 13000-13600, 200 of 13600-14400
+    assert kernels["gemm"] == (100 + 300 + 600 + 200, 4)
+    [(label, busy)] = s["busy"]
+    ran = sum(ns for ns, _ in kernels.values())
+    assert busy == pytest.approx(ran / 3300)
