@@ -191,9 +191,9 @@ fi
 
 if has programs-trace; then
   step "programs: reports only (each as written under the default collectors and Python samples), packed in one file"
-  # PROGRAMS_MEASURE: programs whose fixes are timed again (--measure) in the same call
+  # PROGRAMS_ONLY: these programs instead of all; PROGRAMS_MEASURE: programs whose fixes are timed again (--measure)
   mkdir -p "$OUT/programs_trace"
-  for n in $($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(' '.join(diagnosis.PROGRAMS))"); do
+  for n in ${PROGRAMS_ONLY:-$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(' '.join(diagnosis.PROGRAMS))")}; do
     timeout 200 $PY -m gpuscope profile -t "$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(diagnosis.TRACE)")" \
       -o "$OUT/programs_trace/$n" --force-overwrite tests/workloads/$n.py > "$OUT/programs_trace/$n.log" 2>&1
     echo "$n rc=$? $(tail -c 300 "$OUT/programs_trace/$n.log" | tail -1)"

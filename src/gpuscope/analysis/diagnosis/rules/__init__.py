@@ -4,6 +4,7 @@ gaps to them). Adding a rule: a :class:`..rule.Rule` subclass in a module here, 
 from __future__ import annotations
 
 from ..rule import Rule
+from .attention import FusedAttention
 from .copies import PageableCopies, StreamOverlap, SyncCopies
 from .fusion import UnfusedElementwise
 from .gemm_loops import SmallGemms
@@ -22,6 +23,7 @@ RULES: list[Rule] = [
     SyncCopies(),
     StreamOverlap(),
     NoTensorCores(),
+    FusedAttention(),
     UnfusedElementwise(),
     BelowRoofline(),
     GpuMemory(),
