@@ -75,9 +75,9 @@ class Profile:
                 self._borrowed = running
                 running.capture.api(True)
             return
-        from ..trace.files import output_path  # noqa: PLC0415
+        from ..trace.files import reserve_report  # noqa: PLC0415
 
-        path = output_path(str(self.output) if self.output is not None else None, self.force_overwrite)
+        path = reserve_report(str(self.output) if self.output is not None else None, self.force_overwrite)
         trace = traces.parse_trace(self.trace_spec)
         if self.trace_spec is None:
             trace = ["cuda", "nvtx", "torch", "torch-shapes"] if traces.gpu_present() else ["torch", "cpu"]

@@ -114,15 +114,18 @@ def profile(
 
 
 def _open_writer(output: Path) -> ReportWriter:
-    if output.exists():
-        output.unlink()
-    wal = output.with_name(output.name + ".wal")
-    if wal.exists():
-        wal.unlink()
+    """Open the report file that trace.files.reserve_report created; on failure remove it."""
     try:
+        if os.path.lexists(output.with_name(output.name + ".wal")) or output.is_symlink():
+            raise GpuscopeError(f"cannot create {output}: a file appeared beside it ({output.name}.wal) "
+                                "or in its place while the program ran")
         return ReportWriter(output)
+    except GpuscopeError:
+        raise
     except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
-        raise GpuscopeError(f"cannot create {output}: {exc}") from None
+        if not output.is_symlink():
+            output.unlink(missing_ok=True)
+        raise GpuscopeError(f"cannot create {output}: {str(exc).strip().splitlines()[0]}") from None
 
 
 def _not_recorded(trace: list[str]) -> dict[str, str]:

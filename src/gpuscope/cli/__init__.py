@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 
 from .. import __version__
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 from . import analyze, export, kernels, profile, roofline, stats
 
 
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         return int(args._run(args))
     except GpuscopeError as exc:
-        print(f"gpuscope: error: {exc}", file=sys.stderr)
+        print(f"gpuscope: error: {terminal(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuscope: interrupted", file=sys.stderr)

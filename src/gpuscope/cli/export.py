@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from ..errors import GpuscopeError
+from ..safe_text import terminal
 
 NAME = "export"
 HELP = "Convert a report to another format (chrome: a trace for Perfetto UI or chrome://tracing)."
@@ -22,20 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.report).with_suffix(".trace.json")
-    if out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
     from ..trace import chrome
+    from ..trace.outputs import check, open_output
     from ..trace.report import Report
 
-    with Report.open(args.report) as report:
-        tmp = out.with_name(f".{out.name}.partial")
-        try:
-            with open(tmp, "w") as fh:
-                n = chrome.write(report, fh)
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-    print(f"gpuscope: wrote {out} ({n:,} events); open it in https://ui.perfetto.dev", file=sys.stderr)
+    check(out, args.force_overwrite)  # before the report is read
+    with Report.open(args.report) as report, open_output(out, args.force_overwrite) as fh:
+        n = chrome.write(report, fh)
+    print(f"gpuscope: wrote {terminal(str(out))} ({n:,} events); open it in https://ui.perfetto.dev", file=sys.stderr)
     return 0

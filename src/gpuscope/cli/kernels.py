@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 
 NAME = "kernels"
 HELP = "Kernel metrics (throughput, occupancy, DRAM bytes, hit rates, FLOPs) measured by Nsight Compute."
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+    print(f"gpuscope: {terminal(message)}", file=sys.stderr, flush=True)
 
 
 def _recorded(meta: dict[str, object], processes: list[tuple[object, ...]]) -> str:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from ..capture import capture_range, launcher, traces
 from ..errors import GpuscopeError
-from ..trace.files import output_path
+from ..safe_text import terminal
+from ..trace.files import reserve_report
 
 if TYPE_CHECKING:
     from ..trace.report import Report
@@ -85,7 +86,7 @@ def apply_program(args: argparse.Namespace, program: list[str]) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+    print(f"gpuscope: {terminal(message)}", file=sys.stderr, flush=True)
 
 
 def _diagnosis(report: Report) -> str:
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
                                           args.steps)
     command = launcher.resolve_command(list(args.program), args.module)
-    output = output_path(args.output, args.force_overwrite)
+    output = reserve_report(args.output, args.force_overwrite)
     if args.trace is None and not traces.gpu_present():
         trace = [t for t in trace if t not in ("cuda", "nvtx", "nvml", "torch-shapes")] + ["torch-ops", "cpu"]
         _say("no NVIDIA GPU driver found: profiling the CPU side "

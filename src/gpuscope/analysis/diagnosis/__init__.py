@@ -33,6 +33,7 @@ class Diagnosis:
     findings: list[Finding]
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
+    min_share: float = MIN_SHARE  # findings saving less than this share of the step were left out
 
     # the parts of a step and the breakdown table's name, title and note without processes
     PART_NAMES: ClassVar[tuple[str, ...]] = PARTS
@@ -138,4 +139,4 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
-                     processes, findings, skipped, ctx.notes)
+                     processes, findings, skipped, ctx.notes, min_share)
