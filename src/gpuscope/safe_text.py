@@ -6,8 +6,9 @@ or HTML markup. Every reporter passes the text it did not write itself through o
 
 - :func:`terminal`: control characters (C0, DEL, C1) and the Unicode controls that reorder or hide
   text are shown escaped (``\\x1b``, ``\\n``, ``\\u202e``); nothing else changes.
-- :func:`csv_cell`: a text cell that a spreadsheet would take for a formula (it starts with ``=``,
-  ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'``, as OWASP recommends.
+- :func:`csv_cell`: control characters escaped as for a terminal, and a text cell that a spreadsheet
+  would take for a formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return)
+  gets a leading ``'``, as OWASP recommends.
 - :func:`markdown` and :func:`markdown_code`: inline text with Markdown's and HTML's markup
   characters backslash-escaped; a code span whose fence is longer than any run of backticks inside.
 - :func:`html`: HTML-escaped, quotes included.
@@ -49,11 +50,11 @@ def terminal(text: Any) -> str:
 
 
 def csv_cell(value: Any) -> Any:
-    """Return ``value`` for a CSV cell: text that a spreadsheet would run as a formula gets a leading
-    ``'``; numbers and None are returned as they are."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
+    """Return ``value`` for a CSV cell: text with control characters escaped, and a leading ``'`` where a
+    spreadsheet would run it as a formula; numbers and None are returned as they are."""
+    if not isinstance(value, str):
+        return value
+    return "'" + terminal(value) if value.startswith(_FORMULA_START) else terminal(value)
 
 
 def markdown(text: Any) -> str:

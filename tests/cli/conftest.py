@@ -57,6 +57,8 @@ class Result:
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a gpuscope command: this one, with this venv's ``python`` first on PATH."""
     env = {k: v for k, v in os.environ.items() if k not in _SESSION_VARS}
+    # the gpuscope these tests imported (a checkout's src/ ahead of an installed copy elsewhere)
+    env["PYTHONPATH"] = str(Path(gpuscope.__file__).resolve().parents[1])
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.update(extra or {})
