@@ -87,8 +87,9 @@ class Profile:
         self._restore = {"backend": annotation._backend}
         on_main = threading.current_thread() is threading.main_thread()
         if on_main:
-            self._restore["sigterm"] = signal.getsignal(signal.SIGTERM)
+            self._restore["signals"] = {s: signal.getsignal(s) for s in agent_mod.ENDING_SIGNALS}
         agent: Any = agent_mod.Agent(self._spool, set(trace))
+        agent._launcher = None  # this process writes its own report: no launcher to outlive
         self._t0 = time.monotonic_ns()
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         agent.start()
@@ -96,7 +97,8 @@ class Profile:
         atexit.unregister(agent.stop)
         atexit.register(self.stop)
         if on_main:
-            signal.signal(signal.SIGTERM, self._restore["sigterm"])
+            for signum, handler in self._restore["signals"].items():
+                signal.signal(signum, handler)
         agent.in_block = True
         agent_mod._agent = agent
         self._agent = agent

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import GpuscopeError
-from .agent import TRACE_ENV
+from .agent import LAUNCHER_ENV, TRACE_ENV
 from .spool import SPOOL_ENV
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -109,6 +109,7 @@ def child_environment(spool_dir: Path, boot: Path, trace: list[str]) -> dict[str
     env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
     env[SPOOL_ENV] = str(spool_dir)
     env[TRACE_ENV] = ",".join(trace)
+    env[LAUNCHER_ENV] = str(os.getpid())
     return env
 
 

@@ -34,6 +34,7 @@ class SessionResult:
     report: Path
     exit: launcher.ExitStatus
     records: int
+    failed: str | None = None  # why the report could not be written to its end (a full disk)
 
 
 def profile(
@@ -68,7 +69,11 @@ def profile(
             not_recorded=_not_recorded(trace),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        boot = launcher.prepare_bootstrap(spool)
+        try:
+            boot = launcher.prepare_bootstrap(spool)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot prepare the spool directory {spool} ({exc.strerror or exc}); "
+                                "set TMPDIR to a directory with free space") from None
         env = launcher.child_environment(spool, boot, trace)
         if capture is not None and capture.limited:
             capture = dataclasses.replace(capture, origin_ns=time.monotonic_ns())
@@ -102,13 +107,23 @@ def profile(
         ingest(final=True)
         if not command.is_python and not writer.pids():
             on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
+        if _nearly_full(spool):
+            on_diagnostic((0, "warning", f"the spool directory {spool.parent} is full: records may have been "
+                                         "lost; set TMPDIR to a directory with free space"))
         writer.close(
             exit_code=status.returncode if status.signal is None else None,
             exit_signal=status.signal,
             wall_ns=wall,
             processes=sorted(writer.pids()),
         )
-        return SessionResult(output, status, writer.records)
+        if writer.failed is not None and writer.checkpoint_failed and not writer.lost_chunks:
+            on_diagnostic((0, "warning", f"{output} was not checkpointed ({writer.failed}): its records are in "
+                                         f"{output.name}.wal; keep that file beside it"))
+        elif writer.failed is not None:
+            lost = f"; {writer.lost_chunks} chunks of records lost" if writer.lost_chunks else ""
+            on_diagnostic((0, "error", f"{output} could not be written to its end ({writer.failed}){lost}; "
+                                       "it keeps what was stored before"))
+        return SessionResult(output, status, writer.records, writer.failed)
     finally:
         shutil.rmtree(spool, ignore_errors=True)
 
@@ -126,6 +141,15 @@ def _open_writer(output: Path) -> ReportWriter:
         if not output.is_symlink():
             output.unlink(missing_ok=True)
         raise GpuscopeError(f"cannot create {output}: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _nearly_full(directory: Path, margin: int = 1 << 20) -> bool:
+    """Whether the file system of ``directory`` has less than ``margin`` bytes free."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
 
 
 def _not_recorded(trace: list[str]) -> dict[str, str]:

@@ -128,12 +128,15 @@ def run(args: argparse.Namespace) -> int:
             _say(message if level != "error" else f"error: {message}")
 
     result = session.profile(command, output, trace, on_diagnostic, capture)
-    with Report.open(result.report) as report:
-        ov = overview(report)
-        ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
-        text = overview_text.render(ov) + _diagnosis(report)
-        if args.stats:
-            text += terminal.render([fn(report) for fn in stats_reports().values()])
+    try:
+        with Report.open(result.report) as report:
+            ov = overview(report)
+            ov.warnings = [w for w in ov.warnings if w not in printed]  # said once already, live
+            text = overview_text.render(ov) + _diagnosis(report)
+            if args.stats:
+                text += terminal.render([fn(report) for fn in stats_reports().values()])
+    except GpuscopeError as exc:  # the program ran; its exit code stays what the shell sees
+        text = f"gpuscope: error: {terminal(exc)}\n"
     sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "
