@@ -121,5 +121,8 @@ def run(args: argparse.Namespace) -> int:
             _say(f"{len(matched.unmatched)} kernels of ncu's results are not in the report "
                  f"(first: {matched.unmatched[0][:80]})")
     with Report.open(path) as report:
+        if not report.count("kernel"):
+            raise GpuscopeError(f"{path} has no kernels: it recorded no GPU activity (profile with --trace cuda "
+                                "on a machine with an NVIDIA GPU)")
         sys.stdout.write(FORMATS[args.format]([kernel_metrics_table(report)]))
     return 0
