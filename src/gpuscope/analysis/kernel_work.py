@@ -33,6 +33,7 @@ import pandas as pd
 from ..trace.report import Report
 from .attribution import ops_table, ranges_table
 from .carried_work import carry
+from .innermost import innermost_sql
 from .layers import OUTSIDE, op_owners_sql
 from .steps import step_source, steps_table
 from .work_model import Work, op_work_json
@@ -191,15 +192,15 @@ def _cpu_work(report: Report, ops: str) -> pd.DataFrame:
     if source.kind:
         in_step = f"""t.torch_op_id IN (SELECT t2.torch_op_id FROM {ops} t2 ASOF JOIN {steps_table(report, source)} s
                      ON s.pid = t2.pid AND t2.start_ns >= s.start_ns WHERE t2.start_ns < s.stop_ns)"""
+    ranges = ranges_table(report)
+    segs = innermost_sql(report, ranges, "r.source = 'torch'", "_torch_range_segments")
     frame = report.df(
-        f"""WITH owner AS (
-                SELECT t.torch_op_id, arg_max(n.value, r.start_ns) AS owner,
-                       arg_max(r.category, r.start_ns) AS category
-                FROM {ops} t JOIN {ranges_table(report)} r
-                  ON r.pid = t.pid AND r.tid = t.tid AND r.source = 'torch'
-                 AND r.start_ns <= t.start_ns AND t.start_ns <= r.end_eff
-                JOIN string n ON n.id = r.name_id
-                GROUP BY t.torch_op_id)
+        f"""WITH owner AS (  -- the innermost PyTorch range open at the operator's start (innermost.py)
+                SELECT t.torch_op_id, n.value AS owner, r.category
+                FROM {ops} t ASOF JOIN {segs} s ON s.pid = t.pid AND s.tid = coalesce(t.tid, -1)
+                 AND t.start_ns >= s.from_ns
+                JOIN {ranges} r ON r.rid = s.rid
+                JOIN string n ON n.id = r.name_id)
             SELECT t.torch_op_id AS item, t.name, t.pid, t.start_ns, t.end_ns - t.start_ns AS time_ns,
                    t.torch_op_id, o.owner, o.category, {in_step} AS in_step
             FROM {ops} t LEFT JOIN owner o USING (torch_op_id) ORDER BY t.torch_op_id"""
