@@ -73,6 +73,8 @@ class Profile:
         if running is not None:
             if not getattr(running, "in_block", False):  # a block inside a block adds nothing
                 self._borrowed = running
+                outer = os.environ.get("GPUSCOPE_REPORT")  # session.REPORT_ENV: the run's report
+                self.report = Path(outer) if outer else None
                 running.capture.api(True)
             return
         from ..trace.files import reserve_report  # noqa: PLC0415
@@ -104,11 +106,12 @@ class Profile:
         self._agent = agent
 
     def stop(self) -> Path | None:
-        """Stop collecting, write the report and return its path (None under ``gpuscope profile``)."""
+        """Stop collecting, write the report and return its path (under ``gpuscope profile``, the run's
+        report, written when that run ends)."""
         if self._borrowed is not None:
             self._borrowed.capture.api(False)
             self._borrowed = None
-            return None
+            return self.report  # written when the gpuscope profile run ends
         agent, self._agent = self._agent, None
         if agent is None:
             return self.report

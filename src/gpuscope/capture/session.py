@@ -22,6 +22,8 @@ from .capture_range import CAPTURE_ENV, CaptureSpec
 from .host import HostSampler
 from .nvml import NvmlSampler
 
+REPORT_ENV = "GPUSCOPE_REPORT"
+
 INGEST_INTERVAL_S = 0.25
 HOST_INTERVAL_S = 0.1
 NVML_INTERVAL_S = 0.05
@@ -75,6 +77,7 @@ def profile(
             raise GpuscopeError(f"cannot prepare the spool directory {spool} ({exc.strerror or exc}); "
                                 "set TMPDIR to a directory with free space") from None
         env = launcher.child_environment(spool, boot, trace)
+        env[REPORT_ENV] = str(output)  # where a gpuscope.profile() block inside the program is recorded
         if capture is not None and capture.limited:
             capture = dataclasses.replace(capture, origin_ns=time.monotonic_ns())
             env[CAPTURE_ENV] = capture.to_env()
