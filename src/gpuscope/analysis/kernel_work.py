@@ -66,18 +66,32 @@ def has_torch_ops(report: Report) -> bool:
 
 
 def _works(report: Report, ops: str, ids: str) -> pd.DataFrame:
-    """The work model of each operator whose id ``ids`` (SQL) selects, one row per operator."""
-    rows = report.sql(
-        f"SELECT torch_op_id, name, shapes, dtypes, out_shapes, scalars FROM {ops} "
-        f"WHERE torch_op_id IN ({ids})"
-    )
-    out = []
-    for tid, name, shapes, dtypes, outs, scalars in rows:
+    """The work model of each operator whose id ``ids`` (SQL) selects, one row per operator. The
+    model runs once per distinct call (name, shapes, dtypes, outputs, scalars): a run repeats them."""
+    keys = "name, shapes, dtypes, out_shapes, scalars"
+    rows = report.sql(f"SELECT DISTINCT {keys} FROM {ops} WHERE torch_op_id IN ({ids})")
+    models = []
+    for name, shapes, dtypes, outs, scalars in rows:
         w: Work | None = op_work_json(name, shapes, dtypes, outs, scalars)
         if w is not None:
-            out.append((tid, name, w.kind, w.precision, w.flops, w.matrix_flops, w.bytes))
-    return pd.DataFrame(out, columns=["torch_op_id", "op_name", "work_kind", "precision", "op_flops",
-                                      "op_matrix_flops", "op_bytes"])
+            models.append((name, shapes, dtypes, outs, scalars, w.kind, w.precision, w.flops, w.matrix_flops,
+                           w.bytes))
+    columns = ["torch_op_id", "op_name", "work_kind", "precision", "op_flops", "op_matrix_flops", "op_bytes"]
+    if not models:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(models, columns=["name", "shapes", "dtypes", "out_shapes", "scalars", *columns[2:]])
+    frame = frame.astype({"name": object, "shapes": object, "dtypes": object, "out_shapes": object,
+                          "scalars": object})
+    report.con.register("_work_models", frame)
+    try:
+        same = " AND ".join(f"m.{k} IS NOT DISTINCT FROM t.{k}" for k in keys.split(", "))
+        return report.df(
+            f"""SELECT t.torch_op_id, t.name AS op_name, m.work_kind, m.precision, m.op_flops, m.op_matrix_flops,
+                       m.op_bytes
+                FROM {ops} t JOIN _work_models m ON {same}
+                WHERE t.torch_op_id IN ({ids}) ORDER BY t.torch_op_id""")
+    finally:
+        report.con.unregister("_work_models")
 
 
 def _tensor_state(frame: pd.DataFrame) -> pd.Series:
