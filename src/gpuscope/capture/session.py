@@ -49,6 +49,7 @@ def profile(
     """Run ``command`` under the collectors in ``trace`` and write the report to ``output``;
     ``capture`` limits collection to a capture range."""
     spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
+    held: dict[int, object] = {}
     try:
         writer = _open_writer(output)
 
@@ -102,7 +103,7 @@ def profile(
             ingest()
 
         t0 = time.monotonic_ns()
-        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host)
+        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host, held)
         wall = time.monotonic_ns() - t0
         for sampler in host:
             sampler.stop()
@@ -128,6 +129,7 @@ def profile(
                                        "it keeps what was stored before"))
         return SessionResult(output, status, writer.records, writer.failed)
     finally:
+        launcher.release_signals(held)  # ending signals were ignored from the program's end to here
         shutil.rmtree(spool, ignore_errors=True)
 
 
