@@ -111,9 +111,13 @@ def profile(
         ingest(final=True)
         if not command.is_python and not writer.pids():
             on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
-        if _nearly_full(spool):
-            on_diagnostic((0, "warning", f"the spool directory {spool.parent} is full: records may have been "
-                                         "lost; set TMPDIR to a directory with free space"))
+        if _nearly_full(spool):  # the program may not even have been able to say what it lost
+            full = (f"the spool directory {spool.parent} is full: records may have been lost (the report's "
+                    "'dropped' table counts those the program could report); set TMPDIR to a directory with "
+                    "free space")
+            on_diagnostic((0, "error", full))
+            if writer.failed is None:
+                writer.record_problem(0, full)
         writer.close(
             exit_code=status.returncode if status.signal is None else None,
             exit_signal=status.signal,

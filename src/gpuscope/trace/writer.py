@@ -163,6 +163,10 @@ class ReportWriter:
                 raise
             return problems + [self._problem(chunk.pid, f"could not store collector rows: {_text(exc)}")]
 
+    def record_problem(self, pid: int, message: str) -> None:
+        """Store a failure seen by the launcher as an error diagnostic of the report."""
+        self._problem(pid, message)
+
     def _problem(self, pid: int, message: str) -> Diagnostic:
         """Record a failure of the writer itself as a diagnostic of the report."""
         self.con.execute(
