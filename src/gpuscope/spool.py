@@ -87,6 +87,14 @@ class SpoolWriter:
         self._new: list[tuple[int, str]] = []
         self.bytes_written = 0
         self.closed = False
+        # Chunks that could not be written (a full or failing spool directory): what they held is
+        # lost, except their string definitions, layouts and symbols, which go with the next chunk.
+        self.dropped_chunks = 0
+        self.dropped_records = 0
+        self.error: str | None = None
+        self._reported_drops = 0
+        self._carry_dtypes: dict[str, Any] = {}
+        self._carry_symbols: dict[tuple[str, int], int] = {}
 
     def intern(self, value: str) -> int:
         """Return the local id of ``value``, defining it in the next chunk if it is new."""
@@ -111,11 +119,15 @@ class SpoolWriter:
         with self._lock:
             if self.closed or not (records or rows or self._new):
                 return
-            chunk = Chunk(
-                self.pid, self._seq, self._new, records or {}, dtypes or {}, symbols or {}, rows or {}
-            )
+            rows = dict(rows or {})
+            if self.dropped_records > self._reported_drops:  # said with the first chunk that gets through
+                rows["dropped"] = [*rows.get("dropped", []), ("spool", self.dropped_records - self._reported_drops)]
+                rows["diagnostic"] = [*rows.get("diagnostic", []), (None, "error", (
+                    f"{self.dropped_chunks} chunks of records could not be written to the spool directory "
+                    f"({self.error}): {self.dropped_records:,} records lost"))]
+            chunk = Chunk(self.pid, self._seq, self._new, records or {}, {**self._carry_dtypes, **(dtypes or {})},
+                          {**self._carry_symbols, **(symbols or {})}, rows)
             self._new = []
-            self._seq += 1
             final = os.path.join(self.directory, chunk_name(chunk.pid, chunk.seq))
             tmp = final + ".tmp"
             size = 0
@@ -129,7 +141,37 @@ class SpoolWriter:
                 # daemon that outlived the profiled program. Its late records have nowhere to go.
                 self.closed = True
                 return
+            except OSError as exc:  # a full disk: this chunk is lost, the program goes on
+                self._lost(chunk, tmp, exc)
+                return
+            self._seq += 1
+            self._carry_dtypes, self._carry_symbols = {}, {}
+            self._reported_drops = self.dropped_records
             self.bytes_written += size
+
+    def _lost(self, chunk: Chunk, tmp: str, exc: OSError) -> None:
+        """Count a chunk that could not be written; keep what later chunks refer to."""
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        self._new = chunk.strings + self._new
+        self._carry_dtypes, self._carry_symbols = chunk.dtypes, chunk.symbols
+        lost = sum(len(items) for table, items in chunk.rows.items() if table not in ("dropped", "diagnostic"))
+        for name, blob in chunk.records.items():
+            itemsize = getattr(chunk.dtypes.get(name), "itemsize", 0)
+            nbytes = sum(memoryview(b).nbytes for b in (blob if isinstance(blob, list) else [blob]))
+            lost += nbytes // itemsize if itemsize else 1
+        first = self.error is None
+        self.error = exc.strerror or type(exc).__name__
+        self.dropped_chunks += 1
+        self.dropped_records += lost
+        if first:  # one line in the program's stderr, once: the launcher may never hear of it otherwise
+            try:
+                os.write(2, f"gpuscope: cannot write to the spool directory {self.directory} ({self.error}): "
+                            "records are lost until it can\n".encode())
+            except OSError:
+                pass
 
 
 def ready_chunks(directory: str) -> Iterator[tuple[int, int, str]]:

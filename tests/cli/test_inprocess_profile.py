@@ -73,13 +73,13 @@ def test_a_block_under_gpuscope_profile_is_a_capture_range(gs: Gpuscope) -> None
     gs.script("nb.py", """
         import gpuscope
         gpuscope.mark("before")
-        with gpuscope.profile("ignored"):
+        with gpuscope.profile("ignored") as p:
             gpuscope.mark("inside")
         gpuscope.mark("after")
-        print("ok")
+        print("ok", p.report.name)
         """)
     res = gs.profile("-t", "torch", "-o", "r", "--capture-range=api", "nb.py")
-    assert res.returncode == 0 and "ok" in res.stdout, res.describe()
+    assert res.returncode == 0 and "ok r.gpuscope" in res.stdout, res.describe()  # the run's report
     assert not (gs.cwd / "ignored.gpuscope").exists()
     with gpuscope.load(str(gs.cwd / "r.gpuscope")) as report:
         assert list(report.ranges()["name"]) == ["inside"]

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "gpuscope"
 
 STAGES = ["base", "capture", "trace", "analysis", "reporters", "run", "cli", "api"]
-BASE_MODULES = {"errors", "annotation", "spool", "units", "version"}
+BASE_MODULES = {"errors", "annotation", "spool", "units", "version", "safe_text"}
 API_MODULES = {"__init__", "__main__"}
 
 

@@ -40,7 +40,8 @@ def capture_summary(report: Report) -> CaptureSummary | None:
         return None
     capture = report.meta.get("capture_range") or {}
     spec: dict[str, Any] = capture.get("spec") or {}
-    description = capture.get("description") or "the parts of the run between gpuscope.stop() and gpuscope.start()"
+    description = capture.get("description") or ("the parts of the run outside its pauses "
+                                                  "(from gpuscope.stop() to gpuscope.start())")
     infos = [json.loads(d) for (d,) in report.sql("SELECT detail FROM collector WHERE name = 'capture'") if d]
     problems = _problems(spec, infos, count, _steps_made(report, infos)) if limited else []
     return CaptureSummary(description, count, captured, problems)

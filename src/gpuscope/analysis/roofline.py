@@ -42,19 +42,28 @@ POINT_COLUMNS = [
 def _roof_times(items: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
     """Add each item's time at the compute roof and at the DRAM roof (seconds; NaN when unknown)."""
     out = items.copy()
-    compute = []
-    for prec, state, flops, matrix in zip(out["precision"], out["tensor_cores"], out["flops"], out["matrix_flops"]):
-        if not flops or flops != flops:  # no operations, or no work model (NaN): nothing at the roof
-            compute.append(0.0)
-            continue
-        vector = ceilings.peak(prec, tensor=False)
-        tensor = state == "used" or (prec == "fp64" and matrix > 0 and "tensor_fp64" in ceilings.flops)
-        roof = ceilings.peak(prec, tensor=True) if tensor else vector
-        if not roof or (matrix < flops and not vector):
-            compute.append(np.nan)
-        else:
-            rest = (flops - matrix) / vector if flops > matrix else 0.0
-            compute.append(matrix / roof + rest if tensor else flops / roof)
+    # Per item (vectorized: a CPU report has millions): no operations or no work model (NaN): 0 at the
+    # roof; no roof for its precision: NaN; tensor-core work: its matrix part at the tensor roof and the
+    # rest at the CUDA-core roof; other work: all at the CUDA-core roof.
+    prec = out["precision"].astype(object).where(out["precision"].notna(), None)
+    kinds = [p for p in prec.unique() if p is not None]
+
+    def roofs(tensor: bool) -> np.ndarray:
+        table = {p: ceilings.peak(p, tensor=tensor) or np.nan for p in kinds}
+        return prec.map(table).astype(float).fillna(np.nan).to_numpy()
+
+    flops = out["flops"].astype(float).to_numpy()
+    matrix = out["matrix_flops"].astype(float).to_numpy()
+    vector, tensor_roof = roofs(False), roofs(True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tensor = (out["tensor_cores"] == "used").to_numpy() | (
+            (prec == "fp64").to_numpy() & (matrix > 0) & ("tensor_fp64" in ceilings.flops))
+        roof = np.where(tensor, tensor_roof, vector)
+        missing = np.isnan(roof) | (roof == 0) | ((matrix < flops) & (np.isnan(vector) | (vector == 0)))
+        rest = np.where(flops > matrix, (flops - matrix) / vector, 0.0)
+        compute = np.where(tensor, matrix / roof + rest, flops / roof)
+    compute = np.where(missing, np.nan, compute)
+    compute = np.where((flops == 0) | np.isnan(flops), 0.0, compute)
     out["compute_s"] = compute
     bw = ceilings.dram_bytes_per_s
     out["memory_s"] = out["bytes"] / bw if bw else np.nan
@@ -62,14 +71,14 @@ def _roof_times(items: pd.DataFrame, ceilings: Ceilings) -> pd.DataFrame:
 
 
 def _tensor_summary(states: pd.Series) -> str:
-    values = set(states.dropna())
+    values = set(states.dropna().unique())
     if "used" in values:
         return "used"
     return "eligible-unused" if "eligible-unused" in values else "n/a"
 
 
 def _precisions(values: pd.Series) -> str | None:
-    found = sorted({v for v in values.dropna()})
+    found = sorted(set(values.dropna().unique()))
     return "+".join(found) if found else None
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Protocol, Sequence
 
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 from ..version import __version__
 from . import analyze, diff, export, import_, kernels, profile, report, roofline, stats, view
 
@@ -42,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the gpuscope command line; return the exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stdout is None and not (argv and argv[0] == profile.NAME):
+        print("gpuscope: error: standard output is closed; use --output FILE or redirect it", file=sys.stderr)
+        return 2
     try:
         if argv and argv[0] == profile.NAME:
             own, program = profile.split_argv(argv[1:])
@@ -53,12 +58,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.program = argv[cut + 1:]
         else:
             args = parser.parse_args(argv)
-        return int(args._run(args))
+        return int(_run_reader(args) if args.command != profile.NAME else args._run(args))
     except GpuscopeError as exc:
-        print(f"gpuscope: error: {exc}", file=sys.stderr)
+        print(f"gpuscope: error: {terminal(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuscope: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # standard output closed or unwritable
+        print(f"gpuscope: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+# Set to see the traceback of a failure that a reader command reports as one line.
+DEBUG_ENV = "GPUSCOPE_DEBUG"
+
+
+def _run_reader(args: argparse.Namespace) -> int:
+    """Run a command that reads a report. A report is data from anywhere: whatever a damaged one makes
+    the analyses raise is said in one line (exit 2), never as a traceback (unless GPUSCOPE_DEBUG is set)."""
+    try:
+        return int(args._run(args))
+    except (GpuscopeError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except OSError as exc:
+        if exc.filename is None:
+            raise  # the output, not the report
+        raise GpuscopeError(f"{exc.filename}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get(DEBUG_ENV):
+            raise
+        report = getattr(args, "report", None)
+        text = str(exc).strip().splitlines()
+        raise GpuscopeError(f"{report}: cannot read this report, damaged or of a form this gpuscope does not "
+                            f"know ({type(exc).__name__}: {text[0][:200] if text else ''}); "
+                            f"{DEBUG_ENV}=1 shows where") from None

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..reporters import DIAGNOSIS_FORMATS
+from ..errors import GpuscopeError
 from .output import emit
 
 NAME = "analyze"
@@ -16,11 +17,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="a .gpuscope report file")
     p.add_argument("-f", "--format", choices=list(DIAGNOSIS_FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
+    p.add_argument("--force-overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--min-share", type=float, default=1.0, metavar="PERCENT",
                    help="leave out findings that save less than this share of the step (default 1)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.min_share <= 100.0:
+        raise GpuscopeError(f"--min-share {args.min_share:g}: give a percentage from 0 to 100")
     from ..analysis.diagnosis import diagnose
     from ..reporters import diagnosis_formats
     from ..trace.report import Report
@@ -30,5 +34,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "analyzing what was recorded", file=sys.stderr)
         text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))
-    emit(text, args.output)
+    emit(text, args.output, args.force_overwrite)
     return 0

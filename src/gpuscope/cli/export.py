@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 from ..trace.exports import EXPORTS, writer
 
 NAME = "export"
@@ -27,39 +27,34 @@ def run(args: argparse.Namespace) -> int:
     if fmt.folder:
         return _folder(args)
     out = Path(args.output) if args.output else Path(args.report).with_suffix(fmt.suffix)
-    if out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    from ..trace.outputs import check, open_output
     from ..trace.report import Report
 
     write = writer(args.format)
-
-    with Report.open(args.report) as report:
-        tmp = out.with_name(f".{out.name}.partial")
-        try:
-            with open(tmp, "w") as fh:
-                n = write(report, fh)
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-    print(f"gpuscope: wrote {out} ({n:,} events); open it in {fmt.opens_in}", file=sys.stderr)
+    check(out, args.force_overwrite)  # before the report is read
+    with Report.open(args.report) as report, open_output(out, args.force_overwrite) as fh:
+        n = write(report, fh)
+    print(f"gpuscope: wrote {terminal(str(out))} ({n:,} events); open it in {fmt.opens_in}", file=sys.stderr)
     return 0
 
 
 def _folder(args: argparse.Namespace) -> int:
+    from ..trace.outputs import check
     from ..trace.report import Report
 
     fmt = EXPORTS[args.format]
     out = Path(args.output) if args.output else Path(args.report).with_suffix(fmt.suffix)
-    if out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    if out.is_dir() and not out.is_symlink():
+        if not args.force_overwrite:
+            raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    else:
+        check(out, args.force_overwrite)
     with Report.open(args.report) as report:
         try:
             counts = writer(args.format)(report, out)
         except OSError as exc:
             raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
     assert isinstance(counts, dict)
-    print(f"gpuscope: wrote {out}/ ({len(counts)} tables, {sum(counts.values()):,} rows); open it with "
-          f"{fmt.opens_in}", file=sys.stderr)
+    print(f"gpuscope: wrote {terminal(str(out))}/ ({len(counts)} tables, {sum(counts.values()):,} rows); open it "
+          f"with {fmt.opens_in}", file=sys.stderr)
     return 0

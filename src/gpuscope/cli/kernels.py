@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
+from ..safe_text import terminal
 
 NAME = "kernels"
 HELP = "Kernel metrics (throughput, occupancy, DRAM bytes, hit rates, FLOPs) measured by Nsight Compute."
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+    print(f"gpuscope: {terminal(message)}", file=sys.stderr, flush=True)
 
 
 def _recorded(meta: dict[str, object], processes: list[tuple[object, ...]]) -> str:
@@ -120,5 +121,8 @@ def run(args: argparse.Namespace) -> int:
             _say(f"{len(matched.unmatched)} kernels of ncu's results are not in the report "
                  f"(first: {matched.unmatched[0][:80]})")
     with Report.open(path) as report:
+        if not report.count("kernel"):
+            raise GpuscopeError(f"{path} has no kernels: it recorded no GPU activity (profile with --trace cuda "
+                                "on a machine with an NVIDIA GPU)")
         sys.stdout.write(FORMATS[args.format]([kernel_metrics_table(report)]))
     return 0

@@ -5,16 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import GpuscopeError
+from ..safe_text import terminal
+from ..trace.outputs import write_output
 
 
-def emit(text: str, output: str | None) -> None:
-    """Write ``text`` to ``output`` (saying so on stderr), or to stdout without one."""
+def emit(text: str, output: str | None, force: bool = False) -> None:
+    """Write ``text`` to ``output`` (saying so on stderr; an existing name only with ``force``, a
+    symbolic link never followed), or to stdout without one."""
     if output:
-        try:
-            Path(output).write_text(text)
-        except OSError as exc:
-            raise GpuscopeError(f"cannot write {output}: {exc.strerror}") from None
-        print(f"gpuscope: wrote {output}", file=sys.stderr)
+        write_output(Path(output), text, force, option="--output")
+        print(f"gpuscope: wrote {terminal(output)}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -8,7 +8,8 @@ import sys
 from ..capture import capture_range, collectors
 from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
-from ..trace.files import output_path
+from ..safe_text import terminal
+from ..trace.files import reserve_report
 
 NAME = "profile"
 HELP = "Run a program and record its GPU (and CPU) activity into a report file."
@@ -82,7 +83,7 @@ def apply_program(args: argparse.Namespace, program: list[str]) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+    print(f"gpuscope: {terminal(message)}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
                                           args.steps)
     command = launcher.resolve_command(list(args.program), args.module)
-    output = output_path(args.output, args.force_overwrite)
+    output = reserve_report(args.output, args.force_overwrite)
     if args.trace is None and not collectors.gpu_present():
         trace = collectors.cpu_only(trace)
         _say("no NVIDIA GPU driver found: profiling the CPU side "
@@ -107,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
             _say(message if level != "error" else f"error: {message}")
 
     result = program.profile(command, output, trace, on_diagnostic, capture)
-    sys.stderr.write(end_of_run(result.report, printed, diagnosis=True, stats=args.stats))
+    try:
+        text = end_of_run(result.report, printed, diagnosis=True, stats=args.stats)
+    except GpuscopeError as exc:  # the program ran; its exit code stays what the shell sees
+        text = f"gpuscope: error: {terminal(exc)}\n"
+    sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
     _say(f"wrote {result.report} ({result.records:,} records); "
          f"see it with: gpuscope stats {result.report}, gpuscope analyze {result.report}")

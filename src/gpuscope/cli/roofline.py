@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
+from ..safe_text import terminal
 
 NAME = "roofline"
 HELP = ("Roofline of a report: FLOPs, bytes, intensity, efficiency and bound per kernel and layer; "
@@ -26,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"gpuscope: {message}", file=sys.stderr, flush=True)
+    print(f"gpuscope: {terminal(message)}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and not args.report:
         raise GpuscopeError("-o draws a report's roofline: give the report file")
-    if out is not None and out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    if out is not None:
+        from ..trace.outputs import check
+
+        check(out, args.force_overwrite)
     from ..analysis.ceilings import ceilings_table, for_report, save
 
     tables = []
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                 raise GpuscopeError(f"{args.report} has no FLOPs to draw: record it with --trace torch-shapes or torch-ops")
             from ..reporters import roofline_plot
 
-            roofline_plot.write(points, ceilings, out, f"Roofline of {Path(args.report).name}: {ceilings.device}")
+            roofline_plot.write(points, ceilings, out, f"Roofline of {Path(args.report).name}: {ceilings.device}",
+                                args.force_overwrite)
     sys.stdout.write(FORMATS[args.format](tables))
     if out is not None:
         _say(f"wrote {out}; open it in a browser or an image viewer")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..analysis import STATS_REPORTS, stats_reports
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
+from ..safe_text import terminal
 from .output import emit
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
+    p.add_argument("--force-overwrite", action="store_true", help="replace an existing --output file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         _say_capture(args.report, report)
         reports = stats_reports()
         text = FORMATS[args.format]([reports[n](report) for n in names])
-    emit(text, args.output)
+    emit(text, args.output, args.force_overwrite)
     return 0
 
 
@@ -54,7 +56,7 @@ def _say_capture(path: str, report: Report) -> None:
     summary = capture_summary(report)
     if summary is None:
         return
-    print(f"gpuscope: note: {path} holds part of the run (capture range: {summary.description})",
+    print(terminal(f"gpuscope: note: {path} holds part of the run (capture range: {summary.description})"),
           file=sys.stderr)
     for problem in summary.problems:
-        print(f"gpuscope: warning: {problem}", file=sys.stderr)
+        print(terminal(f"gpuscope: warning: {problem}"), file=sys.stderr)

@@ -1,19 +1,25 @@
-"""The diagnosis as Markdown: the breakdown and steps as tables, the findings as a numbered list."""
+"""The diagnosis as Markdown: the breakdown and steps as tables, the findings as a numbered list.
+
+Every text that comes from the report (names inside titles, evidence, places) is escaped
+(:mod:`..safe_text`), so a name never turns into a link, HTML, emphasis or a broken table.
+"""
 
 from __future__ import annotations
 
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.table import Table
-from .findings_table import saving_text, skipped_lines
+from ..safe_text import markdown as md
+from ..safe_text import markdown_code as code
+from .findings_table import none_above, saving_text, skipped_lines
 from ..units import human
 
 
 def _table(table: Table) -> str:
-    cells = [[human(v, c.unit).replace("|", "\\|") for v, c in zip(row, table.columns)] for row in table.rows]
+    cells = [[md(human(v, c.unit)) for v, c in zip(row, table.columns)] for row in table.rows]
     align = ["---:" if c.unit != "text" else "---" for c in table.columns]
-    out = ["| " + " | ".join(c.label for c in table.columns) + " |", "| " + " | ".join(align) + " |"]
+    out = ["| " + " | ".join(md(c.label) for c in table.columns) + " |", "| " + " | ".join(align) + " |"]
     out += ["| " + " | ".join(r) + " |" for r in cells]
-    out += ["", *(f"_{n}_  " for n in table.notes)]
+    out += ["", *(f"_{md(n)}_  " for n in table.notes)]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -24,14 +30,15 @@ def render(diag: Diagnosis) -> str:
         out += ["## Steps", "", _table(diag.steps_table())]
     out += ["## Findings, ranked by estimated saving", ""]
     for i, f in enumerate(diag.findings, 1):
-        out.append(f"{i}. **{f.title}** (`{f.rule}`): saves {saving_text(f)}"
+        out.append(f"{i}. **{md(f.title)}** ({code(f.rule)}): saves {saving_text(f)}"
                    + (" (expected cost)" if f.advisory else ""))
-        out += [f"   - {e}" for e in f.evidence]
-        out.append(f"   - where: `{f.location}`")
-        out.append(f"   - fix: {f.fix}")
+        out += [f"   - {md(e)}" for e in f.evidence]
+        out.append(f"   - where: {code(f.location)}")
+        out.append(f"   - fix: {md(f.fix)}")
     if not diag.findings:
-        out.append("None above 1% of the step.")
+        text = none_above(diag)
+        out.append(md(text[0].upper() + text[1:] + "."))
     if diag.skipped:
         out += ["", "## Not checked", ""]
-        out += [f"- `{rules}`: {reason}" for rules, reason in skipped_lines(diag)]
+        out += [f"- {code(rules)}: {md(reason)}" for rules, reason in skipped_lines(diag)]
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ from ..analysis.diagnosis import Diagnosis, Finding
 from ..analysis.diagnosis.cpu_breakdown import CPU_PARTS, CPU_SHORT, CpuBreakdown
 from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
 from ..analysis.table import Table
+from ..safe_text import terminal as safe
 from ..units import duration, human
 
 WIDTH = 100
@@ -43,12 +44,12 @@ def saving_text(f: Finding) -> str:
 
 def _rich_table(table: Table) -> RichTable:
     """``table`` in human units, numbers right-aligned (its notes are printed after it)."""
-    t = RichTable(title=f"{table.title} ({table.name})", title_justify="left", box=box.SIMPLE_HEAD,
+    t = RichTable(title=safe(f"{table.title} ({table.name})"), title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
     for c in table.columns:
-        t.add_column(c.label, justify="left" if c.unit == "text" else "right", overflow="fold")
+        t.add_column(safe(c.label), justify="left" if c.unit == "text" else "right", overflow="fold")
     for row in table.rows:
-        t.add_row(*(human(v, c.unit) for v, c in zip(row, table.columns)))
+        t.add_row(*(safe(human(v, c.unit)) for v, c in zip(row, table.columns)))
     return t
 
 
@@ -59,8 +60,8 @@ def _findings(diag: Diagnosis) -> RichTable:
     t.add_column("Finding", overflow="fold")
     t.add_column("Saves", overflow="fold", max_width=24)
     for i, f in enumerate(diag.findings, 1):
-        body = [f"{f.title}  [{f.rule}]", *(f"evidence: {e}" for e in f.evidence),
-                f"where: {f.location}", f"fix: {f.fix}"]
+        body = [safe(f"{f.title}  [{f.rule}]"), *(safe(f"evidence: {e}") for e in f.evidence),
+                safe(f"where: {f.location}"), safe(f"fix: {f.fix}")]
         t.add_row(str(i), "\n".join(body), saving_text(f) + ("\n(expected cost)" if f.advisory else ""))
     return t
 
@@ -74,17 +75,22 @@ def render(diag: Diagnosis) -> str:
     for table in tables:
         console.print(_rich_table(table))
         for note in table.notes:
-            console.print(f"  {note}", soft_wrap=True)
+            console.print(f"  {safe(note)}", soft_wrap=True)
         console.print()
     if diag.findings:
         console.print(_findings(diag))
     else:
-        console.print("Findings, ranked by estimated saving: none above 1% of the step", soft_wrap=True)
+        console.print(f"Findings, ranked by estimated saving: {none_above(diag)}", soft_wrap=True)
     if diag.skipped:
         console.print("\nNot checked", soft_wrap=True)
         for rules, reason in skipped_lines(diag):
-            console.print(f"  {rules}: {reason}", soft_wrap=True)
+            console.print(safe(f"  {rules}: {reason}"), soft_wrap=True)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def none_above(diag: Diagnosis) -> str:
+    """``none above 1% of the step``, with the threshold the diagnosis used."""
+    return f"none above {100 * diag.min_share:g}% of the step"
 
 
 def skipped_lines(diag: Diagnosis) -> list[tuple[str, str]]:
@@ -124,6 +130,6 @@ def render_short(diag: Diagnosis, top: int = 3) -> str:
         lines.append(f"Step time ({what} {duration(step)}, process {p.pid}): GPU busy {100 * busy / step:.0f}%"
                      + (f"; idle: {parts}" if parts else ""))
     for i, f in enumerate(diag.findings[:top], 1):
-        lines.append(f"  {i}. {f.title} - saves {saving_text(f)}")
-        lines.append(f"     fix: {textwrap.shorten(f.fix, 110, placeholder=' ...')}")
+        lines.append(safe(f"  {i}. {f.title} - saves {saving_text(f)}"))
+        lines.append(safe(f"     fix: {textwrap.shorten(f.fix, 110, placeholder=' ...')}"))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis.capture_summary import CaptureSummary
 from ..analysis.overhead import CollectionOverhead
 from ..analysis.overview import Overview
+from ..safe_text import terminal as safe
 from .terminal import format_table
 from ..units import duration
 
@@ -13,28 +14,28 @@ def render(ov: Overview) -> str:
     """Return the summary of a profile: run, GPU busy time, top kernels, what was not recorded."""
     wall = duration(ov.wall_ns) if ov.wall_ns else "?"
     plural = "es" if ov.processes != 1 else ""
-    lines = [f"Program: {' '.join(ov.command)}  ({ov.exit_description}, {wall} wall, "
+    lines = [f"Program: {safe(' '.join(ov.command))}  ({ov.exit_description}, {wall} wall, "
              f"{ov.processes} process{plural})"]
     counts = ", ".join(f"{n:,} {t.replace('_', ' ')}s" for t, n in ov.records.items() if n)
     lines.append(f"Recorded: {counts or 'no GPU activity'}")
     if ov.capture is not None:
-        lines.append(capture_line(ov.capture))
+        lines.append(safe(capture_line(ov.capture)))
     for d in ov.devices:
-        lines.append(f"GPU {d.device_id} ({d.name}): busy {duration(d.busy_ns)} of {duration(d.span_ns)} "
+        lines.append(f"GPU {d.device_id} ({safe(d.name)}): busy {duration(d.busy_ns)} of {duration(d.span_ns)} "
                      f"from first to last GPU operation ({d.busy_percent:.1f}%), {d.kernels:,} kernels")
     if ov.top_kernels.rows:
         lines.append(format_table(ov.top_kernels).rstrip("\n"))
     if ov.top_functions is not None and ov.top_functions.rows:
         lines.append(format_table(ov.top_functions).rstrip("\n"))
     if ov.host_advice:
-        lines.append(ov.host_advice)
+        lines.append(safe(ov.host_advice))
     dropped = ", ".join(f"{k} {v:,}" for k, v in ov.dropped.items())
     lines.append(f"Dropped records: {dropped or 'none'}")
     if ov.overhead is not None:
         lines.append(overhead_line(ov.overhead))
     if any(ov.records.values()):  # what else could have been recorded matters once GPU work was
-        lines += [f"Not recorded: {hint}" for hint in ov.not_recorded.values()]
-    lines += [f"Warning: {w}" for w in ov.warnings]
+        lines += [f"Not recorded: {safe(hint)}" for hint in ov.not_recorded.values()]
+    lines += [f"Warning: {safe(w)}" for w in ov.warnings]
     return "\n".join(lines) + "\n"
 
 

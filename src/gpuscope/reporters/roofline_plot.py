@@ -6,7 +6,6 @@ PNG and SVG come from matplotlib (the ``plot`` extra); HTML holds the SVG and a 
 
 from __future__ import annotations
 
-import html
 import io
 import math
 from pathlib import Path
@@ -16,6 +15,9 @@ import pandas as pd
 
 from ..analysis.ceilings import LABELS, Ceilings
 from ..errors import GpuscopeError
+from ..safe_text import html as esc
+from ..safe_text import plot as plot_text
+from ..trace.outputs import write_output
 from ..units import scaled
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ def figure(points: pd.DataFrame, ceilings: Ceilings, title: str) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("Arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("Performance (FLOP/s)")
-    ax.set_title(title)
+    ax.set_title(plot_text(title))
     placed = points[(points["intensity"] > 0) & (points["achieved_flops_per_s"] > 0)]
     peaks = {k: v for k, v in ceilings.flops.items() if v}
     bws = {k: v for k, v in (("dram", ceilings.dram_bytes_per_s), ("l2", ceilings.l2_bytes_per_s)) if v}
@@ -91,7 +93,7 @@ def figure(points: pd.DataFrame, ceilings: Ceilings, title: str) -> Figure:
                           label=f"{bound} bound")
         coll.set_gid(f"points-{bound}")
     for r in placed.sort_values("headroom_ns", ascending=False).head(LABELLED).itertuples():
-        ax.annotate(short_name(str(r.name)), (r.intensity, r.achieved_flops_per_s), fontsize=7,
+        ax.annotate(plot_text(short_name(str(r.name))), (r.intensity, r.achieved_flops_per_s), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     ymin = min([*placed["achieved_flops_per_s"].tolist(), top]) / 10
     ax.set_xlim(x0, x1)
@@ -115,24 +117,25 @@ def _bytes(fig: Figure, fmt: str) -> bytes:
 def _html(points: pd.DataFrame, ceilings: Ceilings, title: str, svg: str) -> str:
     cols = ["name", "layer", "kernels", "time_ns", "flops", "bytes", "intensity", "achieved_flops_per_s",
             "attainable_flops_per_s", "efficiency", "headroom_ns", "bound", "tensor_cores"]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     rows = []
     for r in points[cols].itertuples(index=False):
-        cells = "".join(f"<td>{html.escape('' if v is None or v != v else f'{v:.4g}' if isinstance(v, float) else str(v))}</td>"
+        cells = "".join(f"<td>{esc('' if v is None or v != v else f'{v:.4g}' if isinstance(v, float) else str(v))}</td>"
                         for v in r)
         rows.append(f"<tr>{cells}</tr>")
-    roofs = "".join(f"<li>{html.escape(LABELS.get(k, k))}: {html.escape(scaled(v, 'B/s' if k in ('dram', 'l2') else 'FLOP/s'))}"
-                    f" ({html.escape(src)})</li>" for k, v, src in ceilings.rows())
+    roofs = "".join(f"<li>{esc(LABELS.get(k, k))}: {esc(scaled(v, 'B/s' if k in ('dram', 'l2') else 'FLOP/s'))}"
+                    f" ({esc(src)})</li>" for k, v, src in ceilings.rows())
     svg_body = svg[svg.index("<svg"):]
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
             "<style>body{font-family:sans-serif}table{border-collapse:collapse;font-size:12px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>"
-            f"</head><body><h1>{html.escape(title)}</h1>\n{svg_body}\n<h2>Ceilings</h2><ul>{roofs}</ul>\n"
+            f"</head><body><h1>{esc(title)}</h1>\n{svg_body}\n<h2>Ceilings</h2><ul>{roofs}</ul>\n"
             f"<h2>Points</h2><table><tr>{head}</tr>\n" + "\n".join(rows) + "</table></body></html>\n")
 
 
-def write(points: pd.DataFrame, ceilings: Ceilings, path: Path, title: str) -> None:
-    """Write the chart to ``path``: PNG, SVG or HTML by its suffix."""
+def write(points: pd.DataFrame, ceilings: Ceilings, path: Path, title: str, force: bool = False) -> None:
+    """Write the chart to ``path``: PNG, SVG or HTML by its suffix (an existing name only with ``force``;
+    a symbolic link is replaced, never followed)."""
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise GpuscopeError(f"cannot write a roofline chart as {path.name}: use .png, .svg or .html")
@@ -141,7 +144,4 @@ def write(points: pd.DataFrame, ceilings: Ceilings, path: Path, title: str) -> N
         data = _html(points, ceilings, title, _bytes(fig, "svg").decode()).encode()
     else:
         data = _bytes(fig, suffix[1:])
-    try:
-        path.write_bytes(data)
-    except OSError as exc:
-        raise GpuscopeError(f"cannot write {path}: {exc.strerror}") from None
+    write_output(path, data, force)

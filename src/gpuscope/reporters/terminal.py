@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..analysis.table import Table
+from ..safe_text import terminal as safe
 from ..units import human
 
 GAP = "  "
@@ -17,8 +18,8 @@ GAP = "  "
 
 def format_table(table: Table) -> str:
     """Return ``table`` as text: a title line, a header, a rule, the rows, then its notes."""
-    cells = [[human(v, c.unit) for v, c in zip(row, table.columns)] for row in table.rows]
-    labels = [c.label for c in table.columns]
+    cells = [[safe(human(v, c.unit)) for v, c in zip(row, table.columns)] for row in table.rows]
+    labels = [safe(c.label) for c in table.columns]
     widths = [max([len(lab)] + [len(r[i]) for r in cells]) for i, lab in enumerate(labels)]
     numeric = [c.unit != "text" for c in table.columns]
 
@@ -30,9 +31,9 @@ def format_table(table: Table) -> str:
         return (GAP + GAP.join(parts)).rstrip()
 
     rule = [min(w, max(len(lab), 60)) if i == len(widths) - 1 else w for i, (w, lab) in enumerate(zip(widths, labels))]
-    out = [f"{table.title} ({table.name})", "", line(labels), GAP + GAP.join("-" * w for w in rule)]
+    out = [safe(f"{table.title} ({table.name})"), "", line(labels), GAP + GAP.join("-" * w for w in rule)]
     out += [line(r) for r in cells]
-    out += [f"{GAP}{note}" for note in table.notes]
+    out += [f"{GAP}{safe(note)}" for note in table.notes]
     return "\n".join(out) + "\n"
 
 

@@ -72,11 +72,13 @@ class Profile:
         if running is not None:
             if not getattr(running, "in_block", False):  # a block inside a block adds nothing
                 self._borrowed = running
+                outer = os.environ.get("GPUSCOPE_REPORT")  # session.REPORT_ENV: the run's report
+                self.report = Path(outer) if outer else None
                 running.capture.api(True)
             return
-        from ..trace.files import output_path  # noqa: PLC0415
+        from ..trace.files import reserve_report  # noqa: PLC0415
 
-        path = output_path(str(self.output) if self.output is not None else None, self.force_overwrite)
+        path = reserve_report(str(self.output) if self.output is not None else None, self.force_overwrite)
         trace = collectors.parse_trace(self.trace_spec)
         if self.trace_spec is None:
             trace = collectors.BLOCK_DEFAULT_GPU if collectors.gpu_present() else collectors.BLOCK_DEFAULT_CPU
@@ -86,8 +88,9 @@ class Profile:
         self._restore = {"backend": annotation._backend}
         on_main = threading.current_thread() is threading.main_thread()
         if on_main:
-            self._restore["sigterm"] = signal.getsignal(signal.SIGTERM)
+            self._restore["signals"] = {s: signal.getsignal(s) for s in agent_mod.ENDING_SIGNALS}
         agent: Any = agent_mod.Agent(self._spool, set(trace))
+        agent._launcher = None  # this process writes its own report: no launcher to outlive
         self._t0 = time.monotonic_ns()
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         agent.start()
@@ -95,17 +98,19 @@ class Profile:
         atexit.unregister(agent.stop)
         atexit.register(self.stop)
         if on_main:
-            signal.signal(signal.SIGTERM, self._restore["sigterm"])
+            for signum, handler in self._restore["signals"].items():
+                signal.signal(signum, handler)
         agent.in_block = True
         agent_mod._agent = agent
         self._agent = agent
 
     def stop(self) -> Path | None:
-        """Stop collecting, write the report and return its path (None under ``gpuscope profile``)."""
+        """Stop collecting, write the report and return its path (under ``gpuscope profile``, the run's
+        report, written when that run ends)."""
         if self._borrowed is not None:
             self._borrowed.capture.api(False)
             self._borrowed = None
-            return None
+            return self.report  # written when the gpuscope profile run ends
         agent, self._agent = self._agent, None
         if agent is None:
             return self.report

@@ -23,6 +23,8 @@ from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
 from ..trace.writer import Diagnostic, ReportWriter
 
+REPORT_ENV = "GPUSCOPE_REPORT"
+
 INGEST_INTERVAL_S = 0.25
 HOST_INTERVAL_S = 0.1
 NVML_INTERVAL_S = 0.05
@@ -35,6 +37,7 @@ class SessionResult:
     report: Path
     exit: launcher.ExitStatus
     records: int
+    failed: str | None = None  # why the report could not be written to its end (a full disk)
 
 
 def profile(
@@ -47,6 +50,7 @@ def profile(
     """Run ``command`` under the collectors in ``trace`` and write the report to ``output``;
     ``capture`` limits collection to a capture range."""
     spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
+    held: dict[int, object] = {}
     try:
         writer = _open_writer(output)
 
@@ -69,8 +73,13 @@ def profile(
             not_recorded=not_recorded(trace),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        boot = launcher.prepare_bootstrap(spool)
+        try:
+            boot = launcher.prepare_bootstrap(spool)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot prepare the spool directory {spool} ({exc.strerror or exc}); "
+                                "set TMPDIR to a directory with free space") from None
         env = launcher.child_environment(spool, boot, trace)
+        env[REPORT_ENV] = str(output)  # where a gpuscope.profile() block inside the program is recorded
         if capture is not None and capture.limited:
             capture = dataclasses.replace(capture, origin_ns=time.monotonic_ns())
             env[CAPTURE_ENV] = capture.to_env()
@@ -95,7 +104,7 @@ def profile(
             ingest()
 
         t0 = time.monotonic_ns()
-        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host)
+        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host, held)
         wall = time.monotonic_ns() - t0
         for sampler in host:
             sampler.stop()
@@ -103,27 +112,54 @@ def profile(
         ingest(final=True)
         if not command.is_python and not writer.pids():
             on_diagnostic((0, "warning", "no Python process reported to gpuscope: nothing was traced"))
+        if _nearly_full(spool):  # the program may not even have been able to say what it lost
+            full = (f"the spool directory {spool.parent} is full: records may have been lost (the report's "
+                    "'dropped' table counts those the program could report); set TMPDIR to a directory with "
+                    "free space")
+            on_diagnostic((0, "error", full))
+            if writer.failed is None:
+                writer.record_problem(0, full)
         writer.close(
             exit_code=status.returncode if status.signal is None else None,
             exit_signal=status.signal,
             wall_ns=wall,
             processes=sorted(writer.pids()),
         )
-        return SessionResult(output, status, writer.records)
+        if writer.failed is not None and writer.checkpoint_failed and not writer.lost_chunks:
+            on_diagnostic((0, "warning", f"{output} was not checkpointed ({writer.failed}): its records are in "
+                                         f"{output.name}.wal; keep that file beside it"))
+        elif writer.failed is not None:
+            lost = f"; {writer.lost_chunks} chunks of records lost" if writer.lost_chunks else ""
+            on_diagnostic((0, "error", f"{output} could not be written to its end ({writer.failed}){lost}; "
+                                       "it keeps what was stored before"))
+        return SessionResult(output, status, writer.records, writer.failed)
     finally:
+        launcher.release_signals(held)  # ending signals were ignored from the program's end to here
         shutil.rmtree(spool, ignore_errors=True)
 
 
 def _open_writer(output: Path) -> ReportWriter:
-    if output.exists():
-        output.unlink()
-    wal = output.with_name(output.name + ".wal")
-    if wal.exists():
-        wal.unlink()
+    """Open the report file that trace.files.reserve_report created; on failure remove it."""
     try:
+        if os.path.lexists(output.with_name(output.name + ".wal")) or output.is_symlink():
+            raise GpuscopeError(f"cannot create {output}: a file appeared beside it ({output.name}.wal) "
+                                "or in its place while the program ran")
         return ReportWriter(output)
+    except GpuscopeError:
+        raise
     except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
-        raise GpuscopeError(f"cannot create {output}: {exc}") from None
+        if not output.is_symlink():
+            output.unlink(missing_ok=True)
+        raise GpuscopeError(f"cannot create {output}: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _nearly_full(directory: Path, margin: int = 1 << 20) -> bool:
+    """Whether the file system of ``directory`` has less than ``margin`` bytes free."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
 
 
 def _user() -> str:

@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from . import outputs
 from .schema import FILE_SUFFIX
 
 
 def default_output(directory: Path) -> Path:
     """Return the first ``reportN.gpuscope`` in ``directory`` that does not exist yet."""
     n = 1
-    while (directory / f"report{n}{FILE_SUFFIX}").exists():
+    while os.path.lexists(directory / f"report{n}{FILE_SUFFIX}"):
         n += 1
     return directory / f"report{n}{FILE_SUFFIX}"
 
@@ -20,8 +21,8 @@ def default_output(directory: Path) -> Path:
 def output_path(requested: str | None, force: bool, cwd: Path | None = None) -> Path:
     """Return where the report goes, checking that it can be written there.
 
-    Raises GpuscopeError before anything runs if the file exists (without ``force``) or the
-    directory cannot be written.
+    Raises GpuscopeError before anything runs if the name exists (a symbolic link included) without
+    ``force``, or the directory cannot be written.
     """
     base = cwd or Path.cwd()
     if requested is None:
@@ -32,13 +33,20 @@ def output_path(requested: str | None, force: bool, cwd: Path | None = None) -> 
             path = base / path
         if path.suffix != FILE_SUFFIX:
             path = path.with_name(path.name + FILE_SUFFIX)
-    if path.is_dir():
-        raise GpuscopeError(f"output {path} is a directory")
-    if path.exists() and not force:
-        raise GpuscopeError(f"output {path} exists; use --force-overwrite or choose another -o")
-    parent = path.parent
-    if not parent.is_dir():
-        raise GpuscopeError(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise GpuscopeError(f"cannot write {path}: directory {parent} is not writable")
+    outputs.check(path, force)
     return path
+
+
+def reserve_report(requested: str | None, force: bool, cwd: Path | None = None) -> Path:
+    """Create the report file (empty) where it goes and return its path: :func:`output_path`'s name,
+    or without ``requested`` the first free ``reportN``, taken atomically, so runs started together
+    in one directory get ``report1``, ``report2``, ... Raises GpuscopeError as :func:`output_path` does."""
+    while True:
+        path = output_path(requested, force, cwd)
+        try:
+            outputs.create_report(path, force)
+            return path
+        except GpuscopeError:
+            if requested is None and os.path.lexists(path):
+                continue  # another run took this name meanwhile: the next one
+            raise

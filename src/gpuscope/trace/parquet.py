@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from . import schema
@@ -32,9 +33,9 @@ def column_types(table: str) -> dict[str, str]:
 def write(report: Report, folder: Path) -> dict[str, int]:
     """Write every table of ``report`` into ``folder`` (created whole, or not at all: it is written
     under a temporary name and renamed); return the rows per table."""
-    tmp = folder.with_name(f".{folder.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # a fresh name of its own: nothing planted beside the output is written through
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
     counts: dict[str, int] = {}
     try:
         for table in schema.TABLES:
@@ -47,7 +48,9 @@ def write(report: Report, folder: Path) -> dict[str, int]:
                "source": str(report.path.name), "rows": counts,
                "tables": {t: column_types(t) for t in schema.TABLES}}
         (tmp / "schema.json").write_text(json.dumps(doc, indent=1) + "\n")
-        if folder.exists():
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()  # a link itself is replaced, never its target
+        elif folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
     except DAMAGED as exc:

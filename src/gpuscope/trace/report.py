@@ -35,7 +35,7 @@ _API_CALLS = """
 
 
 # What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
-DAMAGED = (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException)
+DAMAGED = (duckdb.Error,)
 
 
 class Report:
@@ -57,28 +57,16 @@ class Report:
         try:
             con = duckdb.connect(str(p), read_only=True)
         except duckdb.Error as exc:
-            raise ReportError(p, f"not a gpuscope report, or a damaged one ({_first_line(exc)})") from None
+            text = _first_line(exc)
+            if "lock" in text.lower():
+                raise ReportError(p, "is being written (a gpuscope profile run still holds it); read it when "
+                                     "that run has ended") from None
+            raise ReportError(p, f"not a gpuscope report, or a damaged one ({text})") from None
         try:
-            rows = con.execute("SELECT key, value FROM meta").fetchall()
-        except duckdb.Error:
+            return cls(p, con, _meta(p, con))
+        except BaseException:
             con.close()
-            raise ReportError(p, "not a gpuscope report (it has no meta table)") from None
-        meta = {k: json.loads(v) for k, v in rows}
-        if meta.get("format") != schema.FORMAT_NAME:
-            con.close()
-            raise ReportError(p, "not a gpuscope report (unknown format)")
-        version = meta.get("schema_version")
-        if not isinstance(version, int) or version > schema.SCHEMA_VERSION:
-            con.close()
-            raise ReportError(
-                p,
-                f"report schema version {version} is newer than this gpuscope reads "
-                f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope",
-            )
-        db = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-        for stmt in schema.upgrade_statements(version, db):
-            con.execute(stmt)
-        return cls(p, con, meta)
+            raise
 
     def close(self) -> None:
         self.con.close()
@@ -163,6 +151,38 @@ class Report:
     def diagnostics(self) -> pd.DataFrame:
         """Warnings and errors the collectors reported during the run."""
         return self.df("SELECT * FROM diagnostic ORDER BY ts_ns")
+
+
+def _meta(p: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Read and check the report's ``meta`` table, and make an older schema readable; return it."""
+    try:
+        rows = con.execute("SELECT key, value FROM meta").fetchall()
+    except duckdb.Error:
+        hint = ""
+        if not p.with_name(p.name + ".wal").exists() and p.stat().st_size <= 1 << 16:
+            hint = f"; if it was copied while being written, copy {p.name}.wal beside it too"
+        raise ReportError(p, f"not a gpuscope report (it has no meta table){hint}") from None
+    meta: dict[str, Any] = {}
+    for key, value in rows:
+        try:
+            meta[str(key)] = json.loads(value)
+        except (TypeError, ValueError):
+            raise ReportError(p, f"damaged report (meta value of {str(key)[:40]!r} is not JSON)") from None
+    if meta.get("format") != schema.FORMAT_NAME:
+        raise ReportError(p, "not a gpuscope report (unknown format)")
+    version = meta.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReportError(p, f"damaged report (schema version {str(version)[:20]!r} is not a version number)")
+    if version > schema.SCHEMA_VERSION:
+        raise ReportError(p, f"report schema version {version} is newer than this gpuscope reads "
+                             f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope")
+    try:
+        db = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        for stmt in schema.upgrade_statements(version, db):
+            con.execute(stmt)
+    except duckdb.Error as exc:
+        raise ReportError(p, f"damaged report ({_first_line(exc)})") from None
+    return meta
 
 
 def _first_line(exc: BaseException) -> str:

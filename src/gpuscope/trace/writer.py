@@ -59,6 +59,11 @@ class ReportWriter:
         self._procs: dict[int, _Process] = {}
         self._ranges = RangeBuilder()
         self.records = 0
+        # Set when the report file cannot be written any further (a full disk): what was committed
+        # before stays (DuckDB's log), later chunks are counted and deleted.
+        self.failed: str | None = None
+        self.checkpoint_failed = False  # only the last step failed: every record is in the .wal
+        self.lost_chunks = 0
         self.intern("")
         self.set_meta(
             format=schema.FORMAT_NAME,
@@ -109,16 +114,31 @@ class ReportWriter:
             order = sorted(chunks) if final else _consecutive(chunks, proc.next_seq)
             for seq in order:
                 path = chunks[seq]
-                try:
-                    with open(path, "rb") as fh:
-                        chunk = Chunk.from_bytes(fh.read())
-                except Exception as exc:  # noqa: BLE001  (a damaged chunk loses its records, no more)
-                    diagnostics.append(self._problem(pid, f"unreadable chunk {seq}: {_text(exc)}"))
+                if self.failed is None:
+                    diagnostics += self._ingest_file(pid, proc, seq, path)
                 else:
-                    diagnostics += self._ingest_chunk(proc, chunk)
-                    self._store_strings()
+                    self.lost_chunks += 1
                 os.unlink(path)
                 proc.next_seq = seq + 1
+        return diagnostics
+
+    def _ingest_file(self, pid: int, proc: _Process, seq: int, path: str) -> list[Diagnostic]:
+        """Ingest one chunk file; a failure to write the report itself stops all ingestion."""
+        try:
+            with open(path, "rb") as fh:
+                chunk = Chunk.from_bytes(fh.read())
+        except Exception as exc:  # noqa: BLE001  (a damaged chunk loses its records, no more)
+            return [self._problem(pid, f"unreadable chunk {seq}: {_text(exc)}")]
+        try:
+            diagnostics = self._ingest_chunk(proc, chunk)
+            self._store_strings()
+        except Exception as exc:  # noqa: BLE001
+            if not _fatal(exc):
+                raise
+            self.failed = _text(exc)
+            self.lost_chunks += 1
+            return [(pid, "error", f"the report cannot be written any further ({self.failed}): it keeps what "
+                                   "was stored until now; later records are lost")]
         return diagnostics
 
     def _ingest_chunk(self, proc: _Process, chunk: Chunk) -> list[Diagnostic]:
@@ -133,11 +153,19 @@ class ReportWriter:
             try:
                 self._ingest_records(chunk.pid, proc, struct, blob)
             except Exception as exc:  # noqa: BLE001  (keep recording the rest)
+                if _fatal(exc):
+                    raise
                 problems.append(self._problem(chunk.pid, f"could not store {struct} records: {_text(exc)}"))
         try:
             return problems + self._ingest_rows(chunk.pid, chunk.rows)
         except Exception as exc:  # noqa: BLE001
+            if _fatal(exc):
+                raise
             return problems + [self._problem(chunk.pid, f"could not store collector rows: {_text(exc)}")]
+
+    def record_problem(self, pid: int, message: str) -> None:
+        """Store a failure seen by the launcher as an error diagnostic of the report."""
+        self._problem(pid, message)
 
     def _problem(self, pid: int, message: str) -> Diagnostic:
         """Record a failure of the writer itself as a diagnostic of the report."""
@@ -162,7 +190,6 @@ class ReportWriter:
             return ids[inverse]
 
         cols = decode.decode(table, recs, resolve)
-        self.records += len(recs)
         if table == "nvtx_event":
             self._insert_ranges(self._ranges.add(pid, cols))
             return
@@ -246,6 +273,8 @@ class ReportWriter:
     def _insert(self, table: str, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
+        if table not in ("string", "kernel_config"):
+            self.records += len(frame)
         self.con.register("_incoming", frame)
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
@@ -259,7 +288,22 @@ class ReportWriter:
         return list(self._procs)
 
     def close(self, **meta: Any) -> None:
-        """Store the final meta items, mark the report complete and write it out."""
+        """Store the final meta items, mark the report complete and write it out. When the file cannot
+        be written (``failed`` is set, or becomes set here), close it as it is, without raising."""
+        if self.failed is None:
+            try:
+                self._finish(meta)
+            except Exception as exc:  # noqa: BLE001
+                if not _fatal(exc):
+                    raise
+                self.failed = _text(exc)
+                self.checkpoint_failed = "checkpoint" in str(exc).lower()
+        try:
+            self.con.close()
+        except Exception:  # noqa: BLE001,S110  (a connection DuckDB invalidated; nothing more to save)
+            pass
+
+    def _finish(self, meta: dict[str, Any]) -> None:
         self._insert_ranges(self._ranges.unfinished())
         self._store_strings()
         # host counters were taken on CLOCK_MONOTONIC: move them to the session clock
@@ -272,7 +316,14 @@ class ReportWriter:
             meta["capture_trimmed"] = trimmed
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
-        self.con.close()
+
+
+def _fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` means the report file cannot be written (a full disk, a failed write), as opposed
+    to records that could not be stored."""
+    text = str(exc)
+    return (isinstance(exc, (duckdb.FatalException, duckdb.IOException, OSError))
+            or "No space left" in text or "database has been invalidated" in text)
 
 
 def _interned(row: tuple[Any, ...], fields: tuple[int, ...], intern: Any) -> tuple[Any, ...]:

@@ -64,4 +64,4 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
-                     processes, findings, skipped, ctx.notes)
+                     processes, findings, skipped, ctx.notes, min_share)

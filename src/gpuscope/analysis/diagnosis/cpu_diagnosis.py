@@ -98,4 +98,4 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
     stepped = any(p.has_steps for p in processes)
     source = ctx.steps.description if stepped else "no steps"
     return CpuDiagnosis(step_source=source, processes=processes, findings=findings,  # type: ignore[arg-type]
-                        skipped=skipped, notes=ctx.notes)
+                        skipped=skipped, notes=ctx.notes, min_share=min_share)

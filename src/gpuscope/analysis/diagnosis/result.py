@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ..table import Column, Table
 from .breakdown import LABELS, PARTS, ProcessBreakdown
+from .context import MIN_SHARE
 from .finding import Finding, Skipped
 
 SHORT = {"idle_cpu": "CPU", "idle_launch": "Launch", "idle_sync": "Sync", "idle_data": "Data",
@@ -23,6 +24,7 @@ class Diagnosis:
     findings: list[Finding]
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
+    min_share: float = MIN_SHARE  # findings saving less than this share of the step were left out
 
     # the parts of a step and the breakdown table's name, title and note without processes
     PART_NAMES: ClassVar[tuple[str, ...]] = PARTS

@@ -33,6 +33,7 @@ import pandas as pd
 from ...trace.report import Report
 from ..attribution import ops_table, ranges_table
 from ..layers import OUTSIDE, op_owners_sql
+from ..innermost import innermost_sql
 from ..steps import step_source, steps_table
 from .carried import carry
 from .measured import PRECISIONS, has_metrics, launch_metrics
@@ -66,18 +67,32 @@ def has_torch_ops(report: Report) -> bool:
 
 
 def _works(report: Report, ops: str, ids: str) -> pd.DataFrame:
-    """The work model of each operator whose id ``ids`` (SQL) selects, one row per operator."""
-    rows = report.sql(
-        f"SELECT torch_op_id, name, shapes, dtypes, out_shapes, scalars FROM {ops} "
-        f"WHERE torch_op_id IN ({ids})"
-    )
-    out = []
-    for tid, name, shapes, dtypes, outs, scalars in rows:
+    """The work model of each operator whose id ``ids`` (SQL) selects, one row per operator. The
+    model runs once per distinct call (name, shapes, dtypes, outputs, scalars): a run repeats them."""
+    keys = "name, shapes, dtypes, out_shapes, scalars"
+    rows = report.sql(f"SELECT DISTINCT {keys} FROM {ops} WHERE torch_op_id IN ({ids})")
+    models = []
+    for name, shapes, dtypes, outs, scalars in rows:
         w: Work | None = op_work_json(name, shapes, dtypes, outs, scalars)
         if w is not None:
-            out.append((tid, name, w.kind, w.precision, w.flops, w.matrix_flops, w.bytes))
-    return pd.DataFrame(out, columns=["torch_op_id", "op_name", "work_kind", "precision", "op_flops",
-                                      "op_matrix_flops", "op_bytes"])
+            models.append((name, shapes, dtypes, outs, scalars, w.kind, w.precision, w.flops, w.matrix_flops,
+                           w.bytes))
+    columns = ["torch_op_id", "op_name", "work_kind", "precision", "op_flops", "op_matrix_flops", "op_bytes"]
+    if not models:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(models, columns=["name", "shapes", "dtypes", "out_shapes", "scalars", *columns[2:]])
+    frame = frame.astype({"name": object, "shapes": object, "dtypes": object, "out_shapes": object,
+                          "scalars": object})
+    report.con.register("_work_models", frame)
+    try:
+        same = " AND ".join(f"m.{k} IS NOT DISTINCT FROM t.{k}" for k in keys.split(", "))
+        return report.df(
+            f"""SELECT t.torch_op_id, t.name AS op_name, m.work_kind, m.precision, m.op_flops, m.op_matrix_flops,
+                       m.op_bytes
+                FROM {ops} t JOIN _work_models m ON {same}
+                WHERE t.torch_op_id IN ({ids}) ORDER BY t.torch_op_id""")
+    finally:
+        report.con.unregister("_work_models")
 
 
 def _tensor_state(frame: pd.DataFrame) -> pd.Series:
@@ -190,15 +205,15 @@ def _cpu_work(report: Report, ops: str) -> pd.DataFrame:
     if source.kind:
         in_step = f"""t.torch_op_id IN (SELECT t2.torch_op_id FROM {ops} t2 ASOF JOIN {steps_table(report, source)} s
                      ON s.pid = t2.pid AND t2.start_ns >= s.start_ns WHERE t2.start_ns < s.stop_ns)"""
+    ranges = ranges_table(report)
+    segs = innermost_sql(report, ranges, "r.source = 'torch'", "_torch_range_segments")
     frame = report.df(
-        f"""WITH owner AS (
-                SELECT t.torch_op_id, arg_max(n.value, r.start_ns) AS owner,
-                       arg_max(r.category, r.start_ns) AS category
-                FROM {ops} t JOIN {ranges_table(report)} r
-                  ON r.pid = t.pid AND r.tid = t.tid AND r.source = 'torch'
-                 AND r.start_ns <= t.start_ns AND t.start_ns <= r.end_eff
-                JOIN string n ON n.id = r.name_id
-                GROUP BY t.torch_op_id)
+        f"""WITH owner AS (  -- the innermost PyTorch range open at the operator's start (innermost.py)
+                SELECT t.torch_op_id, n.value AS owner, r.category
+                FROM {ops} t ASOF JOIN {segs} s ON s.pid = t.pid AND s.tid = coalesce(t.tid, -1)
+                 AND t.start_ns >= s.from_ns
+                JOIN {ranges} r ON r.rid = s.rid
+                JOIN string n ON n.id = r.name_id)
             SELECT t.torch_op_id AS item, t.name, t.pid, t.start_ns, t.end_ns - t.start_ns AS time_ns,
                    t.torch_op_id, o.owner, o.category, {in_step} AS in_step
             FROM {ops} t LEFT JOIN owner o USING (torch_op_id) ORDER BY t.torch_op_id"""

@@ -32,6 +32,10 @@ from .control import CaptureControl
 TRACE_ENV = "GPUSCOPE_TRACE"
 SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
 SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites (for measuring their cost)
+LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spool
+# Signals whose default action ends the process: the agent delivers everything first (if the program
+# left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 DEFAULT_SAMPLE_HZ = 1000
 FLUSH_INTERVAL_S = 0.5
 
@@ -63,6 +67,8 @@ class Agent:
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._pending_signal: int | None = None
+        self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
         self.capture = CaptureControl(self, capture or CaptureSpec())
 
@@ -83,7 +89,7 @@ class Agent:
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
         self._thread.start()
         atexit.register(self.stop)
-        self._hook_sigterm()
+        self._hook_ending_signals()
         os.register_at_fork(after_in_child=_forget_in_child)
 
     def now_ns(self) -> int:
@@ -118,10 +124,20 @@ class Agent:
             self.spool.write(rows=rows)
 
     def stop(self) -> None:
-        """Deliver everything and stop the collectors; safe to call more than once."""
+        """Deliver everything and stop the collectors; safe to call more than once. A Ctrl-C while
+        it runs is ignored and a SIGTERM or SIGHUP waits for it (see :meth:`_hook_ending_signals`)."""
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
+        if self._launcher is not None and self._launcher.gone():
+            self._orphaned()
+        held = _hold_sigint()
+        try:
+            self._deliver()
+        finally:
+            _release_sigint(held)
+
+    def _deliver(self) -> None:
         if self.torch_ops is not None:
             self.torch_ops.end_sample()  # a sample window still open ends at the process's end
         self.capture.finish()
@@ -325,20 +341,91 @@ class Agent:
             soon.clear()
             if self._stop_event.is_set():
                 return
-            self.flush()
+            if self._launcher is not None and self._launcher.gone():
+                self._orphaned()
+            self.flush()  # to a closed spool once orphaned: what collectors hold is dropped, not kept
 
-    def _hook_sigterm(self) -> None:
+    def _orphaned(self) -> None:
+        """The launcher died (SIGKILL, out of memory): nobody reads the spool any more. Stop writing
+        to it, remove it, and stop the sampler; the program runs on untraced."""
+        self.spool.closed = True
+        self._launcher = None
+        if self.sampler is not None:
+            self.sampler.stop()
+        import shutil  # noqa: PLC0415
+
+        shutil.rmtree(self.spool.directory, ignore_errors=True)
+
+    def _hook_ending_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the program handles SIGTERM itself and will exit through atexit
 
-        def on_sigterm(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._stopped:  # a delivery is under way: it ends the process when it is done
+                if self._pending_signal is None:
+                    self._pending_signal = signum
+                return
             self.stop()
+            signum = self._pending_signal or signum
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+        for signum in ENDING_SIGNALS:
+            # A program that handles the signal itself exits through atexit, which delivers.
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, on_signal)
+
+
+def _hold_sigint() -> Any:
+    """Ignore SIGINT (on the main thread) and return the handler to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        return None
+
+
+def _release_sigint(previous: Any) -> None:
+    if previous is not None:
+        try:
+            signal.signal(signal.SIGINT, previous)
+        except (ValueError, OSError):
+            pass
+
+
+class _Launcher:
+    """Tells whether the launcher that reads this process's spool is still alive (by a pidfd where
+    the kernel has them, so a reused pid is not mistaken for it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fd: int | None = None
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    @classmethod
+    def from_env(cls) -> _Launcher | None:
+        value = os.environ.get(LAUNCHER_ENV, "")
+        return cls(int(value)) if value.isdigit() else None
+
+    def gone(self) -> bool:
+        """Return whether the launcher has ended."""
+        if self.fd is not None:
+            import select  # noqa: PLC0415
+
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            return bool(poller.poll(0))
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
 
 
 def _offset(cupti_now: Any) -> int:

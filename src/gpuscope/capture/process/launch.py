@@ -21,7 +21,7 @@ from typing import Callable
 
 from ...errors import GpuscopeError
 from ...spool import SPOOL_ENV
-from .agent import TRACE_ENV
+from .agent import LAUNCHER_ENV, TRACE_ENV
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # Options of the python command that take a value as the next argument.
@@ -109,6 +109,7 @@ def child_environment(spool_dir: Path, boot: Path, trace: list[str]) -> dict[str
     env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
     env[SPOOL_ENV] = str(spool_dir)
     env[TRACE_ENV] = ",".join(trace)
+    env[LAUNCHER_ENV] = str(os.getpid())
     return env
 
 
@@ -144,12 +145,17 @@ def run(
     on_poll: Callable[[], None],
     poll_s: float,
     on_start: Callable[[int], None] = lambda pid: None,
+    held: dict[int, object] | None = None,
 ) -> ExitStatus:
     """Run ``argv`` to its end, calling ``on_start`` with its pid, then ``on_poll`` every
     ``poll_s`` seconds meanwhile.
 
     Ctrl-C reaches the child from the terminal, so the launcher ignores SIGINT and waits for the
     child to end; SIGTERM, SIGHUP and SIGQUIT sent to the launcher are passed to the child.
+
+    With ``held`` (a dict), these signals stay ignored after the child ended, so that a second one
+    (a supervisor signals the group twice) cannot kill the launcher before the report is finished;
+    ``held`` receives the handlers to put back with :func:`release_signals`.
     """
     try:
         child = subprocess.Popen(argv, env=env)
@@ -175,5 +181,14 @@ def run(
                 on_poll()
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_IGN if held is not None else handler)
+        if held is not None:
+            held.update(previous)
     return ExitStatus(code)
+
+
+def release_signals(held: dict[int, object]) -> None:
+    """Put back the signal handlers that :func:`run` held."""
+    for s, handler in held.items():
+        signal.signal(s, handler)  # type: ignore[arg-type]
+    held.clear()

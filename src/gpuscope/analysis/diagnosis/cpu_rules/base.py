@@ -61,8 +61,16 @@ def describe_lines(lines: list[tuple[Frame, float, Frame | None]], total: float,
 
 
 def source_text(frame: Frame, width: int = 90) -> str | None:
-    """The text of the frame's line where the file is readable here (None where it is not)."""
-    text = linecache.getline(frame[1], frame[2]).strip()
+    """The text of the frame's line where the file is readable here (None where it is not). Only a
+    Python source (``.py``) is read: a report names files, and showing a line of any file it names
+    would show what a report's sender chose."""
+    file = frame[1]
+    if not isinstance(file, str) or not file.endswith(".py") or "\0" in file:
+        return None
+    try:
+        text = linecache.getline(file, int(frame[2])).strip()
+    except (OSError, ValueError, TypeError, UnicodeError):
+        return None
     if not text:
         return None
     return text if len(text) <= width else text[: width - 3] + "..."
