@@ -61,10 +61,10 @@ def graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, 
     """The CPU-work idle pieces of the steady steps (starts, ends) and, per piece, the time a CUDA
     graph would remove: the host ran PyTorch's own code between two launches (inside a module's
     forward, backward, the optimizer or zero_grad: dispatch, autograd, optimizer loops), or, outside
-    those ranges, a gap shorter than :data:`SHORT_GAP_NS` that does not recur at the same place of
+    those ranges, a gap shorter than that (below) that does not recur at the same place of
     every step (jitter of the host while it launches: a replayed graph leaves the host nothing to be
-    late for). A gap of :data:`SHORT_GAP_NS` or more, inside those ranges or not, is a stall that a
-    graph does not prevent. A gap at a fixed place of the loop outside those ranges is the
+    late for). A gap longer than a whole step and than :data:`SHORT_GAP_NS`, inside those ranges or
+    not, is a stall that a graph does not prevent. A gap at a fixed place of the loop outside those ranges is the
     program's own work (preprocessing, logging), which a graph does not replay. Without steps, gaps shorter than :data:`SHORT_GAP_NS` count as
     launch machinery. Computed once per process (three rules ask); the arrays are not to be changed."""
     key = ("graph_capturable", p.pid)
@@ -81,9 +81,10 @@ def _graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray,
     gaps = _stretches(starts, ends)
     new = np.concatenate([[True], starts[1:] != ends[:-1]]) if len(starts) else np.array([], bool)
     stretch = gaps[np.cumsum(new) - 1] if len(starts) else np.array([], np.int64)
-    # a gap of SHORT_GAP_NS or more is a stall of the host (garbage collection, paging, a profiler's
-    # buffer hand-over), which a graph does not prevent: the GPU drains just the same
-    short = stretch < SHORT_GAP_NS
+    # a gap longer than a whole step (and than SHORT_GAP_NS) is a stall of the host (garbage
+    # collection, paging, a profiler's buffer hand-over), which a graph does not prevent: the GPU
+    # drains just the same
+    short = stretch < max(SHORT_GAP_NS, p.step_ns)
     if p.breakdown.has_steps:
         jitter = ~_systematic(p, ends) & (framework == 0) & short
     else:
