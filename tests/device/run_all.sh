@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs anchors rangecost rawcheck memory overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs hang anchors rangecost rawcheck memory overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -231,6 +231,32 @@ if has shapes-programs; then
   done
   gzip -f "$OUT"/shapes_programs/*.gpuscope
   tar cf "$OUT/shapes_programs.tar" -C "$OUT" shapes_programs && rm -rf "$OUT/shapes_programs"
+fi
+
+if has hang; then
+  step "does a compiled program hang under operator samples? (compiled_mlp, alternating collector sets; py-spy dumps of any run past 100 s)"
+  mkdir -p "$OUT/hang"
+  SPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  i=0
+  for t in ${HANG_TRACES:-cuda,nvtx,torch,torch-shapes,host,nvml,cpu cuda,nvtx,torch,torch-shapes,host,nvml cuda,nvtx,torch,host,nvml,cpu cuda,nvtx,torch,torch-shapes,host,nvml,cpu cuda,nvtx,torch,torch-shapes,host,nvml,cpu}; do
+    i=$((i+1))
+    ( $PY -m gpuscope profile -t "$t" -o "$W/hang_$i" --force-overwrite tests/workloads/compiled_mlp.py > "$OUT/hang/run_$i.log" 2>&1; echo "rc=$?" >> "$OUT/hang/run_$i.log" ) &
+    runner=$!
+    for s in $(seq 1 100); do kill -0 $runner 2>/dev/null || break; sleep 1; done
+    if kill -0 $runner 2>/dev/null; then
+      echo "run $i ($t): still running after 100 s; dumping"
+      for pid in $(pgrep -f "compiled_mlp.py"); do
+        echo "== pid $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | head -c 200)" >> "$OUT/hang/dump_$i.txt"
+        timeout 30 $SPY dump --pid $pid --native >> "$OUT/hang/dump_$i.txt" 2>&1
+        timeout 30 $SPY dump --pid $pid --locals >> "$OUT/hang/dump_${i}_locals.txt" 2>&1
+      done
+      pkill -KILL -f "compiled_mlp.py"; sleep 2
+    else
+      echo "run $i ($t): $(tail -1 "$OUT/hang/run_$i.log") in ${s} s"
+    fi
+    wait $runner 2>/dev/null
+  done
+  tar cf "$OUT/hang.tar" -C "$OUT" hang && rm -rf "$OUT/hang"
 fi
 
 if has overhead; then

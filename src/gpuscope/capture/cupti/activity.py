@@ -179,6 +179,17 @@ class CuptiCollector:
             return False
         try:
             raw = self._buffers.RawBuffers.load(lib, BUFFER_SIZE, self._on_raw_buffer, self._on_raw_error)
+        except Exception as exc:  # noqa: BLE001
+            self.diag("info", f"CUPTI buffers go through cupti-python's per-record objects: {explain(exc)}")
+            return False
+        from . import native  # noqa: PLC0415
+
+        try:
+            raw.use_native(native.load())
+        except native.NativeUnavailable as exc:
+            self.diag("warning", f"CUPTI's buffers are handed over by Python callbacks ({exc}); a program that "
+                      "loads CUDA modules while holding the GIL (torch.compile) may then hang")
+        try:
             raw.register()
         except Exception as exc:  # noqa: BLE001
             self.diag("info", f"CUPTI buffers go through cupti-python's per-record objects: {explain(exc)}")
@@ -201,7 +212,10 @@ class CuptiCollector:
     def flush(self, forced: bool = False) -> None:
         """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
         if self._enabled_kinds and not self._stopped:
-            self._cupti.activity_flush_all(1 if forced else 0)
+            if self.raw is not None:
+                self.raw.flush_all(forced)
+            else:
+                self._cupti.activity_flush_all(1 if forced else 0)
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Nothing: CUPTI's records reach the spool as raw buffers, through :meth:`flush`."""
@@ -231,7 +245,10 @@ class CuptiCollector:
             return
         cupti = self._cupti
         try:
-            cupti.activity_flush_all(1)
+            if self.raw is not None:
+                self.raw.flush_all(True)
+            else:
+                cupti.activity_flush_all(1)
         finally:
             self._report_dropped()
             for kind in self._enabled_kinds:
@@ -245,6 +262,8 @@ class CuptiCollector:
                 cupti.finalize()
             except Exception as exc:  # noqa: BLE001
                 self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
+            if self.raw is not None:
+                self.raw.drain()  # buffers CUPTI completed while detaching
 
     @property
     def cupti_module(self) -> Any:

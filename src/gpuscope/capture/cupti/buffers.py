@@ -142,8 +142,9 @@ class StrideTable:
 class RawBuffers:
     """Registers C buffer callbacks with libcupti and hands each completed buffer's bytes on.
 
-    ``on_buffer(raw, valid, next_record)`` runs on the thread CUPTI completes the buffer on, with
-    ``raw`` a uint8 view of the buffer, valid until it returns.
+    ``on_buffer(raw, valid, next_record)`` runs, with ``raw`` a uint8 view of the buffer valid until
+    it returns, on the thread CUPTI completes the buffer on (Python callbacks), or in :meth:`drain`
+    (the C callbacks of handoff.c, see :meth:`use_native`).
     """
 
     def __init__(self, lib: Any, iterate: Any, size: int, on_buffer: Callable[[np.ndarray, int, NextRecord], None],
@@ -161,7 +162,42 @@ class RawBuffers:
                                 ctypes.c_size_t)
         # CUPTI may call these until it is finalized: they live as long as this object, which the
         # collector keeps to the end of the process.
-        self._callbacks = (req(self._requested), done(self._completed))
+        self._callbacks: tuple[Any, Any] = (req(self._requested), done(self._completed))
+        self.native: Any = None  # the C callbacks of handoff.c, once use_native() has bound them
+
+    def use_native(self, shim: Any) -> None:
+        """Register the C callbacks of ``shim`` (native.load()) instead of the Python ones: CUPTI
+        then never waits for the GIL, and completed buffers wait in the shim's queue until
+        :meth:`drain` (called after each flush) reads them."""
+        shim.gs_set_buffer_size(self.size)
+        self.native = shim
+        self._callbacks = (ctypes.cast(shim.gs_requested, ctypes.c_void_p),
+                           ctypes.cast(shim.gs_completed, ctypes.c_void_p))
+
+    def drain(self) -> int:
+        """Read every buffer the C callbacks have queued (nothing with the Python callbacks, which
+        read each buffer as CUPTI completes it); return how many were read."""
+        shim = self.native
+        if shim is None:
+            return 0
+        n = 0
+        ptr, valid = ctypes.c_void_p(), ctypes.c_size_t()
+        while shim.gs_pop(ctypes.byref(ptr), ctypes.byref(valid)):
+            n += 1
+            base, used = int(ptr.value or 0), int(valid.value)
+            try:
+                raw = np.ctypeslib.as_array((ctypes.c_uint8 * self.size).from_address(base))
+                self.on_buffer(raw, used, self._next_record(base, used))
+            except BaseException as exc:  # noqa: BLE001  (a failing reader must not stop the others)
+                self.on_error(exc)
+            finally:
+                shim.gs_release(base, used)
+        return n
+
+    def flush_all(self, forced: bool) -> None:
+        """Have CUPTI complete its buffers (through its C API, without the GIL) and read them."""
+        self._lib.cuptiActivityFlushAll(ctypes.c_uint32(1 if forced else 0))
+        self.drain()
 
     @classmethod
     def load(cls, lib_path: str, size: int, on_buffer: Callable[[np.ndarray, int, NextRecord], None],
@@ -179,7 +215,7 @@ class RawBuffers:
 
     @property
     def buffers_allocated(self) -> int:
-        return len(self._pool)
+        return int(self.native.gs_allocated()) if self.native is not None else len(self._pool)
 
     def _requested(self, buffer: Any, size: Any, max_records: Any) -> None:
         try:

@@ -1,0 +1,93 @@
+"""The C buffer callbacks of ``handoff.c``, compiled on first use and loaded with ctypes.
+
+Why C: CUPTI hands over completed buffers on its own thread while holding its own locks; a Python
+callback must take the GIL there, and a program thread that holds the GIL while it waits for one
+of those locks (torch.compile loading a kernel with ``cuModuleLoad``) then hangs forever. No
+library offers CUPTI buffer callbacks that need no GIL, so gpuscope ships 100 lines of C. They
+use no Python headers, so one build serves every Python version; it is cached under the user's
+cache directory, keyed by the source's hash, and built with the C compiler that Triton and
+torch.compile need anyway (``$CC``, else ``cc``/``gcc``). Without a compiler gpuscope falls back
+to Python callbacks and says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("handoff.c")
+NATIVE_ENV = "GPUSCOPE_NATIVE_HANDOFF"  # "0": Python callbacks even where the C ones build
+
+
+class NativeUnavailable(RuntimeError):
+    """The C callbacks cannot be built or loaded here (the message says why)."""
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept: ``$XDG_CACHE_HOME/gpuscope`` or ``~/.cache/gpuscope``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpuscope"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def build(directory: Path | None = None) -> Path:
+    """Return the path of the built library, building it first if needed; NativeUnavailable if
+    it cannot be built."""
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    directory = directory or cache_dir()
+    target = directory / f"libgpuscope_handoff_{digest}.so"
+    if target.exists():
+        return target
+    cc = _compiler()
+    if cc is None:
+        raise NativeUnavailable("no C compiler (cc, gcc, clang or $CC) to build gpuscope's CUPTI buffer callbacks")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".handoff.", suffix=".so", dir=directory)
+        os.close(fd)
+    except OSError as exc:
+        raise NativeUnavailable(f"cannot write to {directory}: {exc.strerror}") from None
+    try:
+        res = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", "-o", tmp, str(SOURCE)],
+                             capture_output=True, text=True, timeout=120, check=False)
+        if res.returncode != 0:
+            first = (res.stderr.strip().splitlines() or ["(no message)"])[0]
+            raise NativeUnavailable(f"{cc} could not build gpuscope's CUPTI buffer callbacks: {first}")
+        os.replace(tmp, target)  # atomic: processes building at once each leave a whole library
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NativeUnavailable(f"building gpuscope's CUPTI buffer callbacks failed: {exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def load(directory: Path | None = None) -> ctypes.CDLL:
+    """Build (if needed) and load the library, with its functions' signatures set."""
+    if os.environ.get(NATIVE_ENV) == "0":
+        raise NativeUnavailable(f"{NATIVE_ENV}=0")
+    lib = ctypes.CDLL(str(build(directory)))  # CDLL: the GIL is released during each call
+    vp, sz = ctypes.c_void_p, ctypes.c_size_t
+    lib.gs_set_buffer_size.argtypes, lib.gs_set_buffer_size.restype = [sz], None
+    lib.gs_pop.argtypes, lib.gs_pop.restype = [ctypes.POINTER(vp), ctypes.POINTER(sz)], ctypes.c_int
+    lib.gs_release.argtypes, lib.gs_release.restype = [vp, sz], None
+    lib.gs_requested.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.gs_requested.restype = None
+    lib.gs_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
+    lib.gs_completed.restype = None
+    for name in ("gs_allocated", "gs_dropped_buffers", "gs_failed_allocations"):
+        getattr(lib, name).restype = ctypes.c_uint64
+    lib.gs_queued.restype = sz
+    return lib
