@@ -46,7 +46,7 @@ from diagnosis_compare import compare, finding_row, markdown  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "tests" / "workloads"
-TRACE = "cuda,nvtx,torch,host,nvml,cpu"  # the defaults on a GPU machine, plus Python samples for the evidence
+TRACE = "cuda,nvtx,torch,host,nvml,cpu"  # the GPU defaults without operator samples (as the fixtures were recorded), plus Python samples
 TIMEOUT_S = int(os.environ.get("GPUSCOPE_BENCH_TIMEOUT", "240"))  # per process
 
 # planted workload -> (the planted problem, the rules whose finding names its fix)

@@ -110,7 +110,7 @@ TRACES = [
 ]
 BY_NAME = {t.name: t for t in TRACES}
 KNOWN_TRACES = {t.name: t.help for t in TRACES}
-DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host", "nvml"]
+DEFAULT_TRACE = ["cuda", "nvtx", "torch", "torch-shapes", "host", "nvml"]
 # Without an NVIDIA driver the default keeps what needs none, and adds the CPU side.
 CPU_EXTRA = ["torch-ops", "cpu"]
 # ``gpuscope.profile()`` blocks: no launcher beside the program, so no host or NVML counters.
