@@ -4,7 +4,8 @@ bfloat16 autocast, fused AdamW) fed by a ``DataLoader(num_workers=0)`` whose dat
 1 ms of host work (metrics, logging). Optimizer marks only.
 
 Two bottlenecks of different size: the GPU waits for the batch, and it waits while the host
-works after the sync. Fixes: ``num_workers=4``; the loss kept on the GPU; both.
+works after the sync. Fixes: ``num_workers=4``; the loss kept on the GPU; both; and the training
+step captured in a CUDA graph (the loader and the read of the loss as written).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from harness import Program, Setup, Step, Variant, main, python_work
+from harness import Program, Setup, Step, Variant, graphed_training, main, python_work
 
 BATCH = 32
 
@@ -64,8 +65,25 @@ def build(variant: str, setup: Setup) -> Step:
     batches = iter(loader)
     torch.manual_seed(0)
     model = Classifier(vocab, d, heads, layers).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=variant == "cuda_graph")
     loss_fn = nn.CrossEntropyLoss()
+    if variant == "cuda_graph":
+        def train_step(tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(dev.type, torch.bfloat16, cache_enabled=False):
+                loss = loss_fn(model(tokens).float(), labels)
+            loss.backward()
+            opt.step()
+            return loss
+
+        first = next(batches)
+        replay = graphed_training(train_step, opt, (first[0].to(dev), first[1].to(dev)), batches)
+        graph_losses: list[float] = []
+
+        def graphed() -> None:
+            graph_losses.append(replay().item())  # the loss still read every step, as written
+            python_work(setup.pick(0.001, 0.0002))
+
+        return graphed
     item = variant in ("as_written", "workers")
     losses: list[float] = []
     running = torch.zeros((), device=dev)
@@ -96,6 +114,8 @@ PROGRAM = Program(
         Variant("workers", "num_workers=4, persistent, prefetch_factor=4", ("data_loader",), samples=BATCH),
         Variant("no_item", "the loss summed on the GPU", ("host_sync",), samples=BATCH),
         Variant("both", "num_workers=4 and the loss on the GPU", ("data_loader", "host_sync"), samples=BATCH),
+        Variant("cuda_graph", "forward, backward and AdamW(capturable) in one CUDA graph; loader and .item() as written",
+                ("launch_bound",), samples=BATCH, needs_cuda=True),
     ),
     build=build,
     iterations=200,
