@@ -200,3 +200,23 @@ def test_a_report_without_memory_tables_opens_with_an_empty_memory_sum(recorded:
         assert r.count("memory_event") == 0
         table = memory_sum(r)
     assert table.rows == [] and table.notes == ["No memory events were recorded."]
+
+
+def test_gpu_memory_rule_uses_the_programs_own_peak_over_nvml(tmp_path: Path) -> None:
+    from diagnosis_sim import Sim
+
+    from gpuscope.analysis.diagnosis import diagnose
+
+    sim = Sim(tmp_path / "r.gpuscope")
+    for _ in range(8):
+        for _ in range(200):
+            sim.kernel("add", 3_000, launch_cost=15_000)
+        sim.step()
+    sim.memory(60 * 10**9)  # NVML: 60 GB used on the 80 GB GPU (another process holds most of it)
+    sim._add("memory_event", COLS, (sim.host, sim.b.pid, None, 0, "alloc", 1, 9 * 10**9, 9 * 10**9, 10 * 10**9,
+                                    7, None, "torch-cuda"))
+    with sim.open() as report:
+        diag = diagnose(report)
+    mem = [f for f in diag.findings if f.rule == "gpu_memory"]
+    assert len(mem) == 1 and mem[0].data["peak_bytes"] == 10 * 10**9 and mem[0].data["factor"] == 4
+    assert "the program's own peak reserved" in mem[0].evidence[0]
