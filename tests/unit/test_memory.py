@@ -220,3 +220,46 @@ def test_gpu_memory_rule_uses_the_programs_own_peak_over_nvml(tmp_path: Path) ->
     mem = [f for f in diag.findings if f.rule == "gpu_memory"]
     assert len(mem) == 1 and mem[0].data["peak_bytes"] == 10 * 10**9 and mem[0].data["factor"] == 4
     assert "the program's own peak reserved" in mem[0].evidence[0]
+
+
+def _oom_report(path: Path, requested: int, free: int, reserved: int) -> Report:
+    """3 GiB held by Net.big, 1 GiB by Net.small, then an out-of-memory error in Net.huge."""
+    gib = 1024 * MIB
+    b = ReportBuilder(path)
+    b.range("Net.big", 100, 200, 1)
+    b.range("Net.small", 300, 400, 1)
+    b.range("Net.huge", 500, 600, 1)
+    rows = [(150, b.pid, None, 0, "alloc", 1 << 32, 3 * gib, 3 * gib, 4 * gib, 7, None, "torch-cuda"),
+            (350, b.pid, None, 0, "alloc", 1 << 34, gib, 4 * gib, 4 * gib, 7, None, "torch-cuda")]
+    for row in rows:
+        b.writer.con.execute(f"INSERT INTO memory_event ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
+                             list(row))
+    b.writer.con.execute("INSERT INTO memory_oom VALUES (550, ?, 0, ?, ?, ?, ?, ?, '{}')",
+                         [b.pid, requested, free, reserved, 4 * gib, 80 * gib])
+    return b.open()
+
+
+def test_out_of_memory_state_and_what_would_fit(tmp_path: Path) -> None:
+    from gpuscope.analysis.diagnosis.rules.out_of_memory import OutOfMemory
+    from gpuscope.analysis.memory_oom import oom_states
+
+    gib = 1024 * MIB
+    with _oom_report(tmp_path / "a.gpuscope", requested=4 * gib, free=1 * gib, reserved=4 * gib) as r:
+        (s,) = oom_states(r)
+        table = memory_sum(r).records()
+    assert [(x.layer, x.nbytes) for x in s.live] == [("Net.big", 3 * gib), ("Net.small", gib)]
+    assert s.shortfall == 3 * gib and not s.fragmentation
+    assert s.checkpoint_layers() == [("Net.big", 3 * gib)]
+    assert s.micro_batch_divisor() == 2  # (4 GiB held + 4 GiB asked) / (8 - 3 GiB missing) -> 2
+    live = [x for x in table if x["Section"] == "live at out of memory"]
+    assert [x["Name"] for x in live] == ["Net.big", "Net.small"]
+    # 2 GiB cached but unused and 3 GiB free: enough without fragmentation
+    with _oom_report(tmp_path / "b.gpuscope", requested=4 * gib, free=3 * gib, reserved=6 * gib) as r:
+        (f,) = OutOfMemory().evaluate(_context(r))
+    assert f.data["fragmentation"] is True and "expandable_segments:True" in f.fix
+
+
+def _context(report: Report) -> Any:
+    from gpuscope.analysis.diagnosis.context import Context
+
+    return Context(report)

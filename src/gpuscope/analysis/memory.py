@@ -226,6 +226,16 @@ def memory_sum(report: Report) -> Table:
     for r in s.layers.head(LAYERS_LISTED).itertuples(index=False):
         rows.append(("layer", r.pid, device_label(r.device), r.name, int(r.peak_added), int(round(r.kept)), None,
                      int(r.calls), ""))
+    from .memory_oom import oom_states  # noqa: PLC0415
+
+    for oom in oom_states(report):
+        rows.append(("out of memory: requested", oom.pid, device_label(oom.device), "", oom.requested, None,
+                     rel(oom.pid, oom.ts_ns), None, ""))
+        for label, value in (("free", oom.free), ("reserved", oom.reserved), ("allocated", oom.allocated)):
+            rows.append((f"out of memory: {label}", oom.pid, device_label(oom.device), "", value, None, None, None, ""))
+        for live in oom.live:
+            rows.append(("live at out of memory", oom.pid, device_label(oom.device), live.layer, live.nbytes, None,
+                         rel(oom.pid, live.ts_ns), None, live.location))
     for pid, value, t in s.rss:
         rows.append(("peak resident memory (RSS)", pid, "cpu", "", value, None, rel(pid, t), None, ""))
     notes = ["Bytes: the peak total (peak rows), the most a step or layer added over the total when it began "
