@@ -10,7 +10,7 @@ import pytest
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.memory import memory_sum
+from gpuscope.analysis.memory_sum import memory_sum
 from gpuscope.capture.python.cuda_memory import CudaMemory
 from gpuscope.capture.python.stacks import StackTable
 from gpuscope.capture.python.torch_memory import MemoryTotals, TorchMemory

@@ -38,7 +38,7 @@ STATS_REPORTS = (
 def stats_reports() -> dict[str, Callable[[Report], Table]]:
     """Return the function of every report of ``gpuscope stats`` by name, in STATS_REPORTS order."""
     from .cpu import REPORTS as CPU
-    from .memory import REPORTS as MEMORY
+    from .memory_sum import REPORTS as MEMORY
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
     from .roofline import REPORTS as ROOFLINE

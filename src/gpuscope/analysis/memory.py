@@ -16,10 +16,8 @@ import pandas as pd
 
 from ..trace.report import Report
 from ..trace.stacks import stack_sites
-from .table import Column, Table
 
 LIVE_AT_PEAK = 10  # largest live allocations listed at each peak
-LAYERS_LISTED = 30
 
 
 def device_label(device: int) -> str:
@@ -107,7 +105,8 @@ def peak_bytes(report: Report) -> dict[tuple[int, int], int]:
         "SELECT pid, device_id, max(allocated_bytes) FROM memory_event GROUP BY ALL")}
 
 
-def _ranges(report: Report) -> pd.DataFrame:
+def layer_ranges(report: Report) -> pd.DataFrame:
+    """Return the ended ranges (no step ranges) of every process: pid, tid, start_ns, end_ns, name."""
     return report.df("""SELECT r.pid, r.tid, r.start_ns, r.end_ns, n.value AS name FROM nvtx_range r
                         JOIN string n ON n.id = r.name_id
                         WHERE r.kind = 'range' AND r.end_ns IS NOT NULL AND coalesce(r.category, '') <> 'step'
@@ -180,71 +179,10 @@ def memory_summary(report: Report) -> MemorySummary | None:
     series = load_series(report)
     if not series:
         return None
-    ranges = _ranges(report)
+    ranges = layer_ranges(report)
     live = {(s.pid, s.device): live_allocations(report, s, s.peak()[1], ranges) for s in series}
     dropped = int(report.sql("SELECT coalesce(sum(count), 0) FROM dropped WHERE source = 'memory'")[0][0])
     rss = [(int(p), int(v), int(t)) for p, v, t in report.sql(
         """SELECT pid, max(value), arg_max(ts_ns, value) FROM host_counter
            WHERE name = 'process.rss_bytes' AND pid IS NOT NULL GROUP BY pid ORDER BY pid""")]
     return MemorySummary(series, _layers(series, ranges), _steps(report, series), live, dropped, rss)
-
-
-def memory_sum(report: Report) -> Table:
-    """Per device the peak allocated and reserved and when, per step and layer, the largest allocations live at
-    the peak, and the process's peak resident memory; bytes and ns since the process started."""
-    cols = [Column("Section"), Column("PID", "id"), Column("Device"), Column("Name"), Column("Bytes", "bytes"),
-            Column("Kept", "bytes"), Column("Time", "ns"), Column("Count", "count"), Column("Location")]
-    s = memory_summary(report)
-    if s is None:
-        hint = report.not_recorded().get("memory")
-        return Table("memory_sum", "Memory Summary", cols, [],
-                     [f"No memory events in this report: {hint}." if hint else "No memory events were recorded."])
-    starts = dict(report.sql("SELECT pid, min(start_ns) FROM process GROUP BY pid"))
-
-    def rel(pid: int, t: int) -> int:
-        return int(t) - int(starts.get(pid) or 0)
-
-    rows: list[tuple[object, ...]] = []
-    for ser in s.series:
-        dev = device_label(ser.device)
-        peak, at = ser.peak()
-        rows.append(("peak allocated", ser.pid, dev, "", peak, None, rel(ser.pid, at), len(ser.ts), ""))
-        if (ser.reserved >= 0).any():
-            i = int(np.argmax(ser.reserved))
-            rows.append(("peak reserved", ser.pid, dev, "", int(ser.reserved[i]), None, rel(ser.pid, int(ser.ts[i])),
-                         None, ""))
-            frag = np.where(ser.reserved >= 0, ser.reserved - ser.allocated, 0)
-            j = int(np.argmax(frag))
-            rows.append(("reserved not allocated (max)", ser.pid, dev, "", int(frag[j]), None,
-                         rel(ser.pid, int(ser.ts[j])), None, ""))
-        for live in s.live.get((ser.pid, ser.device), []):
-            rows.append(("live at peak", ser.pid, dev, live.layer, live.nbytes, None, rel(ser.pid, live.ts_ns), None,
-                         live.location))
-    for r in s.steps.itertuples(index=False):
-        rows.append(("step", r.pid, device_label(r.device), f"step {r.step}", int(r.peak), int(r.peak_added), None,
-                     None, ""))
-    for r in s.layers.head(LAYERS_LISTED).itertuples(index=False):
-        rows.append(("layer", r.pid, device_label(r.device), r.name, int(r.peak_added), int(round(r.kept)), None,
-                     int(r.calls), ""))
-    from .memory_oom import oom_states  # noqa: PLC0415
-
-    for oom in oom_states(report):
-        rows.append(("out of memory: requested", oom.pid, device_label(oom.device), "", oom.requested, None,
-                     rel(oom.pid, oom.ts_ns), None, ""))
-        for label, value in (("free", oom.free), ("reserved", oom.reserved), ("allocated", oom.allocated)):
-            rows.append((f"out of memory: {label}", oom.pid, device_label(oom.device), "", value, None, None, None, ""))
-        for live in oom.live:
-            rows.append(("live at out of memory", oom.pid, device_label(oom.device), live.layer, live.nbytes, None,
-                         rel(oom.pid, live.ts_ns), None, live.location))
-    for pid, value, t in s.rss:
-        rows.append(("peak resident memory (RSS)", pid, "cpu", "", value, None, rel(pid, t), None, ""))
-    notes = ["Bytes: the peak total (peak rows), the most a step or layer added over the total when it began "
-             "(step, layer), or an allocation's size; Kept: what a step or layer left allocated when it ended "
-             "(mean per call for layers)."]
-    if s.dropped:
-        notes.append(f"{s.dropped} small allocations and frees were summarized (not kept one by one); every "
-                     "total and peak still counts them.")
-    return Table("memory_sum", "Memory Summary", cols, rows, notes)
-
-
-REPORTS = {"memory_sum": memory_sum}

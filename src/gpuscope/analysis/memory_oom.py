@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
-from .memory import Live, _ranges, live_allocations, load_series
+from .memory import Live, layer_ranges, live_allocations, load_series
 
 
 @dataclass
@@ -76,7 +76,7 @@ def oom_states(report: Report) -> list[OomState]:
     if not rows:
         return []
     series = {(s.pid, s.device): s for s in load_series(report)}
-    ranges = _ranges(report)
+    ranges = layer_ranges(report)
     out = []
     for pid, device, ts, requested, free, reserved, allocated, total in rows:
         state = OomState(int(pid), int(device), int(ts), int(requested or 0), int(free or 0), int(reserved or 0),

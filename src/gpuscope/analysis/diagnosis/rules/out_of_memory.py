@@ -14,12 +14,13 @@ class OutOfMemory(Rule):
                    "free, reserved and allocated at the failure, the layers holding most, and what would fit: "
                    "expandable_segments where fragmentation is the cause, activation checkpointing of the "
                    "layers that hold most, or a smaller micro-batch with gradient accumulation.")
-    needs = ()
+    needs = ("gpu",)
 
     def skip(self, ctx: Context) -> str | None:
-        """Skipped when the report has no out-of-memory error."""
-        if ctx.report.count("memory_oom"):
-            return None
+        """Skipped without GPU work or without an out-of-memory error."""
+        reason = super().skip(ctx)
+        if reason or ctx.report.count("memory_oom"):
+            return reason
         hint = ctx.report.not_recorded().get("memory")
         return f"no out-of-memory state in this report: {hint}" if hint else "the program did not run out of memory"
 
