@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs hang anchors rangecost rawcheck memory overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs hang anchors rangecost rawcheck memory memory-check overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis programs probe anchors rangecost rawcheck memory overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis programs probe anchors rangecost rawcheck memory memory-check overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -147,6 +147,16 @@ if has memory; then
     ARGS+=("$OUT/memory_$v.json:$W/many_$v.gpuscope")
   done
   $PY tests/device/memory_summary.py "${ARGS[@]}" > "$OUT/memory_summary.txt"; tail -6 "$OUT/memory_summary.txt"
+fi
+
+if has memory-check; then
+  step "--trace memory against the truth: peak vs max_memory_allocated, a planted 2 GiB activation, an OOM program"
+  # everything in one tar: $OUT/memory_check.tar (check_memory.json, the reports, logs and truths)
+  rm -rf "$W/memory_check" && mkdir -p "$W/memory_check"
+  $PY tests/device/check_memory.py --out "$W/memory_check" > "$W/memory_check/check_memory.json"; echo "memory-check rc=$?"
+  head -c 3000 "$W/memory_check/check_memory.json"
+  rm -f "$W"/memory_check/cost.gpuscope; gzip -f "$W"/memory_check/*.gpuscope
+  tar cf "$OUT/memory_check.tar" -C "$W" memory_check
 fi
 
 if has anchors; then

@@ -18,6 +18,8 @@ from gpuscope.capture.cupti.callbacks import TimedCalls
 from gpuscope.capture.cupti.graph_launches import GraphLaunches
 from gpuscope.capture.cupti.launch_anchors import CallbackAnchors
 from gpuscope.capture.cupti.sync_sites import SyncSites
+from gpuscope.capture.python.cuda_memory import CudaMemory
+from gpuscope.capture.python.torch_memory import TorchMemory
 from gpuscope.capture.python.ranges import RangeRecorder
 from gpuscope.capture.python.sampler import Sampler
 from gpuscope.capture.python.torch_hooks import TorchHooks
@@ -40,8 +42,9 @@ def test_every_trace_option_records_tables_of_the_schema() -> None:
 
 def test_not_recorded_comes_from_the_registry() -> None:
     assert list(collectors.not_recorded(collectors.DEFAULT_TRACE)) == ["cuda_api", "torch_backward", "torch_ops",
-                                                                        "cpu"]
-    assert list(collectors.not_recorded([])) == ["cuda", "cuda_api", "nvtx", "torch", "torch_ops", "cpu"]
+                                                                        "cpu", "memory"]
+    assert list(collectors.not_recorded([])) == ["cuda", "cuda_api", "nvtx", "torch", "torch_ops", "cpu",
+                                                    "memory"]
     shapes = collectors.not_recorded(["torch", "torch-shapes"])["torch_ops"]
     assert "sample windows" in shapes
     assert collectors.not_recorded(["torch", "torch-backward", "torch-ops"]).get("torch_backward") is None
@@ -53,7 +56,7 @@ def test_defaults_without_a_gpu_and_in_a_block() -> None:
 
 
 @pytest.mark.parametrize("cls", [CuptiCollector, TimedCalls, SyncSites, GraphLaunches, CallbackAnchors,
-                                 RangeRecorder, Sampler, TorchHooks, TorchOps])
+                                 RangeRecorder, Sampler, TorchHooks, TorchOps, TorchMemory, CudaMemory])
 def test_every_in_process_recorder_follows_the_collector_protocol(cls: type) -> None:
     for method in ("set_collecting", "take_rows"):
         assert callable(getattr(cls, method, None)), f"{cls.__name__}.{method}"

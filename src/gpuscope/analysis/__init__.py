@@ -31,12 +31,14 @@ STATS_REPORTS = (
     "sync_sum",
     "launch_sum",
     "roofline_sum",
+    "memory_sum",
 )
 
 
 def stats_reports() -> dict[str, Callable[[Report], Table]]:
     """Return the function of every report of ``gpuscope stats`` by name, in STATS_REPORTS order."""
     from .cpu import REPORTS as CPU
+    from .memory_sum import REPORTS as MEMORY
     from .cuda_summaries import REPORTS as CUDA
     from .range_summaries import REPORTS as RANGES
     from .roofline import REPORTS as ROOFLINE
@@ -44,5 +46,5 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .sync import REPORTS as SYNC
     from .torch_ops import REPORTS as TORCH_OPS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY}
     return {name: found[name] for name in STATS_REPORTS}

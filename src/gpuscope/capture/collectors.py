@@ -102,6 +102,10 @@ TRACES = [
     TraceOption("cpu", "Python stacks of every thread sampled at 1 kHz (GPUSCOPE_SAMPLE_HZ), threads' CPU time",
                 ("cpu_sample", "cpu_stack", "cpu_frame", "thread_time"), hint_key="cpu",
                 hint="Python stack samples (cpu_hotspots): add --trace cpu"),
+    TraceOption("memory", "PyTorch memory: every allocation and free with its size, time and Python line (CUDA "
+                "caching allocator's history and out-of-memory state; CPU tensors without a GPU)",
+                ("memory_event", "memory_oom"), hint_key="memory",
+                hint="allocations, frees and the program's own memory peak (memory_sum): add --trace memory"),
     TraceOption("host", "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz)",
                 ("host_counter",), side="launcher"),
     TraceOption("nvml", "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz)",

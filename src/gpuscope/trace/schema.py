@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -239,6 +239,29 @@ TABLES: dict[str, str] = {
         end_ns BIGINT,
         operators BIGINT,
         reason VARCHAR""",
+    "memory_event": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        tid BIGINT,
+        device_id INTEGER,
+        kind VARCHAR,
+        address BIGINT,
+        bytes BIGINT,
+        allocated_bytes BIGINT,
+        reserved_bytes BIGINT,
+        stream_id BIGINT,
+        stack_id INTEGER,
+        source VARCHAR""",
+    "memory_oom": """
+        ts_ns BIGINT,
+        pid BIGINT,
+        device_id INTEGER,
+        requested_bytes BIGINT,
+        free_bytes BIGINT,
+        reserved_bytes BIGINT,
+        allocated_bytes BIGINT,
+        total_bytes BIGINT,
+        detail VARCHAR""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -264,6 +287,7 @@ ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
     4: ["torch_op", "sync_site", "launch_call", "graph_launch", "capture_window", "kernel_metric"],
     5: ["torch_op_window"],
+    6: ["memory_event", "memory_oom"],
 }
 
 

@@ -36,6 +36,7 @@ LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spo
 # Signals whose default action ends the process: the agent delivers everything first (if the program
 # left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+MEMORY_ENTRIES_ENV = "GPUSCOPE_MEMORY_ENTRIES"  # the CUDA allocator's ring of actions (cuda_memory.py)
 DEFAULT_SAMPLE_HZ = 1000
 FLUSH_INTERVAL_S = 0.5
 
@@ -59,6 +60,7 @@ class Agent:
         self.torch_hooks: Any = None
         self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops or torch-shapes
         self.sampler: Any = None
+        self.memory: list[Any] = []  # the memory recorders (torch_memory, cuda_memory), with --trace memory
         self.collectors: list[Collector] = []  # every recorder started, in the order started
         self.clock = "monotonic"
         self.clock_offset_ns = 0
@@ -164,6 +166,9 @@ class Agent:
             self._add_row("range", row)
         if self.torch_ops is not None:
             self._add_row("collector", self.torch_ops.stop())
+        for recorder in self.memory:
+            recorder.finish()
+            self._add_row("collector", recorder.summary())
         self._report_range_counts()
         self._add_row("process_end", (self.now_ns(),))
         self.flush_rows()
@@ -256,6 +261,8 @@ class Agent:
             hooks["torch"] = [self._install_torch]
         if "torch-ops" in self.trace or "torch-shapes" in self.trace:  # every operator wins over samples
             hooks.setdefault("torch", []).append(self._install_torch_ops)
+        if "memory" in self.trace:
+            hooks.setdefault("torch", []).append(self._install_memory)
         imports.when_imported(hooks, lambda name, exc: self.diag(
             "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
 
@@ -284,6 +291,21 @@ class Agent:
         self.capture.apply_to(ops)
         self.torch_ops = ops
         self.collectors.append(ops)
+
+    def _install_memory(self, module: Any) -> None:
+        """CUDA: the caching allocator's history; without CUDA: the CPU tensors PyTorch operators create."""
+        from ..python import cuda_memory  # noqa: PLC0415
+        from ..python.torch_memory import TorchMemory  # noqa: PLC0415
+
+        entries = int(os.environ.get(MEMORY_ENTRIES_ENV) or cuda_memory.MAX_ENTRIES)
+        cuda = cuda_memory.CudaMemory(self.clock_offset_ns, self.stacks, self.diag, entries)
+        recorder: Any = cuda
+        if not cuda.install(module):
+            recorder = TorchMemory(self.clock_offset_ns, self.stacks, self.diag)
+            recorder.install(module)
+        self.memory.append(recorder)
+        self.capture.apply_to(recorder)
+        self.collectors.append(recorder)
 
     def _report_range_counts(self) -> None:
         counts = dict(self.ranges.counts)

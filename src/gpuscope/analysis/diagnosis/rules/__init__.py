@@ -11,6 +11,7 @@ from .gemm_loops import SmallGemms
 from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
 from .kernels import BelowRoofline, NoTensorCores
 from .memory import GpuMemory
+from .out_of_memory import OutOfMemory
 from .sync import HostSync
 
 RULES: list[Rule] = [
@@ -27,6 +28,7 @@ RULES: list[Rule] = [
     UnfusedElementwise(),
     BelowRoofline(),
     GpuMemory(),
+    OutOfMemory(),
     WarmUp(),
 ]
 

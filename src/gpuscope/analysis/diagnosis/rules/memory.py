@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...memory import peak_bytes
 from ..context import Context, data_dict, fmt_bytes, fmt_ns
 from ..finding import Finding
 from ..rule import Rule
@@ -14,12 +15,21 @@ MAX_FACTOR = 4
 
 class GpuMemory(Rule):
     name = "gpu_memory"
-    description = ("GPU memory far from full (NVML's used memory against the device's): a larger batch would fit, "
-                   "and the per-step costs that do not grow with the batch (launch overhead, host syncs) would be "
-                   "spread over more samples.")
-    needs = ("gpu", "nvml")
+    description = ("GPU memory far from full (the program's own peak reserved memory with --trace memory, else "
+                   "NVML's used memory of all processes, against the device's): a larger batch would fit, and the "
+                   "per-step costs that do not grow with the batch (launch overhead, host syncs) would be spread "
+                   "over more samples.")
+    needs = ("gpu",)
+
+    def skip(self, ctx: Context) -> str | None:
+        """Skipped without GPU work, or without the program's memory peak and NVML's counters alike."""
+        reason = super().skip(ctx)
+        if reason or _own_peaks(ctx):
+            return reason
+        return ctx.missing("nvml")
 
     def evaluate(self, ctx: Context) -> list[Finding]:
+        own = _own_peaks(ctx)
         peaks = dict(ctx.report.sql(
             """SELECT CAST(regexp_extract(name, 'gpu(\\d+)\\.', 1) AS INTEGER), max(value) FROM host_counter
                WHERE name LIKE 'gpu%.memory_used_bytes' GROUP BY ALL"""))
@@ -28,7 +38,9 @@ class GpuMemory(Rule):
         for p in ctx.processes:
             devices = sorted(int(d) for d in p.timeline.ops["device_id"].dropna().unique())
             for device in devices:
-                peak, total = peaks.get(device), totals.get(device)
+                peak, total = own.get((p.pid, device), peaks.get(device)), totals.get(device)
+                source = ("the program's own peak reserved by PyTorch's allocator" if (p.pid, device) in own
+                          else "NVML, all processes")
                 if not peak or not total or peak >= MOSTLY_UNUSED * total:
                     continue
                 factor = max(2, min(MAX_FACTOR, int(HEADROOM * total / peak)))
@@ -51,7 +63,7 @@ class GpuMemory(Rule):
                     rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns), work_changing=True,
                     title=f"GPU {device} memory mostly unused: peak {fmt_bytes(peak)} of {fmt_bytes(total)} "
                           f"({peak / total:.0%}); a {factor}x larger batch fits",
-                    evidence=[f"peak memory in use (NVML, all processes) {fmt_bytes(peak)} of {fmt_bytes(total)}",
+                    evidence=[f"peak memory in use ({source}) {fmt_bytes(peak)} of {fmt_bytes(total)}",
                               f"per step the GPU works {fmt_ns(busy)}, and idles {fmt_ns(fixed)} on launch overhead, "
                               "PyTorch's own code and host syncs, which do not grow with the batch",
                               f"estimate: a {factor}x batch step takes max({factor} x GPU work, the fixed host time) "
@@ -65,3 +77,15 @@ class GpuMemory(Rule):
                                    per_sample_share=round(share, 4)),
                 ))
         return out
+
+
+def _own_peaks(ctx: Context) -> dict[tuple[int, int], int]:
+    """The program's own peak per (pid, GPU) from its memory events: reserved where known, else allocated."""
+    key = ("gpu_memory", "own_peaks")
+    if key not in ctx.cache:
+        reserved = {(int(p), int(d)): int(v) for p, d, v in ctx.report.sql(
+            """SELECT pid, device_id, max(reserved_bytes) FROM memory_event
+               WHERE device_id >= 0 AND reserved_bytes IS NOT NULL GROUP BY ALL""")}
+        allocated = {k: v for k, v in peak_bytes(ctx.report).items() if k[1] >= 0}
+        ctx.cache[key] = {**allocated, **reserved}
+    return ctx.cache[key]
