@@ -29,7 +29,6 @@ MEASURED = json.loads((ROOT / "tests" / "fixtures" / "programs.measured.json").r
 # program -> why the analysis misses it (kept honest: the test fails when one starts passing)
 KNOWN_MISSES = {
     "sync_not_bottleneck": "the host's relaunch after .item() is slower under the profiler: 5.9% estimated, ~1% measured",
-    "dataloader_and_sync": "a CUDA graph (launch_bound, top) was not among the fixes measured; workers measured 17%",
     "conv_train_bf16": "profiling slows the host by ~30%, so launch gaps that untraced hide behind the GPU show",
     "mlp_item_nonzero": "not measured: its CUDA-graph fix crashed the GPU (illegal memory access)",
 }
