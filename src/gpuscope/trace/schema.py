@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -239,6 +239,15 @@ TABLES: dict[str, str] = {
         end_ns BIGINT,
         operators BIGINT,
         reason VARCHAR""",
+    "rank": """
+        pid BIGINT,
+        rank INTEGER,
+        local_rank INTEGER,
+        world_size INTEGER,
+        node_rank INTEGER,
+        host VARCHAR,
+        backend VARCHAR,
+        source VARCHAR""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -264,6 +273,7 @@ ADDED_IN: dict[int, list[str]] = {
     3: ["cpu_frame", "cpu_stack", "cpu_sample", "thread_time", "host_counter"],
     4: ["torch_op", "sync_site", "launch_call", "graph_launch", "capture_window", "kernel_metric"],
     5: ["torch_op_window"],
+    6: ["rank"],
 }
 
 
