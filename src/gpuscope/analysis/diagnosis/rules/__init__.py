@@ -11,9 +11,12 @@ from .gemm_loops import SmallGemms
 from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
 from .kernels import BelowRoofline, NoTensorCores
 from .memory import GpuMemory
+from .straggler import ExposedComm, Straggler
 from .sync import HostSync
 
 RULES: list[Rule] = [
+    Straggler(),
+    ExposedComm(),
     SmallGemms(),
     IdleCpuWork(),
     LaunchBound(),
