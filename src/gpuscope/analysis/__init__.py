@@ -31,6 +31,8 @@ STATS_REPORTS = (
     "sync_sum",
     "launch_sum",
     "roofline_sum",
+    "rank_sum",
+    "collective_sum",
 )
 
 
@@ -43,6 +45,7 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .launch_sites import REPORTS as LAUNCHES
     from .sync import REPORTS as SYNC
     from .torch_ops import REPORTS as TORCH_OPS
+    from .rank_summaries import REPORTS as RANKS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **RANKS}
     return {name: found[name] for name in STATS_REPORTS}
