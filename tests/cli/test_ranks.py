@@ -98,3 +98,15 @@ def test_a_rank_that_dies_leaves_its_data_and_the_others(gs: Gpuscope) -> None:
     steps = per.groupby("rank")["step"].max().to_dict()
     assert steps[0] >= 79 and 20 <= steps[1] <= 80, steps
     assert analyze.returncode == 0 and "Traceback" not in analyze.stderr
+
+
+def test_a_rank_that_never_reaches_a_collective_is_named_with_its_last_stack(gs: Gpuscope) -> None:
+    # rank 1 stops before step 7's collectives; rank 0's all-reduce times out after 3 s, torchrun ends rank 1
+    res = _torchrun(gs, "hung", {"HANG_AT": "6", "TIMEOUT_S": "3"})
+    assert res.returncode != 0, res.describe()
+    doc = json.loads(gs.run("analyze", "hung.gpuscope", "-f", "json").stdout)
+    top = doc["findings"][0]
+    assert top["rule"] == "cpu_hung_rank", [f["rule"] for f in doc["findings"]]
+    assert top["data"]["hung_rank"] == 1 and top["data"]["kind"] == "all_reduce"
+    assert "wait_for_a_lost_peer" in (top["data"]["stack"] or ""), top
+    assert top["data"]["waited_ns"] > 2e9  # rank 0 waited until its timeout

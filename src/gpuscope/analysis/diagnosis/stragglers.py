@@ -70,6 +70,7 @@ class RankWaits:
     shared: int
     straggler: int | None
     ranks: dict[int, int]
+    collectives: pd.DataFrame  # every call, with its arrival skew
 
 
 def rank_waits(report: Report) -> RankWaits | None:
@@ -89,7 +90,7 @@ def rank_waits(report: Report) -> RankWaits | None:
     shared = sum(last.values())
     top = max(last, key=lambda p: (last[p], -p)) if last else None
     straggler = top if top is not None and shared and last[top] >= STRAGGLER_SHARE * shared else None
-    return RankWaits(steady, step_ns, wait_ns, last, shared, straggler, rank_of(report))
+    return RankWaits(steady, step_ns, wait_ns, last, shared, straggler, rank_of(report), coll)
 
 
 def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..cpu_breakdown import CPU_LABELS
 from ..cpu_context import CpuContext
 from ..finding import Finding
+from ..hung_ranks import hung_findings
 from ..stragglers import NO_RANKS, cached_waits, straggler_findings
 from .base import CpuRule
 
@@ -23,4 +24,6 @@ class CpuStraggler(CpuRule):
         if waits is None:
             return []
         means = {p.pid: p.breakdown.mean_parts() for p in ctx.processes}
-        return straggler_findings(waits, means, CPU_LABELS, ctx.min_share, prefix="cpu_")
+        step = sum(waits.step_ns.values()) / len(waits.step_ns) if waits.step_ns else 0.0
+        hung = hung_findings(ctx.report, waits.collectives, step, prefix="cpu_")
+        return hung + straggler_findings(waits, means, CPU_LABELS, ctx.min_share, prefix="cpu_")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..breakdown import LABELS
 from ..context import Context, data_dict, fmt_ns
 from ..finding import Finding
+from ..hung_ranks import hung_findings
 from ..rule import Rule
 from ..stragglers import NO_RANKS, cached_waits, straggler_findings
 
@@ -26,7 +27,9 @@ class Straggler(Rule):
         if waits is None:
             return []
         means = {p.pid: p.breakdown.mean_parts() for p in ctx.processes}
-        return straggler_findings(waits, means, LABELS, ctx.min_share)
+        step = sum(waits.step_ns.values()) / len(waits.step_ns) if waits.step_ns else 0.0
+        hung = hung_findings(ctx.report, waits.collectives, step)
+        return hung + straggler_findings(waits, means, LABELS, ctx.min_share)
 
 
 class ExposedComm(Rule):
