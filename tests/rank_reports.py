@@ -22,7 +22,7 @@ def add_rank(b: ReportBuilder, pid: int, rank: int, world: int, host: str = "nod
 
 
 def nccl_straggler(path: Path, load_ms: tuple[float, ...] = (0.5, 3.9), steps: int = STEPS,
-                   rotate: bool = False) -> Report:
+                   rotate: bool = False, command: str = "train.py") -> Report:
     """A data-parallel job, one rank per entry of ``load_ms`` (pids 100, 101, ...): each step every rank
     waits ``load_ms`` in its DataLoader, runs a 3 ms GEMM, then an NCCL all-reduce that ends 1 ms after the
     last rank started its own. Steps are marked at the end of each 10 ms period. With ``rotate`` the loads
@@ -44,4 +44,4 @@ def nccl_straggler(path: Path, load_ms: tuple[float, ...] = (0.5, 3.9), steps: i
             b.kernel(NCCL_ALLREDUCE, arrive[pid], last + MS, tid=1, launch=arrive[pid] - 50_000, pid=pid)
             b.range("step", t + PERIOD - 100, t + PERIOD - 100, 1, source="gpuscope", category="step", kind="mark",
                     pid=pid)
-    return b.open()
+    return b.open(command=[command], started_at=str(path))
