@@ -111,6 +111,20 @@ def test_a_single_process_report_has_no_rank_findings(tmp_path: Path) -> None:
     with nccl_straggler(tmp_path / "r.gpuscope", load_ms=(1.0,)) as r:
         d = diagnose(r)
         assert len(rank_sum(r).rows) == 1
+    # nothing to compare, and nothing to say: the rank rules are not listed as skipped either
+    assert not {"straggler", "exposed_comm"} & {s.rule for s in d.skipped}
+    assert not {"straggler", "exposed_comm", "hung_rank"} & {f.rule for f in d.findings}
+
+
+def test_ranks_without_shared_collectives_say_why_they_were_not_checked(tmp_path: Path) -> None:
+    path = tmp_path / "r.gpuscope"
+    nccl_straggler(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("DELETE FROM kernel WHERE pid = 101 AND config_id = (SELECT id FROM kernel_config WHERE "
+                "name_id = (SELECT id FROM string WHERE value LIKE 'nccl%'))")
+    con.close()
+    with Report.open(path) as r:
+        d = diagnose(r)
     skipped = {s.rule: s.reason for s in d.skipped}
     assert "two or more ranks" in skipped["straggler"]
 

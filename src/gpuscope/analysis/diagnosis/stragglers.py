@@ -177,3 +177,11 @@ def cached_waits(ctx: object) -> RankWaits | None:
     if "w" not in cache:
         cache["w"] = rank_waits(ctx.report)  # type: ignore[attr-defined]
     return cache["w"]
+
+
+def skip_reason(ctx: object) -> str | None:
+    """Why the rank rules cannot run: None when they can, and None too for a report without ranks
+    (a one-process program: nothing to say, the rules find nothing)."""
+    if cached_waits(ctx) is not None:
+        return None
+    return NO_RANKS if ctx.report.count("rank") > 1 else None  # type: ignore[attr-defined]

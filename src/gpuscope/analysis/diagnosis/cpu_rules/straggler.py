@@ -6,7 +6,7 @@ from ..cpu_breakdown import CPU_LABELS
 from ..cpu_context import CpuContext
 from ..finding import Finding
 from ..hung_ranks import hung_findings
-from ..stragglers import NO_RANKS, cached_waits, straggler_findings
+from ..stragglers import cached_waits, skip_reason, straggler_findings
 from .base import CpuRule
 
 
@@ -17,7 +17,7 @@ class CpuStraggler(CpuRule):
     needs = ()
 
     def skip(self, ctx: CpuContext) -> str | None:  # type: ignore[override]
-        return None if cached_waits(ctx) is not None else NO_RANKS
+        return skip_reason(ctx)
 
     def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
         waits = cached_waits(ctx)

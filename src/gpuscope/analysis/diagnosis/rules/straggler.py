@@ -8,7 +8,7 @@ from ..context import Context, data_dict, fmt_ns
 from ..finding import Finding
 from ..hung_ranks import hung_findings
 from ..rule import Rule
-from ..stragglers import NO_RANKS, cached_waits, straggler_findings
+from ..stragglers import cached_waits, skip_reason, straggler_findings
 
 EXPOSED_MIN_SHARE = 0.05  # exposed communication under this share of the step is not worth a finding
 
@@ -20,7 +20,7 @@ class Straggler(Rule):
     needs = ("gpu",)
 
     def skip(self, ctx: Context) -> str | None:
-        return super().skip(ctx) or (None if cached_waits(ctx) is not None else NO_RANKS)
+        return super().skip(ctx) or skip_reason(ctx)
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         waits = cached_waits(ctx)
@@ -38,7 +38,7 @@ class ExposedComm(Rule):
     needs = ("gpu",)
 
     def skip(self, ctx: Context) -> str | None:
-        return super().skip(ctx) or (None if cached_waits(ctx) is not None else NO_RANKS)
+        return super().skip(ctx) or skip_reason(ctx)
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         waits = cached_waits(ctx)
