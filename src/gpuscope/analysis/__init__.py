@@ -32,6 +32,8 @@ STATS_REPORTS = (
     "launch_sum",
     "roofline_sum",
     "memory_sum",
+    "rank_sum",
+    "collective_sum",
 )
 
 
@@ -45,6 +47,7 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .launch_sites import REPORTS as LAUNCHES
     from .sync import REPORTS as SYNC
     from .torch_ops import REPORTS as TORCH_OPS
+    from .rank_summaries import REPORTS as RANKS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY, **RANKS}
     return {name: found[name] for name in STATS_REPORTS}

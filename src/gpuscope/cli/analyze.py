@@ -7,6 +7,7 @@ import sys
 
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
+from .fleet import is_fleet, run_analyze
 from .output import emit
 
 NAME = "analyze"
@@ -14,7 +15,7 @@ HELP = "Break each step's time into GPU busy and idle parts and rank the fixes b
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("report", nargs="+", help="a .gpuscope report file (several, or a directory: each in turn)")
     p.add_argument("-f", "--format", choices=list(DIAGNOSIS_FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing --output file")
@@ -29,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     from ..reporters import diagnosis_formats
     from ..trace.report import Report
 
+    if is_fleet(args.report):
+        return run_analyze(args)
+    args.report = args.report[0]
     with Report.open(args.report) as report:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "

@@ -7,9 +7,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
+from ..analysis.fleet import FLEET_REPORTS
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
 from ..safe_text import terminal
+from .fleet import add_engine, is_fleet, run_stats
 from .output import emit
 
 if TYPE_CHECKING:
@@ -21,7 +23,8 @@ HELP = "Print summary reports (kernels, API calls, memory operations, ranges, la
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("report", nargs="+", help="a .gpuscope report file; or several, or a directory of them (or of "
+                   "their Parquet exports): then the fleet reports " + ", ".join(FLEET_REPORTS))
     p.add_argument(
         "-r", "--report", dest="names", action="append", metavar="NAME",
         help="report to print (repeatable); one of: " + ", ".join(STATS_REPORTS) + ". Default: all",
@@ -29,9 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("--output", help="write to this file instead of standard output")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing --output file")
+    add_engine(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_fleet(args.report):
+        return run_stats(args)
+    args.report = args.report[0]
     names = args.names or list(STATS_REPORTS)
     unknown = [n for n in names if n not in STATS_REPORTS]
     if unknown:

@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -262,6 +262,15 @@ TABLES: dict[str, str] = {
         allocated_bytes BIGINT,
         total_bytes BIGINT,
         detail VARCHAR""",
+    "rank": """
+        pid BIGINT,
+        rank INTEGER,
+        local_rank INTEGER,
+        world_size INTEGER,
+        node_rank INTEGER,
+        host VARCHAR,
+        backend VARCHAR,
+        source VARCHAR""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -288,6 +297,7 @@ ADDED_IN: dict[int, list[str]] = {
     4: ["torch_op", "sync_site", "launch_call", "graph_launch", "capture_window", "kernel_metric"],
     5: ["torch_op_window"],
     6: ["memory_event", "memory_oom"],
+    7: ["rank"],
 }
 
 

@@ -26,6 +26,7 @@ from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
 from ..python import hook_cost as calibrate
 from ..python import imports
 from ..python.ranges import RangeRecorder
+from ..python.ranks import RankRecorder
 from ..python.stacks import StackTable
 from .control import CaptureControl
 
@@ -57,6 +58,7 @@ class Agent:
         self._anchor_cost: dict[str, int] = {}
         self.stacks = StackTable()
         self.ranges = RangeRecorder()
+        self.ranks = RankRecorder()
         self.torch_hooks: Any = None
         self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops or torch-shapes
         self.sampler: Any = None
@@ -81,6 +83,7 @@ class Agent:
             self._start_cupti()
         self.ranges.offset = self.clock_offset_ns
         self.collectors.append(self.ranges)
+        self.collectors.append(self.ranks)
         annotation.use_recorder(self.ranges)
         self._hook_libraries()
         if "cpu" in self.trace:
@@ -263,6 +266,7 @@ class Agent:
             hooks.setdefault("torch", []).append(self._install_torch_ops)
         if "memory" in self.trace:
             hooks.setdefault("torch", []).append(self._install_memory)
+        hooks.setdefault("torch", []).append(lambda torch: self.ranks.install(torch, self.diag))
         imports.when_imported(hooks, lambda name, exc: self.diag(
             "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
 

@@ -8,8 +8,10 @@ from .data_loader import CpuDataLoader
 from .hot_line import CpuHotLine
 from .idle_cores import CpuIdleCores
 from .startup import CpuStartup
+from .straggler import CpuStraggler
 
 CPU_RULES: list[CpuRule] = [
+    CpuStraggler(),
     CpuDataLoader(),
     CpuHotLine(),
     CpuIdleCores(),

@@ -12,9 +12,12 @@ from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
 from .kernels import BelowRoofline, NoTensorCores
 from .memory import GpuMemory
 from .out_of_memory import OutOfMemory
+from .straggler import ExposedComm, Straggler
 from .sync import HostSync
 
 RULES: list[Rule] = [
+    Straggler(),
+    ExposedComm(),
     SmallGemms(),
     IdleCpuWork(),
     LaunchBound(),

@@ -1,0 +1,242 @@
+"""Collective communication: which calls were collectives, on which rank, and who waited for whom.
+
+A collective is found in three kinds of records, the first that a process has:
+
+1. NCCL kernels (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclKernel_AllGather_RING_LL_Sum_int8``):
+   kind, algorithm (``RING``, ``TREE``, ``NVLS``, ``COLLNET``), protocol (``LL``, ``LL128``,
+   ``SIMPLE``) from the name; times on the GPU, where a kernel spins until every rank joined;
+2. PyTorch's c10d operators (``c10d::allreduce_``, ``c10d::_allgather_base_``,
+   ``_c10d_functional::all_reduce``; ``--trace torch-ops``): the call that hands the tensors to the
+   backend (gloo, NCCL), with their shapes, so bytes;
+3. ``record_function`` ranges the backends make (``gloo:all_reduce``, ``nccl:all_reduce``).
+
+Ranks are matched call by call: the *n*-th collective of a kind on one rank is the *n*-th of that
+kind on every other (a collective is entered by every rank of its group in the same order). Its
+*arrival* on a rank is the start of its call; no rank can leave before the last one arrived, so a
+rank waits ``last arrival - own arrival`` for the slowest (arrival skew), and the last to arrive is
+the one the others wait for. Times of processes of one host share one clock; across hosts they are
+compared as recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..trace.report import Report
+from .ranks import rank_table
+
+# the kinds, by their spelling with underscores and case removed
+KINDS = {
+    "allreduce": "all_reduce", "allreducecoalesced": "all_reduce", "allgather": "all_gather",
+    "allgatherbase": "all_gather", "allgatherintotensor": "all_gather", "allgathercoalesced": "all_gather",
+    "allgatherintotensorcoalesced": "all_gather", "reducescatter": "reduce_scatter",
+    "reducescatterbase": "reduce_scatter", "reducescattertensor": "reduce_scatter",
+    "reducescattertensorcoalesced": "reduce_scatter", "alltoall": "all_to_all", "alltoallbase": "all_to_all",
+    "alltoallsingle": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
+    "send": "send", "recv": "recv", "recvanysource": "recv", "sendrecv": "send_recv", "gather": "gather",
+    "scatter": "scatter", "monitoredbarrier": "barrier",
+}
+ALGORITHMS = ("RING", "TREE", "NVLS", "NVLSTREE", "COLLNETDIRECT", "COLLNETCHAIN", "COLLNET", "PAT")
+PROTOCOLS = ("LL128", "LL", "SIMPLE")
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)((?:_[A-Za-z0-9]+)*)")
+_TORCH_OP = re.compile(r"^_?c10d(?:_functional)?::_?([a-z_]+?)_?$")
+_RANGE = re.compile(r"^(gloo|nccl|mpi|ucc):([a-z_]+)")
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+            "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
+            "float8_e5m2": 1}
+COLUMNS = ["pid", "rank", "host", "kind", "name", "source", "start_ns", "end_ns", "bytes", "algorithm",
+           "protocol", "seq"]
+
+
+def _kind(word: str) -> str | None:
+    return KINDS.get(word.replace("_", "").lower())
+
+
+def parse_kernel(name: str) -> tuple[str, str | None, str | None] | None:
+    """Return (kind, algorithm, protocol) of an NCCL kernel's name, or None for another kernel."""
+    m = _NCCL_KERNEL.match(name)
+    if not m:
+        return None
+    kind = _kind(m.group(1))
+    if kind is None:
+        return None
+    parts = [p.upper() for p in m.group(2).split("_") if p]
+    algorithm = next((p for p in parts if p in ALGORITHMS), None)
+    protocol = next((p for p in parts if p in PROTOCOLS), None)
+    return kind, algorithm, protocol
+
+
+def parse_op(name: str) -> str | None:
+    """Return the kind of a c10d operator (``c10d::allreduce_``), or None (``wait_tensor`` is no collective)."""
+    m = _TORCH_OP.match(name)
+    return _kind(m.group(1)) if m else None
+
+
+def parse_range(name: str) -> str | None:
+    """Return the kind of a backend's ``record_function`` range (``gloo:all_reduce``), or None."""
+    m = _RANGE.match(name)
+    return _kind(m.group(2)) if m else None
+
+
+def tensor_bytes(shapes: str | None, dtypes: str | None) -> int | None:
+    """The bytes of a c10d operator's first argument (a tensor or a list of tensors), from the
+    ``torch_op`` row's JSON ``shapes`` and ``dtypes``; None when they do not say."""
+    try:
+        s, d = json.loads(shapes or "null"), json.loads(dtypes or "null")
+    except ValueError:
+        return None
+    if not s or not d:
+        return None
+    first, types = s[0], d[0]
+    if first is None or types is None:
+        return None
+    if first and not isinstance(first[0], list):  # one tensor: a shape, and one dtype
+        first, types = [first], [types] if isinstance(types, str) else types
+    if isinstance(types, str):
+        types = [types] * len(first)
+    total = 0
+    for shape, dtype in zip(first, types):
+        if shape is None or dtype not in ITEMSIZE:
+            return None
+        total += int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[dtype]
+    return total
+
+
+def _from_kernels(report: Report) -> pd.DataFrame:
+    if not report.count("kernel"):
+        return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns"])
+    return report.df(
+        """SELECT k.pid, n.value AS name, k.start_ns, k.end_ns FROM kernel k
+           JOIN kernel_config c ON c.id = k.config_id JOIN string n ON n.id = c.name_id
+           WHERE n.value LIKE 'nccl%Kernel%' ORDER BY k.pid, k.start_ns""")
+
+
+def _from_ops(report: Report) -> pd.DataFrame:
+    if not report.count("torch_op"):
+        return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns", "shapes", "dtypes"])
+    return report.df(
+        """SELECT o.pid, n.value AS name, o.start_ns, o.end_ns, o.shapes, o.dtypes FROM torch_op o
+           JOIN string n ON n.id = o.name_id WHERE n.value LIKE '%c10d%' ORDER BY o.pid, o.start_ns""")
+
+
+def _from_ranges(report: Report) -> pd.DataFrame:
+    if not report.count("nvtx_range"):
+        return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns"])
+    return report.df(
+        """SELECT r.pid, n.value AS name, r.start_ns, r.end_ns FROM nvtx_range r JOIN string n ON n.id = r.name_id
+           WHERE r.kind = 'range' AND regexp_matches(n.value, '^(gloo|nccl|mpi|ucc):') ORDER BY r.pid, r.start_ns""")
+
+
+def collectives(report: Report) -> pd.DataFrame:
+    """Every collective call of every process, from its best source (NCCL kernels, then c10d
+    operators, then backend ranges): ``pid``, ``rank`` (None without a rank row), ``host``, ``kind``,
+    ``name``, ``source`` (``kernel``, ``torch_op``, ``range``), ``start_ns``, ``end_ns``, ``bytes``
+    (None where not recorded), ``algorithm``, ``protocol`` (NCCL kernels), ``seq`` (its number among
+    the process's collectives of its kind, from 0), in start order per process."""
+    frames = []
+    kernels = _from_kernels(report)
+    if len(kernels):
+        parsed = [parse_kernel(n) for n in kernels["name"]]
+        keep = np.array([p is not None for p in parsed], bool)
+        kernels = kernels[keep].assign(kind=[p[0] for p in parsed if p], algorithm=[p[1] for p in parsed if p],
+                                       protocol=[p[2] for p in parsed if p], source="kernel", bytes=None)
+        frames.append(kernels)
+    ops = _from_ops(report)
+    if len(ops):
+        kinds = [parse_op(n) for n in ops["name"]]
+        keep = np.array([k is not None for k in kinds], bool)
+        sizes = [tensor_bytes(s, d) for s, d in zip(ops["shapes"], ops["dtypes"])]
+        ops = ops.assign(kind=kinds, bytes=sizes, source="torch_op", algorithm=None, protocol=None)[keep]
+        frames.append(ops.drop(columns=["shapes", "dtypes"]))
+    ranges = _from_ranges(report)
+    if len(ranges):
+        kinds = [parse_range(n) for n in ranges["name"]]
+        keep = np.array([k is not None for k in kinds], bool)
+        frames.append(ranges.assign(kind=kinds, bytes=None, source="range", algorithm=None, protocol=None)[keep])
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    found = pd.concat(frames, ignore_index=True)
+    order = {"kernel": 0, "torch_op": 1, "range": 2}
+    best = found.groupby("pid")["source"].agg(lambda s: min(s, key=order.__getitem__))
+    found = found[found["source"] == found["pid"].map(best)]
+    found = _bytes_from_ops(found, ops)
+    found = found.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
+    found["seq"] = found.groupby(["pid", "kind"]).cumcount()
+    ranks = rank_table(report).set_index("pid")
+    found["rank"] = found["pid"].map(ranks["rank"]) if len(ranks) else None
+    found["host"] = found["pid"].map(ranks["host"]) if len(ranks) else None
+    found["end_ns"] = found["end_ns"].fillna(found["start_ns"]).astype(np.int64)
+    return found[COLUMNS]
+
+
+def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Give NCCL kernels the bytes of the c10d operator of the same kind and number in their process."""
+    if not len(ops) or not (found["source"] == "kernel").any():
+        return found
+    ops = ops.dropna(subset=["kind"]).copy()
+    ops["seq"] = ops.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
+    sizes = {(int(p), k, int(s)): b for p, k, s, b in zip(ops["pid"], ops["kind"], ops["seq"], ops["bytes"])}
+    found = found.copy()
+    seq = found.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
+    is_kernel = found["source"] == "kernel"
+    found.loc[is_kernel, "bytes"] = [sizes.get((int(p), k, int(s))) for p, k, s in
+                                     zip(found.loc[is_kernel, "pid"], found.loc[is_kernel, "kind"], seq[is_kernel])]
+    return found
+
+
+def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
+    """Each collective call with who it waited for: ``ranks`` (how many ranks made it), ``last_pid``
+    (the process that arrived last), ``wait_ns`` (last arrival - own arrival: the time this rank
+    waited for the slowest), ``transfer_ns`` (own end - last arrival, at least 0: the collective's own
+    time once all had arrived, where its end was recorded on the GPU). Calls that only one process
+    made are kept with ``wait_ns`` 0."""
+    if not len(coll):
+        return coll.assign(ranks=[], last_pid=[], wait_ns=[], transfer_ns=[])
+    g = coll.groupby(["kind", "seq"])["start_ns"]
+    last = g.transform("max")
+    idx = coll.loc[g.idxmax().to_numpy(), ["kind", "seq", "pid"]].rename(columns={"pid": "last_pid"})
+    out = coll.merge(idx, on=["kind", "seq"], how="left")
+    out["ranks"] = out.groupby(["kind", "seq"])["pid"].transform("nunique").to_numpy()
+    out["wait_ns"] = (last.to_numpy() - coll["start_ns"].to_numpy()).astype(np.int64)
+    gpu = out["source"] == "kernel"
+    out["transfer_ns"] = np.where(gpu, np.maximum(out["end_ns"] - last.to_numpy(), 0), 0).astype(np.int64)
+    return out
+
+
+def overlap_ns(coll: pd.DataFrame, compute: pd.DataFrame) -> np.ndarray:
+    """For each collective of ``coll`` (``pid``, ``start_ns``, ``end_ns``), the time it overlapped
+    ``compute`` intervals of its own process (``pid``, ``start_ns``, ``end_ns``; may overlap each other)."""
+    out = np.zeros(len(coll), dtype=np.int64)
+    for pid, idx in coll.groupby("pid").indices.items():
+        own = compute[compute["pid"] == pid]
+        if not len(own):
+            continue
+        s, e = _union(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
+        cum = np.concatenate([[0], np.cumsum(e - s)])
+        a = coll["start_ns"].to_numpy(np.int64)[idx]
+        b = coll["end_ns"].to_numpy(np.int64)[idx]
+        out[idx] = _covered(s, e, cum, b) - _covered(s, e, cum, a)
+    return out
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    starts = s[new]
+    ends = np.maximum.reduceat(reach, np.flatnonzero(new))
+    return starts, ends
+
+
+def _covered(s: np.ndarray, e: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the union (disjoint sorted ``s``, ``e``) that lies before each time ``t``."""
+    i = np.searchsorted(s, t, "right")
+    before = cum[i]
+    last = np.maximum(i - 1, 0)
+    inside = (i > 0) & (t < e[last])
+    return before - np.where(inside, e[last] - t, 0)

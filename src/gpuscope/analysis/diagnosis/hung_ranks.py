@@ -1,0 +1,87 @@
+"""Ranks that never reached a collective the others entered: the job's hang (or a rank's death),
+named with the rank's last recorded Python stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ...trace.report import Report
+from ..ranks import label, rank_of
+from .context import data_dict, fmt_ns
+from .cpu_frames import frame_text, load_stacks
+from .finding import Finding
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A rank that never entered a collective that other ranks did."""
+
+    pid: int
+    kind: str
+    seq: int
+    waiting: list[int]  # the processes that entered it
+    entered_ns: int  # when the first of them did
+    waited_ns: int  # from then to the end of the last of them (or of the recording)
+    ended: bool  # whether the missing process reached its exit handlers
+    stack: str | None  # its last sampled stack, as ``file:line function``
+
+
+def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
+    """For each ranked process with collectives, the first collective (by time) that others entered
+    and it never did; ``coll`` as :func:`..collectives.arrivals` returns it."""
+    ranked = set(rank_of(report)) & set(coll["pid"].astype(int))
+    if len(ranked) < 2:
+        return []
+    made = coll.groupby(["kind", "seq"])["pid"].agg(lambda s: set(s.astype(int)))
+    first = coll.groupby(["kind", "seq"])["start_ns"].min()
+    ends = dict(report.sql("SELECT pid, max(end_ns) FROM process GROUP BY pid"))
+    out = []
+    for pid in sorted(ranked):
+        lacking = [(int(first[key]), key) for key, pids in made.items() if pid not in pids and pids & ranked]
+        if not lacking:
+            continue
+        t, (kind, seq) = min(lacking)
+        waiting = sorted(made[(kind, seq)] & ranked)
+        stop = max((int(ends[p]) for p in waiting if ends.get(p) is not None), default=None)
+        if stop is None:
+            stop = int(coll.loc[coll["pid"].isin(waiting), "end_ns"].max())
+        out.append(Missed(pid, kind, int(seq), waiting, t, max(0, stop - t), ends.get(pid) is not None,
+                          _last_stack(report, pid)))
+    return out
+
+
+def _last_stack(report: Report, pid: int) -> str | None:
+    row = report.sql("SELECT stack_id FROM cpu_sample WHERE pid = ? AND tid = pid ORDER BY ts_ns DESC LIMIT 1",
+                     [pid])
+    if not row:
+        return None
+    info = load_stacks(report, [(pid, int(row[0][0]))]).get((pid, int(row[0][0])))
+    frame = None if info is None else (info.user or info.innermost)
+    return frame_text(frame) if frame else None
+
+
+def hung_findings(report: Report, coll: pd.DataFrame, step_ns: float, prefix: str = "") -> list[Finding]:
+    """One finding per rank that never reached a collective the others entered, first in the ranking."""
+    ranks = rank_of(report)
+    out = []
+    for m in missed_collectives(report, coll):
+        who = label(m.pid, ranks)
+        others = ", ".join(label(p, ranks) for p in m.waiting[:4]) + (" ..." if len(m.waiting) > 4 else "")
+        evidence = [f"{others} entered {m.kind} #{m.seq + 1} and waited {fmt_ns(m.waited_ns)} for {who}, which "
+                    f"never entered it",
+                    f"{who} {'ended' if m.ended else 'was killed or still running when the recording ended'}"]
+        if m.stack:
+            evidence.append(f"its last recorded stack: {m.stack}")
+        fix = ("Find why this rank stopped before the collective (its last stack, its own output): a rank that "
+               "takes another branch (a collective inside `if rank == 0`), an exception, a deadlock or a lost "
+               "peer; set a timeout in init_process_group (and TORCH_NCCL_ASYNC_ERROR_HANDLING) so that a hang "
+               "fails fast.")
+        saving = float(m.waited_ns)
+        out.append(Finding(prefix + "hung_rank", f"Rank {ranks.get(m.pid, m.pid)} never reached a collective the "
+                           "others waited in", saving, max(1.0, saving / step_ns) if step_ns else 1.0, evidence,
+                           f"{who}: {m.stack or 'no stack recorded (--trace cpu records one)'}", fix,
+                           data=data_dict(hung_pid=m.pid, hung_rank=ranks.get(m.pid), kind=m.kind, seq=m.seq,
+                                          waited_ns=saving, stack=m.stack)))
+    return out

@@ -1,0 +1,147 @@
+"""Per rank and step: the step's time, the time in collectives, how much of it overlapped compute,
+and the time waiting for the slowest rank; and the ``gpuscope stats`` reports made from them
+(``rank_sum``, ``collective_sum``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..trace.report import Report
+from .collectives import arrivals, collectives, overlap_ns
+from .ranks import rank_table
+from .steps import step_source, step_windows
+from .table import Column, Table
+
+STEP_COLUMNS = ["pid", "rank", "host", "step", "start_ns", "duration_ns", "warmup", "collectives", "bytes",
+                "comm_ns", "overlap_ns", "wait_ns", "last"]
+
+
+def timed_collectives(report: Report) -> pd.DataFrame:
+    """The collectives of :func:`.collectives.collectives` with their arrival skew (:func:`.arrivals`)
+    and ``overlap_ns``: for NCCL kernels, the time another kernel of the process ran beside them
+    (communication hidden behind compute); 0 for CPU-side calls, whose end is not recorded."""
+    coll = arrivals(collectives(report))
+    coll["overlap_ns"] = np.zeros(len(coll), dtype=np.int64)
+    gpu = coll["source"] == "kernel"
+    if gpu.any():
+        compute = report.df(
+            """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
+               JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'""")
+        coll.loc[gpu, "overlap_ns"] = overlap_ns(coll[gpu].reset_index(drop=True), compute)
+    return coll
+
+
+def rank_steps(report: Report, coll: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per process with collectives (or a rank) and step: ``pid``, ``rank``, ``host``,
+    ``step``, ``start_ns``, ``duration_ns``, ``warmup``, ``collectives`` (calls begun in the step),
+    ``bytes``, ``comm_ns`` (their time: kernel time on the GPU, the calls' own time on the CPU),
+    ``overlap_ns`` (of that, beside compute), ``wait_ns`` (waiting for the slowest rank to arrive),
+    ``last`` (collectives of the step this rank arrived last at, of those more than one rank made)."""
+    coll = timed_collectives(report) if coll is None else coll
+    ranks = rank_table(report).set_index("pid")
+    steps = step_windows(report, step_source(report))
+    pids = set(coll["pid"].astype(int)) | set(ranks.index.astype(int))
+    steps = steps[steps["pid"].isin(pids)]
+    if not len(steps):
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    out = []
+    for pid, own in steps.groupby("pid", sort=True):
+        own = own.sort_values("start_ns")
+        mine = coll[coll["pid"] == pid]
+        starts = own["start_ns"].to_numpy(np.int64)
+        ends = own["end_ns"].to_numpy(np.int64)
+        t = mine["start_ns"].to_numpy(np.int64)
+        i = np.searchsorted(starts, t, "right") - 1
+        inside = (i >= 0) & (t < ends[np.maximum(i, 0)])
+        step_of = np.where(inside, i, -1)
+        shared = mine["ranks"].to_numpy() > 1
+        frame = pd.DataFrame({
+            "i": step_of, "n": 1, "bytes": mine["bytes"].fillna(0).to_numpy(float),
+            "comm_ns": (mine["end_ns"] - mine["start_ns"]).to_numpy(np.int64),
+            "overlap_ns": mine["overlap_ns"].to_numpy(np.int64), "wait_ns": mine["wait_ns"].to_numpy(np.int64),
+            "last": ((mine["last_pid"].to_numpy() == pid) & shared).astype(np.int64)})
+        sums = frame[frame["i"] >= 0].groupby("i").sum()
+        per = sums.reindex(range(len(own)), fill_value=0)
+        out.append(pd.DataFrame({
+            "pid": int(pid), "rank": ranks["rank"].get(pid) if len(ranks) else None,
+            "host": ranks["host"].get(pid) if len(ranks) else None, "step": own["step"].to_numpy(),
+            "start_ns": starts, "duration_ns": ends - starts, "warmup": own["warmup"].to_numpy(bool),
+            "collectives": per["n"].to_numpy(np.int64), "bytes": per["bytes"].to_numpy(float),
+            "comm_ns": per["comm_ns"].to_numpy(np.int64), "overlap_ns": per["overlap_ns"].to_numpy(np.int64),
+            "wait_ns": per["wait_ns"].to_numpy(np.int64), "last": per["last"].to_numpy(np.int64)}))
+    return pd.concat(out, ignore_index=True)[STEP_COLUMNS]
+
+
+def _steady(frame: pd.DataFrame) -> pd.DataFrame:
+    steady = frame[~frame["warmup"].astype(bool)]
+    return steady if len(steady) else frame
+
+
+def rank_sum(report: Report) -> Table:
+    """Per rank (process): steps, mean steady step and how much longer than the fastest rank's,
+    collectives per step, their time, the share of it overlapped by compute, the wait for the
+    slowest rank per step, and the share of collectives it arrived last at."""
+    cols = [Column("Rank", "id"), Column("PID", "id"), Column("Host"), Column("Steps", "count"),
+            Column("Mean Step", "ns"), Column("vs Fastest", "percent"), Column("Collectives/Step", "number"),
+            Column("Comm/Step", "ns"), Column("Overlapped", "percent"), Column("Wait/Step", "ns"),
+            Column("Arrived Last", "percent")]
+    name, title = "rank_sum", "Ranks: Steps, Communication and Waiting"
+    per = rank_steps(report)
+    if not len(per):
+        why = ("No ranks or collectives in this report (a single process, or no torch.distributed): "
+               "nothing to compare." if not report.count("rank") else "No steps in this report: mark them with "
+               "gpuscope.step(), or record PyTorch's optimizer steps with --trace torch.")
+        return Table(name, title, cols, [], [why])
+    rows = []
+    means = {pid: float(_steady(f)["duration_ns"].mean()) for pid, f in per.groupby("pid")}
+    fastest = min(means.values())
+    for pid, f in per.groupby("pid", sort=False):
+        s = _steady(f)
+        n = len(s)
+        comm = float(s["comm_ns"].sum())
+        shared = float(s["collectives"].sum())
+        rank = f["rank"].iloc[0]
+        rows.append((None if pd.isna(rank) else int(rank), int(pid), f["host"].iloc[0], len(f), means[pid],
+                     100.0 * (means[pid] - fastest) / fastest if fastest else 0.0, shared / n if n else 0.0,
+                     comm / n if n else 0.0, 100.0 * float(s["overlap_ns"].sum()) / comm if comm else None,
+                     float(s["wait_ns"].sum()) / n if n else 0.0,
+                     100.0 * float(s["last"].sum()) / shared if shared else 0.0))
+    rows.sort(key=lambda r: (r[0] is None, r[0] if r[0] is not None else 0, r[1]))
+    spread = max(means.values()) - fastest
+    notes = [f"Means over the steady steps (warm-up left out); spread of the mean step across ranks: {spread / 1e6:.3f} ms. "
+             "Wait/Step: time a rank waited in collectives for the last rank to arrive (arrival skew); Arrived "
+             "Last: share of its collectives the others waited for it. Overlapped: share of the collectives' "
+             "GPU time that other kernels ran beside (none for CPU collectives such as gloo, whose end is not "
+             "recorded)."]
+    return Table(name, title, cols, rows, notes)
+
+
+def collective_sum(report: Report) -> Table:
+    """Per collective kind and rank: calls, bytes, time, algorithm bandwidth (NCCL kernels), and the
+    wait for the slowest rank."""
+    cols = [Column("Kind"), Column("Rank", "id"), Column("PID", "id"), Column("Source"), Column("Calls", "count"),
+            Column("Bytes", "bytes"), Column("Time", "ns"), Column("Algorithm BW", "bytes_per_s"),
+            Column("Wait", "ns"), Column("Algorithm")]
+    name, title = "collective_sum", "Collectives by Kind and Rank"
+    coll = timed_collectives(report)
+    if not len(coll):
+        return Table(name, title, cols, [], ["No collectives in this report (NCCL kernels, c10d operators with "
+                                             "--trace torch-ops, or gloo/nccl record_function ranges)."])
+    rows = []
+    for (kind, pid), f in coll.groupby(["kind", "pid"], sort=True):
+        t = int((f["end_ns"] - f["start_ns"]).sum())
+        b = f["bytes"].dropna()
+        gpu = f["source"].iloc[0] == "kernel"
+        bw = float(b.sum()) / (t / 1e9) if gpu and len(b) and t else None
+        algos = ", ".join(sorted({f"{a}/{p}" if p else str(a) for a, p in zip(f["algorithm"], f["protocol"]) if a}))
+        rank = f["rank"].iloc[0]
+        rows.append((kind, None if pd.isna(rank) else int(rank), int(pid), f["source"].iloc[0], len(f),
+                     float(b.sum()) if len(b) else None, t, bw, int(f["wait_ns"].sum()), algos or None))
+    notes = ["Time: NCCL kernels' GPU time (waiting for peers included), or the c10d calls' own time on the CPU "
+             "(gloo runs the transfer on its own threads). Wait: arrival skew, the time this rank entered each "
+             "call before the last rank did. Algorithm BW: bytes over kernel time."]
+    return Table(name, title, cols, rows, notes)
+
+
+REPORTS = {"rank_sum": rank_sum, "collective_sum": collective_sum}

@@ -1,0 +1,90 @@
+"""``gpuscope stats`` and ``gpuscope analyze`` given several reports (or a directory of them)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from ..analysis.fleet import FLEET_REPORTS
+from ..errors import GpuscopeError
+from ..reporters import FORMATS
+from .output import emit
+
+
+def add_engine(p: argparse.ArgumentParser) -> None:
+    """The ``--engine`` option of a command that reads many reports."""
+    p.add_argument("--engine", default="duckdb", metavar="ENGINE",
+                   help="with several reports: duckdb (default, embedded) or dask[=SCHEDULER_ADDRESS] (a Dask "
+                        "LocalCluster, or the scheduler at that address)")
+
+
+def is_fleet(paths: list[str]) -> bool:
+    """Several reports, or a directory of them (not one report file)."""
+    return len(paths) > 1 or (len(paths) == 1 and Path(paths[0]).is_dir())
+
+
+def _warn(message: str) -> None:
+    print(f"gpuscope: warning: {message}", file=sys.stderr)
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Print the fleet summaries of the reports given."""
+    from ..analysis.fleet.engines import parse_engine, run_summaries  # noqa: PLC0415
+    from ..analysis.fleet.sources import open_sources, runs_differ  # noqa: PLC0415
+    from ..analysis.fleet.tables import to_table  # noqa: PLC0415
+
+    names = args.names or list(FLEET_REPORTS)
+    unknown = [n for n in names if n not in FLEET_REPORTS]
+    if unknown:
+        raise GpuscopeError(f"with several reports, choose from {', '.join(FLEET_REPORTS)} "
+                            f"(not {', '.join(unknown)})")
+    engine, address = parse_engine(args.engine)
+    with tempfile.TemporaryDirectory(prefix="gpuscope-fleet-") as work:
+        sources = open_sources(args.report, Path(work), _warn)
+        differ = runs_differ(sources)
+        if differ:
+            print(f"gpuscope: note: {differ}", file=sys.stderr)
+        frames = run_summaries(names, sources, engine, address, by_report=differ is not None)
+        note = [f"{len(sources)} report{'s' if len(sources) > 1 else ''}, engine {engine}."]
+        text = FORMATS[args.format]([to_table(n, frames[n], differ is not None, note) for n in names])
+    emit(text, args.output)
+    return 0
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    """The diagnosis of each distinct report given, one after the other, each under its name."""
+    import hashlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    from ..analysis.diagnosis import diagnose  # noqa: PLC0415
+    from ..reporters import diagnosis_formats  # noqa: PLC0415
+    from ..trace.report import Report  # noqa: PLC0415
+
+    if args.format != "table":
+        raise GpuscopeError("with several reports, analyze prints tables only (-f table); run it per report "
+                            "for another format")
+    seen: dict[str, Path] = {}
+    texts = []
+    for path in _report_files(args.report):
+        with Report.open(path) as report:
+            identity = hashlib.sha256(json.dumps(report.meta, sort_keys=True).encode()).hexdigest()
+            if identity in seen:
+                _warn(f"{path} is the same report as {seen[identity]}: counted once")
+                continue
+            seen[identity] = path
+            texts.append(f"== {path.name} ==\n" + diagnosis_formats()["table"](
+                diagnose(report, min_share=args.min_share / 100.0)))
+    emit("\n".join(texts), args.output)
+    return 0
+
+
+def _report_files(paths: list[str]) -> list[Path]:
+    out = []
+    for given in paths:
+        p = Path(given)
+        out += [p] if p.is_file() else sorted(p.glob("*.gpuscope"))
+    if not out:
+        raise GpuscopeError("analyze with several reports reads .gpuscope files (not Parquet exports)")
+    return out
