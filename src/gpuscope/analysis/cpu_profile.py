@@ -141,5 +141,4 @@ def rate_note(rates: list[SampleRate]) -> str | None:
         return None
     parts = "; ".join(f"process {r.pid}: {r.reached_hz:,.0f}/s of {r.asked_hz:,.0f}/s asked, longest gap "
                       f"{r.longest_gap_ns / 1e6:,.0f} ms" for r in low)
-    return (f"The sampler fell short of its rate ({parts}): it needs the GIL and a CPU, so samples come late on "
-            "a busy machine or while a long call holds the GIL; each sample carries the time since the last.")
+    return f"Sampled slower than asked ({parts}): a busy CPU or a call holding the GIL delays the sampler."

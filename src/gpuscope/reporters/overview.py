@@ -4,6 +4,7 @@ the body (run/summary.py puts them there)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from ..analysis.capture_summary import CaptureSummary
@@ -11,7 +12,7 @@ from ..analysis.overhead import CollectionOverhead
 from ..analysis.overview import Overview
 from ..safe_text import terminal as safe
 from ..units import duration
-from .terminal import elide, format_table, terminal_width
+from .terminal import format_table, terminal_width
 
 
 def render_head(ov: Overview, steps: str | None = None) -> str:
@@ -47,9 +48,19 @@ def render_body(ov: Overview, width: int | None = None) -> str:
     lines.append(f"Dropped records: {dropped or 'none'}")
     if ov.overhead is not None:
         lines.append(overhead_line(ov.overhead))
-    lines += [elide(f"Not recorded: {safe(hint)}", width) for hint in ov.not_recorded.values()]
+    if ov.not_recorded:
+        lines.append(_wrap("Not recorded: " + "; ".join(safe(short_hint(h)) for h in ov.not_recorded.values()), width))
     lines += [f"Warning: {safe(w)}" for w in ov.warnings]
     return "\n".join(lines) + "\n"
+
+
+def short_hint(hint: str) -> str:
+    """``CUDA API calls (--trace cuda-api)`` for a stored hint ``CUDA API calls and ... : add --trace cuda-api``."""
+    option = re.search(r"add (--trace [\w-]+)", hint)
+    if option is None:
+        return hint
+    what = re.split(r" \(|:| and ", hint, maxsplit=1)[0]
+    return f"{what} ({option.group(1)})"
 
 
 def _wrap(text: str, width: int) -> str:
