@@ -24,7 +24,7 @@ from markdown_it import MarkdownIt
 
 from conftest import unpack_fixture
 
-from .conftest import Gpuscope
+from .conftest import Gpuscope, base_env
 
 # Each name starts with one of these (a spreadsheet formula start), then the rest.
 STARTS = ["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(1)", "\tTAB", "\rCR"]
@@ -107,7 +107,8 @@ def _html_safe(text: str) -> None:
 @pytest.mark.parametrize("name", ["gemm_conv", "cpu_balanced"])
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_stats(gs: Gpuscope, reports: dict[str, Path], name: str, fmt: str) -> None:
-    res = gs.run("stats", str(reports[name]), "-f", fmt)
+    # wide enough that the hostile names are shown whole (narrower tables elide them, escaped first)
+    res = gs.run("stats", str(reports[name]), "-f", fmt, env=base_env({"COLUMNS": "2000"}))
     assert res.returncode == 0, res.describe()
     _terminal_safe(res.stderr, "stderr")
     if fmt == "table":
@@ -139,7 +140,7 @@ def test_analyze(gs: Gpuscope, reports: dict[str, Path], name: str, fmt: str) ->
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_roofline_and_kernels(gs: Gpuscope, reports: dict[str, Path], fmt: str) -> None:
-    res = gs.run("roofline", str(reports["gemm_conv"]), "-f", fmt)
+    res = gs.run("roofline", str(reports["gemm_conv"]), "-f", fmt, env=base_env({"COLUMNS": "2000"}))
     assert res.returncode == 0, res.describe()
     if fmt == "table":
         _terminal_safe(res.stdout, "roofline table")
@@ -180,7 +181,7 @@ def test_profile_summary_escapes_names(gs: Gpuscope) -> None:
                 while time.perf_counter() - t < 0.05:
                     pass
         """)
-    res = gs.profile("--trace", "cpu", "--stats", sys.executable, "hostile.py")
+    res = gs.profile("--trace", "cpu", "--stats", sys.executable, "hostile.py", env=base_env({"COLUMNS": "2000"}))
     assert res.returncode == 0, res.describe()
     _terminal_safe(res.stderr + res.stdout, "profile")
     assert "forged line" in res.stderr  # the name is shown (escaped), not dropped

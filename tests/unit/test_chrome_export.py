@@ -73,3 +73,51 @@ def test_host_waits_are_slices_on_the_waiting_thread(recorded) -> None:
     assert len(waits) == n > 0
     assert sum(1 for e in waits if e["args"]["source"].endswith("sync_loop.py:35")) == 23
     assert all(e["dur"] >= 0 and e["name"].startswith("cu") for e in waits)
+
+
+def _partial_overlaps(events: list[dict]) -> int:
+    """Slices on one row that start inside another and end after it, in ns as exported."""
+    rows: dict[tuple, list[tuple[float, float]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            rows.setdefault((e["pid"], e["tid"]), []).append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
+    bad = 0
+    for spans in rows.values():
+        spans.sort(key=lambda p: (p[0], -p[1]))
+        open_ends: list[int] = []
+        for s, e in spans:
+            while open_ends and open_ends[-1] <= s:
+                open_ends.pop()
+            if open_ends and e > open_ends[-1]:
+                bad += 1
+            open_ends.append(e)
+    return bad
+
+
+def test_no_two_slices_of_one_row_partially_overlap(recorded) -> None:
+    with Report.open(recorded("gpt_eager")) as report:
+        overlapping = report.sql(
+            """SELECT count(*) FROM nvtx_range a JOIN nvtx_range b ON a.pid = b.pid AND a.tid = b.tid
+               AND b.start_ns > a.start_ns AND b.start_ns < a.end_ns AND b.end_ns > a.end_ns""")[0][0]
+        events = _export(report)
+    assert overlapping > 0  # the recorded report has ranges that cross (GPT.head and GPT.ln)
+    assert _partial_overlaps(events) == 0
+    extra = [e for e in events if e["ph"] == "M" and "(overlapping" in e["args"].get("name", "")]
+    assert extra and all(e["tid"] >= chrome.LANE_BASE for e in extra)
+    assert sum(e["ph"] == "X" and e["cat"] == "nvtx" for e in events) == report_ranges(recorded("gpt_eager"))
+
+
+def report_ranges(path) -> int:
+    with Report.open(path) as r:
+        return r.sql("SELECT count(*) FROM nvtx_range WHERE kind <> 'mark' AND end_ns IS NOT NULL")[0][0]
+
+
+def test_operators_and_python_samples_are_in_the_trace(recorded) -> None:
+    with Report.open(recorded("cpu_balanced")) as report:
+        events = _export(report)
+        ops, samples = report.count("torch_op"), report.count("cpu_sample")
+    assert sum(e.get("cat") == "torch_op" and e["ph"] == "X" for e in events) == ops
+    python = [e for e in events if e.get("cat") == "python"]
+    assert len(python) == samples and all(e["ph"] == "i" for e in python)
+    assert any(e["args"]["line"].endswith(".py:37") for e in python)  # the program's line, not a library's
+    assert _partial_overlaps(events) == 0

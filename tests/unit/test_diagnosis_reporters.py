@@ -72,8 +72,10 @@ def test_profile_says_a_failing_diagnosis_in_one_line(recorded: Callable[[str], 
         raise RuntimeError("boom")
 
     with Report.open(recorded("mlp_default")) as report:
-        assert profile._diagnosis(report).startswith("Step time (step 2.4 ms")
+        steps, text = profile._diagnosis(report)
+        assert text.startswith("Step time (step 2.4 ms") and steps is not None and "steps:" in steps
         monkeypatch.setattr("gpuscope.analysis.diagnosis.diagnose", broken)
-        text = profile._diagnosis(report)
+        steps, text = profile._diagnosis(report)
+        assert steps is None
     assert text.startswith("gpuscope: the diagnosis failed (RuntimeError: boom); try: gpuscope analyze ")
     assert text.count("\n") == 1

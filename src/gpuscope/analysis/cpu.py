@@ -1,33 +1,29 @@
 """The CPU side: where Python spent its time (sampled stacks), threads' CPU time, host counters.
 
-Samples are wall time: each one stands for the time since its thread's previous sample, whether
-the thread ran Python, waited in native code or slept. Self time goes to the innermost frame of a
-sample; total time to every function on its stack (once per sample, even when recursive).
+Each sample stands for the wall time since its thread's previous sample, and for its share of the
+thread's CPU time (:mod:`.cpu_profile`). Self time goes to the innermost frame shown (the program's
+own line, library time folded into it); total time to every function on its stack (once per sample,
+even when recursive). Rows are ranked by CPU time: a sleeping thread is not a hotspot.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..trace.report import Report
 from ..trace.stacks import short_path
+from .cpu_profile import CpuProfile, cpu_profile, rate_note
 from .table import Column, Table
 
 HOTSPOT_COLUMNS = [
-    Column("Self", "percent"), Column("Self Time", "ns"), Column("Total", "percent"),
-    Column("Total Time", "ns"), Column("Samples", "count"),
+    Column("CPU Self", "ns"), Column("CPU", "percent"), Column("Wall Self", "ns"), Column("CPU Total", "ns"),
+    Column("Wall Total", "ns"), Column("Samples", "count"),
 ]  # fmt: skip
 UNDER_USED = 50.0  # percent of the cores' capacity below which the summary says cores are idle
-
-
-@dataclass
-class _Profile:
-    total_ns: int
-    by_function: dict[tuple[str, str], list[int]]  # (function, file) -> [self, total, samples]
-    by_line: dict[tuple[str, str, int], list[int]]  # (function, file, line) -> [self, total, samples]
+BUSY_MACHINE = 80.0  # percent of all cores busy (any program) above which idle cores are not the program's choice
+MIN_ADVICE_S = 2.0  # runs shorter than this get no advice on core use (start-up dominates them)
 
 
 def _no_samples(report: Report) -> list[str]:
@@ -35,68 +31,53 @@ def _no_samples(report: Report) -> list[str]:
     return [f"No Python stack samples in this report: {hint}." if hint else "No Python stack samples were recorded."]
 
 
-def _profile(report: Report) -> _Profile:
-    """Aggregate the samples by stack, then walk each distinct stack once."""
-    frames = {(pid, fid): (func, file, line) for pid, fid, func, file, line in report.sql(
-        """SELECT f.pid, f.id, fn.value, fl.value, f.line FROM cpu_frame f
-           JOIN string fn ON fn.id = f.function_id JOIN string fl ON fl.id = f.file_id""")}
-    parents = {(pid, sid): (parent, fid) for pid, sid, parent, fid in report.sql(
-        "SELECT pid, id, parent_id, frame_id FROM cpu_stack")}
-    by_function: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    by_line: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
-    total = 0
-    for pid, sid, weight, n in report.sql(
-        "SELECT pid, stack_id, sum(weight_ns), count(*) FROM cpu_sample GROUP BY ALL"
-    ):
-        total += weight
-        path = []
-        node = sid
-        while node and (pid, node) in parents:
-            node, fid = parents[(pid, node)]
-            path.append(frames[(pid, fid)])
-        if not path:
-            continue
-        func, file, line = path[0]
-        by_function[(func, file)][0] += weight
-        by_line[(func, file, line)][0] += weight
-        for fkey in {(f, fl) for f, fl, _ in path}:
-            by_function[fkey][1] += weight
-            by_function[fkey][2] += n
-        for lkey in set(path):
-            by_line[lkey][1] += weight
-            by_line[lkey][2] += n
-    return _Profile(int(total), dict(by_function), dict(by_line))
-
-
-def _rows(items: dict[Any, list[int]], total: int, location: Callable[[Any], str]) -> list[tuple[Any, ...]]:
+def _rows(items: dict[Any, list[float]], p: CpuProfile, location: Callable[[Any], str]) -> list[tuple[Any, ...]]:
     rows = []
-    for key, (self_ns, total_ns, n) in items.items():
-        rows.append((100.0 * self_ns / total if total else 0.0, self_ns, 100.0 * total_ns / total if total else 0.0,
-                     total_ns, n, key[0], location(key)))
-    rows.sort(key=lambda r: (-r[1], -r[3], r[5]))
+    for key, (self_wall, self_cpu, total_wall, total_cpu, n) in items.items():
+        if not n:
+            continue
+        cpu = (lambda v: v) if p.has_cpu else (lambda v: None)
+        rows.append((cpu(self_cpu), cpu(100.0 * self_cpu / p.cpu_ns if p.cpu_ns else 0.0), self_wall,
+                     cpu(total_cpu), total_wall, n, key[0], location(key)))
+    rows.sort(key=lambda r: (-(r[0] or 0), -r[2], -(r[3] or 0), r[6], r[7]))
     return rows
 
 
-def cpu_hotspots(report: Report) -> Table:
-    """Per Python function: wall time with it innermost (self) and on the stack (total)."""
+def _notes(p: CpuProfile, libraries: bool) -> list[str]:
+    notes = [("CPU: the thread's CPU time, read every 0.1 s, shared among its samples by wall time; Wall: "
+              "time the stacks were seen, whether running, waiting or asleep. CPU %: of all sampled CPU time."
+              if p.has_cpu else "Wall time of sampled stacks (no threads' CPU times in this report)."),
+             ("Library and standard-library frames are shown as they are (--libraries)." if libraries else
+              "Time in libraries counts to the line of the program that called them (--libraries shows "
+              "the library frames); gpuscope's own frames are left out; imports are one row.")]
+    rate = rate_note(p.rates)
+    if rate:
+        notes.append(rate)
+    return notes
+
+
+def cpu_hotspots(report: Report, libraries: bool = False) -> Table:
+    """Per Python function of the program: CPU and wall time with it innermost (self) and on the
+    stack (total), library time folded into the calling line unless ``libraries``."""
     cols = [*HOTSPOT_COLUMNS, Column("Function"), Column("File")]
+    title = "Python CPU Hotspots by Function"
     if not report.count("cpu_sample"):
-        return Table("cpu_hotspots", "Python CPU Hotspots by Function", cols, [], _no_samples(report))
-    p = _profile(report)
-    rows = _rows(p.by_function, p.total_ns, lambda k: short_path(k[1]))
-    notes = ["Wall time of sampled Python stacks of every thread; % of the sampled time."]
-    return Table("cpu_hotspots", "Python CPU Hotspots by Function", cols, rows, notes)
+        return Table("cpu_hotspots", title, cols, [], _no_samples(report))
+    p = cpu_profile(report, libraries)
+    rows = _rows(p.by_function, p, lambda k: short_path(k[1]))
+    return Table("cpu_hotspots", title, cols, rows, _notes(p, libraries))
 
 
-def cpu_hotspots_lines(report: Report) -> Table:
-    """Per source line: wall time with it the innermost frame (self) and on the stack (total)."""
+def cpu_hotspots_lines(report: Report, libraries: bool = False) -> Table:
+    """Per source line of the program: CPU and wall time with it innermost (self) and on the stack
+    (total), library time folded into the calling line unless ``libraries``."""
     cols = [*HOTSPOT_COLUMNS, Column("Function"), Column("Line")]
+    title = "Python CPU Hotspots by Line"
     if not report.count("cpu_sample"):
-        return Table("cpu_hotspots_lines", "Python CPU Hotspots by Line", cols, [], _no_samples(report))
-    p = _profile(report)
-    rows = _rows(p.by_line, p.total_ns, lambda k: f"{short_path(k[1])}:{k[2]}")
-    return Table("cpu_hotspots_lines", "Python CPU Hotspots by Line", cols, rows,
-                 ["Wall time of sampled Python stacks of every thread; % of the sampled time."])
+        return Table("cpu_hotspots_lines", title, cols, [], _no_samples(report))
+    p = cpu_profile(report, libraries)
+    rows = _rows(p.by_line, p, lambda k: f"{short_path(k[1])}:{k[2]}" if k[2] else short_path(k[1]))
+    return Table("cpu_hotspots_lines", title, cols, rows, _notes(p, libraries))
 
 
 def cpu_thread_sum(report: Report) -> Table:
@@ -122,6 +103,7 @@ class HostSummary:
     machine_cpu_percent: float  # mean utilization of all cores (anything running on the machine)
     peak_rss_bytes: float
     max_threads: float
+    span_s: float = 0.0  # from the first to the last reading
 
     @property
     def cores_used_percent(self) -> float:
@@ -132,9 +114,12 @@ class HostSummary:
         used = self.cores_used_percent
         text = (f"CPU utilization {used:.0f}% of {self.cores} cores "
                 f"({self.process_cpu_percent / 100:.1f} cores busy on average)")
-        if used < UNDER_USED:
-            return text + ": the program may be under-using the cores (data loading, threads)."
-        return text + "."
+        if used >= UNDER_USED or self.span_s < MIN_ADVICE_S:
+            return text + "."
+        if self.machine_cpu_percent >= BUSY_MACHINE:
+            return (text + f"; the machine's cores were {self.machine_cpu_percent:.0f}% busy (other programs "
+                    "included): the program got what was left of them.")
+        return text + ": the program may be under-using the cores (data loading, threads)."
 
 
 def host_summary(report: Report) -> HostSummary | None:
@@ -148,12 +133,13 @@ def host_summary(report: Report) -> HostSummary | None:
                FROM host_counter GROUP BY ts_ns)
            SELECT 'cpu', avg(cpu) FROM per_ts UNION ALL SELECT 'rss', max(rss) FROM per_ts
            UNION ALL SELECT 'threads', max(threads) FROM per_ts UNION ALL SELECT 'machine', avg(machine) FROM per_ts
-           UNION ALL SELECT 'cores', count(DISTINCT name) FROM host_counter WHERE name LIKE 'cpu%.util_percent'"""
+           UNION ALL SELECT 'cores', count(DISTINCT name) FROM host_counter WHERE name LIKE 'cpu%.util_percent'
+           UNION ALL SELECT 'span', (max(ts_ns) - min(ts_ns)) / 1e9 FROM host_counter"""
     ))
     if not rows.get("cores"):
         return None
     return HostSummary(int(rows["cores"]), float(rows["cpu"] or 0), float(rows["machine"] or 0),
-                       float(rows["rss"] or 0), float(rows["threads"] or 0))
+                       float(rows["rss"] or 0), float(rows["threads"] or 0), float(rows.get("span") or 0))
 
 
 def host_sum(report: Report) -> Table:

@@ -147,7 +147,11 @@ def layer_sum(report: Report) -> Table:
     hint = report.not_recorded().get("torch_backward")
     if hint:
         notes.append(f"Not recorded: {hint}; the kernels of the backward pass count to the backward() call.")
-    if not report.count("api_call"):
+    if not report.count(ops):  # without GPU activity the GPU columns are left empty, not 0
+        notes.append("No GPU activity in this report: CPU times only.")
+        gpu_columns = {3, 4, 5, 6, 7, 8, 9, 12}
+        rows = [tuple(None if i in gpu_columns else v for i, v in enumerate(r)) for r in rows]
+    elif not report.count("api_call"):
         notes.append("No CUDA API calls in this report: operations are placed by their launch anchors "
                      "on any thread of their process; add --trace cuda-api to place them on their thread.")
     return Table(name, title, COLUMNS, rows, notes)

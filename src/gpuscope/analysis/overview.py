@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
+from ..units import human
 from .capture_summary import CaptureSummary, capture_summary
-from .cpu import cpu_hotspots, host_summary
+from .cpu import cpu_hotspots_lines, host_summary
 from .cuda_summaries import cuda_gpu_kern_sum
+from .layers import layer_sum
 from .overhead import CollectionOverhead, collection_overhead
 from .table import Table
 
@@ -41,7 +43,8 @@ class Overview:
     dropped: dict[str, int]
     collector_overhead_ns: int
     not_recorded: dict[str, str]
-    top_functions: Table | None = None
+    top_functions: Table | None = None  # the heaviest lines of the program's own code (CPU time)
+    top_layers: Table | None = None
     host_advice: str | None = None
     warnings: list[str] = field(default_factory=list)
     capture: CaptureSummary | None = None  # None: the whole run was recorded
@@ -81,8 +84,8 @@ def busy_time(report: Report) -> list[DeviceBusy]:
 
 def overview(report: Report, top: int = 5) -> Overview:
     """Return the headline facts of ``report``, with its ``top`` kernels by total time."""
-    kern = cuda_gpu_kern_sum(report)
-    kern.rows = kern.rows[:top]
+    kern = pick(cuda_gpu_kern_sum(report), ["Time", "Total Time", "Instances", "Avg", "Name"], min(top, 3))
+    kern.title, kern.notes = "Heaviest kernels", []
     meta = report.meta
     if meta.get("in_process"):
         exit_description = "a block of the program, gpuscope.profile()"
@@ -111,8 +114,9 @@ def overview(report: Report, top: int = 5) -> Overview:
         records=records,
         dropped={str(k): int(v) for k, v in dropped.items()},
         collector_overhead_ns=int(overhead),
-        not_recorded=report.not_recorded(),
-        top_functions=_top_functions(report, top),
+        not_recorded=_not_recorded(report, any(records.values())),
+        top_functions=_top_lines(report, top),
+        top_layers=_top_layers(report, 3),
         host_advice=(lambda h: h.advice() if h else None)(host_summary(report)),
         warnings=warnings,
         capture=capture,
@@ -120,9 +124,56 @@ def overview(report: Report, top: int = 5) -> Overview:
     )
 
 
-def _top_functions(report: Report, top: int) -> Table | None:
+def _not_recorded(report: Report, gpu_work: bool) -> dict[str, str]:
+    """What the report lacks by choice of collectors; without GPU work, only what needs no GPU."""
+    from ..capture.collectors import TRACES
+
+    hints = report.not_recorded()
+    if gpu_work:
+        return hints
+    gpu_only = {t.hint_key for t in TRACES if t.needs_gpu or t.name.startswith("cuda")}
+    return {k: v for k, v in hints.items() if k not in gpu_only}
+
+
+def pick(table: Table, labels: list[str], top: int) -> Table:
+    """Return the first ``top`` rows of ``table`` with only the columns ``labels`` (those it has), and
+    its notes."""
+    index = [i for i, c in enumerate(table.columns) if c.label in labels]
+    return Table(table.name, table.title, [table.columns[i] for i in index],
+                 [tuple(r[i] for i in index) for r in table.rows[:top]], list(table.notes))
+
+
+def _top_lines(report: Report, top: int) -> Table | None:
+    """The program's lines by CPU time (library time folded into them), with the sampler's notes
+    past the first two (the sampling rate, when it fell short)."""
     if not report.count("cpu_sample"):
         return None
-    table = cpu_hotspots(report)
-    table.rows = table.rows[:top]
+    from .cpu_profile import IMPORTS
+
+    full = cpu_hotspots_lines(report)
+    imports = [r for r in full.rows if r[6] == IMPORTS[0]]
+    full.rows = [r for r in full.rows if r[6] != IMPORTS[0]]
+    table = pick(full, ["CPU Self", "CPU", "Wall Self", "Function", "Line"], top)
+    table.title = "Heaviest lines of the program, by CPU time, library calls included"
+    table.notes = [f"Imports and start-up, apart: {human(r[0], 'ns')} CPU, {human(r[2], 'ns')} wall." for r in imports]
+    table.notes += full.notes[2:]
     return table
+
+
+def _top_layers(report: Report, top: int) -> Table | None:
+    """The modules with the most GPU time they launched (without GPU work: forward CPU time), no notes."""
+    table = layer_sum(report)
+    rows = [r for r in table.rows if r[1] == "module"]
+    if not rows:
+        return None
+    if any(r[3] for r in rows):
+        rows.sort(key=lambda r: -(r[3] or 0))
+        labels = ["Name", "Calls", "GPU Self", "Share", "Kernels", "Top Kernel"]
+    else:
+        rows = [r for r in rows if "." in r[0]] or rows  # the root's forward holds every other
+        rows.sort(key=lambda r: -(r[10] or 0))
+        labels = ["Name", "Calls", "Fwd CPU", "Bwd CPU"]
+    table.rows = rows
+    out = pick(table, labels, top)
+    out.title, out.notes = "Heaviest layers", []
+    return out

@@ -372,12 +372,13 @@ def step_sum(report: Report) -> Table:
     capture = report.meta.get("capture_range")
     if isinstance(capture, dict) and capture.get("description"):
         notes.append(f"Capture range: {capture['description']}; only the steps inside it are listed.")
+    gpu = bool(report.count(ops))  # without GPU activity the GPU columns are left empty, not 0
     for pid in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == pid]
         warm = sum(1 for r in mine if r[6])
         table: list[tuple[object, ...]] = [
-            (pid, str(step), start, dur, busy, 100.0 * busy / dur if dur else None, kernels,
-             "yes" if warmup else "")
+            (pid, str(step), start, dur, *((busy, 100.0 * busy / dur if dur else None, kernels) if gpu
+                                          else (None, None, None)), "yes" if warmup else "")
             for (_, step, start, dur, busy, kernels, warmup) in mine
         ]
         out += table + _summary_rows(pid, table[warm:])

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         _say("no NVIDIA GPU driver found: profiling the CPU side "
              "(Python stacks, PyTorch ranges and operators, host counters)")
     from ..run import program
-    from ..run.summary import end_of_run
+    from ..run.summary import end_of_run, next_commands
 
     printed: set[str] = set()
 
@@ -114,6 +114,5 @@ def run(args: argparse.Namespace) -> int:
         text = f"gpuscope: error: {terminal(exc)}\n"
     sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
-    _say(f"wrote {result.report} ({result.records:,} records); "
-         f"see it with: gpuscope stats {result.report}, gpuscope analyze {result.report}")
+    _say(f"wrote {result.report} ({result.records:,} records); next: {next_commands(result.report)}")
     return result.exit.shell_code

@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="report to print (repeatable); one of: " + ", ".join(STATS_REPORTS) + ". Default: all",
     )
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
+    p.add_argument("--libraries", action="store_true",
+                   help="CPU hotspots: show library frames as they are, instead of counting their time to "
+                        "the program's line that called them")
     p.add_argument("--output", help="write to this file instead of standard output")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing --output file")
     add_engine(p)
@@ -51,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
                   "showing what was recorded", file=sys.stderr)
         _say_capture(args.report, report)
         reports = stats_reports()
+        if args.libraries:
+            from functools import partial
+
+            for name in ("cpu_hotspots", "cpu_hotspots_lines"):
+                reports[name] = partial(reports[name], libraries=True)
         text = FORMATS[args.format]([reports[n](report) for n in names])
     emit(text, args.output, args.force_overwrite)
     return 0

@@ -1,42 +1,82 @@
-"""The end-of-profile summary as text."""
+"""The end-of-profile page as text: what ran, the heaviest kernels, layers and lines, what was not
+recorded and what collecting cost. The step breakdown and the findings come between the head and
+the body (run/summary.py puts them there)."""
 
 from __future__ import annotations
+
+import re
+import textwrap
 
 from ..analysis.capture_summary import CaptureSummary
 from ..analysis.overhead import CollectionOverhead
 from ..analysis.overview import Overview
 from ..safe_text import terminal as safe
-from .terminal import format_table
 from ..units import duration
+from .terminal import format_table, terminal_width
 
 
-def render(ov: Overview) -> str:
-    """Return the summary of a profile: run, GPU busy time, top kernels, what was not recorded."""
+def render_head(ov: Overview, steps: str | None = None) -> str:
+    """Return the lines on what ran: the program (quoted for the shell), exit, wall time, processes,
+    ``steps`` (how many were found, and how), what GPU work was recorded and each GPU's busy time."""
     wall = duration(ov.wall_ns) if ov.wall_ns else "?"
     plural = "es" if ov.processes != 1 else ""
-    lines = [f"Program: {safe(' '.join(ov.command))}  ({ov.exit_description}, {wall} wall, "
-             f"{ov.processes} process{plural})"]
+    found = f"; {steps}" if steps else ""
+    lines = [f"Program: {safe(shell_join(ov.command))}  ({ov.exit_description}, {wall} wall, "
+             f"{ov.processes} process{plural}{safe(found)})"]
     counts = ", ".join(f"{n:,} {t.replace('_', ' ')}s" for t, n in ov.records.items() if n)
-    lines.append(f"Recorded: {counts or 'no GPU activity'}")
+    if counts:
+        lines.append(f"Recorded: {counts}")
     if ov.capture is not None:
         lines.append(safe(capture_line(ov.capture)))
     for d in ov.devices:
         lines.append(f"GPU {d.device_id} ({safe(d.name)}): busy {duration(d.busy_ns)} of {duration(d.span_ns)} "
                      f"from first to last GPU operation ({d.busy_percent:.1f}%), {d.kernels:,} kernels")
-    if ov.top_kernels.rows:
-        lines.append(format_table(ov.top_kernels).rstrip("\n"))
-    if ov.top_functions is not None and ov.top_functions.rows:
-        lines.append(format_table(ov.top_functions).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def render_body(ov: Overview, width: int | None = None) -> str:
+    """Return the heaviest kernels, layers and lines (tables that have rows only), then the host's
+    use, dropped records, what collecting cost, what was not recorded and the warnings."""
+    width = width or terminal_width()
+    lines = []
+    for table in (ov.top_kernels, ov.top_layers, ov.top_functions):
+        if table is not None and table.rows:
+            lines.append(format_table(table, width).rstrip("\n").replace("\n\n", "\n", 1))
     if ov.host_advice:
-        lines.append(safe(ov.host_advice))
+        lines.append(_wrap(safe(ov.host_advice), width))
     dropped = ", ".join(f"{k} {v:,}" for k, v in ov.dropped.items())
     lines.append(f"Dropped records: {dropped or 'none'}")
     if ov.overhead is not None:
         lines.append(overhead_line(ov.overhead))
-    if any(ov.records.values()):  # what else could have been recorded matters once GPU work was
-        lines += [f"Not recorded: {safe(hint)}" for hint in ov.not_recorded.values()]
+    if ov.not_recorded:
+        lines.append(_wrap("Not recorded: " + "; ".join(safe(short_hint(h)) for h in ov.not_recorded.values()), width))
     lines += [f"Warning: {safe(w)}" for w in ov.warnings]
     return "\n".join(lines) + "\n"
+
+
+def short_hint(hint: str) -> str:
+    """``CUDA API calls (--trace cuda-api)`` for a stored hint ``CUDA API calls and ... : add --trace cuda-api``."""
+    option = re.search(r"add (--trace [\w-]+)", hint)
+    if option is None:
+        return hint
+    what = re.split(r" \(|:| and ", hint, maxsplit=1)[0]
+    return f"{what} ({option.group(1)})"
+
+
+def _wrap(text: str, width: int) -> str:
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+
+
+def render(ov: Overview) -> str:
+    """Return the summary of a profile without the diagnosis: :func:`render_head`, :func:`render_body`."""
+    return render_head(ov) + render_body(ov)
+
+
+def shell_join(argv: list[str]) -> str:
+    """Return ``argv`` as one command line a POSIX shell reads back as the same words."""
+    import shlex
+
+    return shlex.join(argv) if argv else "?"
 
 
 def capture_line(c: CaptureSummary) -> str:

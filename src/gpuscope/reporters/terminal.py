@@ -1,12 +1,18 @@
 """Tables for the terminal, in human units, laid out as plain fixed-width text.
 
-Names are printed whole on one line, as Nsight Systems prints them; numbers are right-aligned.
-Plain formatting keeps a 1000-row kernel table at a few milliseconds (a layout engine that
-measures and wraps every cell took over a second for the same table).
+A table fits the terminal's width (``COLUMNS``, else the terminal's, else 120 columns): numbers are
+printed whole, and the widest text columns have long names elided in the middle (``aten::...mm``);
+csv and json carry the full names. Columns that hold nothing for the report at hand (every value
+empty) are left out, and a table without rows is its title and notes. Plain formatting keeps a
+1000-row kernel table at a few milliseconds (a layout engine that measures and wraps every cell
+took over a second for the same table).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import textwrap
 from typing import Sequence
 
 from ..analysis.table import Table
@@ -14,29 +20,89 @@ from ..safe_text import terminal as safe
 from ..units import human
 
 GAP = "  "
+DEFAULT_WIDTH = 120  # output that goes to a pipe or a file, without COLUMNS
+MIN_TEXT = 16  # a text column is never elided below this many characters
+MIN_LAST = 40  # nor the last one (the name) below this many
+ELLIPSIS = "..."
 
 
-def format_table(table: Table) -> str:
-    """Return ``table`` as text: a title line, a header, a rule, the rows, then its notes."""
+def terminal_width() -> int:
+    """Return the width to lay tables out in: ``COLUMNS``, the terminal's, or :data:`DEFAULT_WIDTH`."""
+    try:
+        env = int(os.environ.get("COLUMNS", ""))
+        if env > 0:
+            return max(env, 40)
+    except ValueError:
+        pass
+    for fd in (1, 2):
+        if os.isatty(fd):
+            return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, 40)
+    return DEFAULT_WIDTH
+
+
+def elide(text: str, width: int) -> str:
+    """Return ``text`` shortened to ``width`` characters by cutting its middle (``aten::...mm``)."""
+    if len(text) <= width:
+        return text
+    if width <= len(ELLIPSIS) + 2:
+        return text[:width]
+    keep = width - len(ELLIPSIS)
+    head = (keep + 1) // 2
+    return text[:head] + ELLIPSIS + text[len(text) - (keep - head):]
+
+
+def _empty(value: str) -> bool:
+    return value in ("", "-")
+
+
+def _fit(widths: list[int], numeric: list[bool], width: int) -> list[int]:
+    """Shrink the widest text columns, one character at a time, until the line fits ``width``."""
+    widths = list(widths)
+    floor = [MIN_TEXT] * len(widths)
+    if floor:
+        floor[-1] = MIN_LAST  # the last column is the name a row is about
+    total = lambda: len(GAP) * len(widths) + sum(widths)  # noqa: E731
+    while total() > width:
+        text = [i for i, n in enumerate(numeric) if not n and widths[i] > floor[i]]
+        if not text:
+            break
+        widest = max(text, key=lambda i: widths[i])
+        widths[widest] -= max(1, min(widths[widest] - floor[widest], total() - width, 8))
+    return widths
+
+
+def format_table(table: Table, width: int | None = None) -> str:
+    """Return ``table`` as text no wider than ``width`` (default :func:`terminal_width`) where its
+    numbers allow: a title line, a header, a rule, the rows, then its notes."""
+    width = width or terminal_width()
+    title = safe(f"{table.title} ({table.name})")
+    notes = [textwrap.fill(safe(note), width, initial_indent=GAP, subsequent_indent=GAP + "  ",
+                           break_on_hyphens=False, break_long_words=False) for note in table.notes]
+    if not table.rows:
+        return "\n".join([title, *notes]) + "\n"
     cells = [[safe(human(v, c.unit)) for v, c in zip(row, table.columns)] for row in table.rows]
-    labels = [safe(c.label) for c in table.columns]
+    keep = [i for i in range(len(table.columns)) if not all(_empty(r[i]) for r in cells)]
+    columns = [table.columns[i] for i in keep]
+    cells = [[r[i] for i in keep] for r in cells]
+    labels = [safe(c.label) for c in columns]
+    numeric = [c.unit != "text" for c in columns]
     widths = [max([len(lab)] + [len(r[i]) for r in cells]) for i, lab in enumerate(labels)]
-    numeric = [c.unit != "text" for c in table.columns]
+    widths = _fit(widths, numeric, width)
 
     def line(values: Sequence[str]) -> str:
         parts = []
         for i, (v, w) in enumerate(zip(values, widths)):
+            v = v if numeric[i] else elide(v, w)
             last = i == len(values) - 1
             parts.append(v.rjust(w) if numeric[i] else (v if last else v.ljust(w)))
         return (GAP + GAP.join(parts)).rstrip()
 
-    rule = [min(w, max(len(lab), 60)) if i == len(widths) - 1 else w for i, (w, lab) in enumerate(zip(widths, labels))]
-    out = [safe(f"{table.title} ({table.name})"), "", line(labels), GAP + GAP.join("-" * w for w in rule)]
+    out = [title, "", line(labels), GAP + GAP.join("-" * w for w in widths)]
     out += [line(r) for r in cells]
-    out += [f"{GAP}{safe(note)}" for note in table.notes]
+    out += notes
     return "\n".join(out) + "\n"
 
 
-def render(tables: Sequence[Table]) -> str:
+def render(tables: Sequence[Table], width: int | None = None) -> str:
     """Return the tables as text, separated by blank lines."""
-    return "\n".join(format_table(t) for t in tables)
+    return "\n".join(format_table(t, width) for t in tables)

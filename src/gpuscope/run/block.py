@@ -157,16 +157,17 @@ class Profile:
             self._summary(writer.records, problems)
 
     def _summary(self, records: int, problems: list[tuple[int, str, str]]) -> None:
-        from .summary import end_of_run  # noqa: PLC0415  (analysis and reporters, imported only now)
+        from ..safe_text import terminal  # noqa: PLC0415
+        from .summary import end_of_run, next_commands  # noqa: PLC0415  (analysis and reporters, only now)
 
         said = set()
         for _, level, message in problems:
             if message not in said:
                 said.add(message)
-                print(f"gpuscope: {'error: ' if level == 'error' else ''}{message}", file=sys.stderr)
+                print(terminal(f"gpuscope: {'error: ' if level == 'error' else ''}{message}"), file=sys.stderr)
         assert self.report is not None
         sys.stderr.write(end_of_run(self.report, said))
-        print(f"gpuscope: wrote {self.report} ({records:,} records); see it with: gpuscope stats {self.report}",
+        print(terminal(f"gpuscope: wrote {self.report} ({records:,} records); next: {next_commands(self.report)}"),
               file=sys.stderr)
 
 

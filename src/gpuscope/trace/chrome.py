@@ -1,10 +1,17 @@
 """Export to the Chrome trace event format (JSON), which Perfetto UI and chrome://tracing open.
 
-Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX ranges)
-and a row for synchronizations; one process per GPU with a row per stream (kernels, copies, sets); a flow arrow
-from each launching API call to its kernel or memory operation (when API calls were recorded).
-Host, process and GPU (NVML) counters become counter tracks. Times are microseconds from the start
-of the first profiled process (or the first event).
+Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX and
+PyTorch ranges, PyTorch operators, host waits, and each Python stack sample as an instant event
+named by the program's line) and a row for synchronizations; one process per GPU with a row per
+stream (kernels, copies, sets); a flow arrow from each launching API call to its kernel or memory
+operation (when API calls were recorded). Host, process and GPU (NVML) counters become counter
+tracks. Times are microseconds from the start of the first profiled process (or the first event).
+
+Trace viewers draw the slices of one row as a stack, each inside the one before: a slice that
+starts inside another and ends after it (a range ended on another thread, a module's forward
+that outlives its caller) would be drawn wrongly. Such a slice goes to an extra row of its thread
+(``THREAD (overlapping 1)``), so that on every row slices nest or follow each other; the slices are
+held in memory to lay them out.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from .stacks import stack_sites
 
 GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
 SYNC_TID = (1 << 31) - 1  # pseudo thread of each process that holds its synchronization records
+LANE_BASE = 1 << 32  # extra rows of a thread: tid + k * LANE_BASE for its k-th row of overlapping slices
 
 
 _GPU_OPS = """
@@ -64,12 +72,65 @@ def origin_ns(report: Report) -> int:
     return int(row[0][0] or 0)
 
 
+def _lanes(slices: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Yield ``slices`` (``X`` events with their ``_s`` and ``_e`` in ns) with each one moved to the
+    first row of its thread where it nests in or follows the slices before it, then a name for each
+    extra row."""
+    slices.sort(key=lambda e: (e["pid"], e["tid"], e["_s"], -e["_e"]))
+    rows: dict[tuple[int, int], list[list[int]]] = {}
+    extra: set[tuple[int, int, int]] = set()
+    for ev in slices:
+        s, e = ev.pop("_s"), ev.pop("_e")
+        stacks = rows.setdefault((ev["pid"], ev["tid"]), [])
+        for k, stack in enumerate([*stacks, []]):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                if k == len(stacks):
+                    stacks.append(stack)
+                stack.append(e)
+                break
+        if k:
+            extra.add((ev["pid"], ev["tid"], k))
+            ev["tid"] = ev["tid"] + k * LANE_BASE
+        yield ev
+    for pid, tid, k in sorted(extra):
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid + k * LANE_BASE,
+               "args": {"name": f"thread {tid} (overlapping {k})"}}
+
+
 def events(report: Report) -> Iterator[dict[str, Any]]:
-    """Yield the trace events of ``report``."""
+    """Yield the trace events of ``report``: metadata, counters and instants as they come, then the
+    slices laid out in rows (:func:`_lanes`), then the launch arrows."""
+    slices: list[dict[str, Any]] = []
+    flows: list[dict[str, Any]] = []
+    for ev in _events(report):
+        if ev["ph"] == "X":
+            slices.append(ev)
+        elif ev["ph"] in ("s", "f"):
+            flows.append(ev)
+        else:
+            yield ev
+    moved: dict[tuple[int, int, float], int] = {}
+    for ev in _lanes(slices):
+        if ev.get("cat") == "cuda_api" and ev["tid"] >= LANE_BASE:
+            moved[(ev["pid"], ev["tid"] % LANE_BASE, ev["ts"])] = ev["tid"]
+        yield ev
+    for ev in flows:  # an arrow starts on the row its API call went to
+        if ev["ph"] == "s":
+            ev["tid"] = moved.get((ev["pid"], ev["tid"], ev["ts"]), ev["tid"])
+        yield ev
+
+
+def _events(report: Report) -> Iterator[dict[str, Any]]:
+    """Yield the trace events of ``report``, slices with their times in ns (``_s``, ``_e``)."""
     t0 = origin_ns(report)
 
     def us(ns: int) -> float:
         return round((ns - t0) / 1000.0, 3)
+
+    def span(s: int, e: int) -> dict[str, Any]:
+        return {"ts": us(s), "dur": round(us(e) - us(s), 3), "_s": int(s), "_e": int(e)}
 
     procs = report.sql("SELECT pid, executable, argv FROM process ORDER BY start_ns")
     first_pid = procs[0][0] if procs else None
@@ -95,8 +156,8 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
         """SELECT a.pid, a.tid, a.start_ns, a.end_ns, s.value, a.correlation_id
            FROM api_call a JOIN string s ON s.id = a.name_id ORDER BY a.start_ns""",
     ):
-        yield {"ph": "X", "cat": "cuda_api", "name": name, "pid": pid, "tid": tid, "ts": us(s),
-               "dur": round((e - s) / 1000.0, 3), "args": {"correlation": corr}}
+        yield {"ph": "X", "cat": "cuda_api", "name": name, "pid": pid, "tid": tid, **span(s, e),
+               "args": {"correlation": corr}}
 
     for (pid, dev, stream, s, e, name, corr, cat, gx, gy, gz, bx, by, bz, regs, smem,
          nbytes) in _batches(report, _GPU_OPS + " ORDER BY 4"):
@@ -105,8 +166,8 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
             args.update(grid=[gx, gy, gz], block=[bx, by, bz], registers=regs, shared_memory=smem)
         else:
             args["bytes"] = nbytes
-        yield {"ph": "X", "cat": cat, "name": name, "pid": _gpu_pid(dev), "tid": stream, "ts": us(s),
-               "dur": round((e - s) / 1000.0, 3), "args": args}
+        yield {"ph": "X", "cat": cat, "name": name, "pid": _gpu_pid(dev), "tid": stream, **span(s, e),
+               "args": args}
 
     flows = f"""
         SELECT a.pid, a.tid, a.start_ns, g.device_id, g.stream_id, g.start_ns
@@ -127,8 +188,7 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
         if kind == "mark":
             yield {"ph": "i", "s": "t", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s)}
         elif e is not None:
-            yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s),
-                   "dur": round((e - s) / 1000.0, 3)}
+            yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, **span(s, e)}
 
     for ts, pid, name, value in _batches(
         report, "SELECT ts_ns, pid, name, value FROM host_counter ORDER BY ts_ns"
@@ -150,16 +210,33 @@ def events(report: Report) -> Iterator[dict[str, Any]]:
     for pid, s, e, kind, stream in _batches(
         report, "SELECT pid, start_ns, end_ns, type, stream_id FROM sync ORDER BY start_ns"
     ):
-        yield {"ph": "X", "cat": "sync", "name": kind, "pid": pid, "tid": SYNC_TID,
-               "ts": us(s), "dur": round((e - s) / 1000.0, 3), "args": {"stream": stream}}
+        yield {"ph": "X", "cat": "sync", "name": kind, "pid": pid, "tid": SYNC_TID, **span(s, e),
+               "args": {"stream": stream}}
 
     if report.count("sync_site"):  # host waits, on the thread that waited, with the line that made them
         rows = report.sql("SELECT s.pid, s.tid, s.start_ns, s.end_ns, n.value, s.stack_id FROM sync_site s "
                           "JOIN string n ON n.id = s.api_name_id ORDER BY s.start_ns")
         sites = stack_sites(report, {(r[0], r[5]) for r in rows})
         for pid, tid, s, e, api, stack in rows:
-            yield {"ph": "X", "cat": "sync", "name": api, "pid": pid, "tid": tid, "ts": us(s),
-                   "dur": round((e - s) / 1000.0, 3), "args": {"source": sites[(pid, stack)].location}}
+            yield {"ph": "X", "cat": "sync", "name": api, "pid": pid, "tid": tid, **span(s, e),
+                   "args": {"source": sites[(pid, stack)].location}}
+
+    for s, e, pid, tid, name, shapes, dtypes in _batches(
+        report,
+        """SELECT o.start_ns, o.end_ns, o.pid, o.tid, n.value, o.shapes, o.dtypes
+           FROM torch_op o JOIN string n ON n.id = o.name_id WHERE o.end_ns IS NOT NULL ORDER BY o.start_ns""",
+    ):
+        yield {"ph": "X", "cat": "torch_op", "name": name, "pid": pid, "tid": tid, **span(s, e),
+               "args": {"shapes": shapes, "dtypes": dtypes}}
+
+    if report.count("cpu_sample"):  # one instant per sample, named by the program's line it was in
+        samples = report.sql("SELECT pid, tid, ts_ns, stack_id, weight_ns FROM cpu_sample ORDER BY ts_ns")
+        places = stack_sites(report, {(r[0], r[3]) for r in samples})
+        for pid, tid, ts, stack, weight in samples:
+            site = places[(pid, stack)]
+            yield {"ph": "i", "s": "t", "cat": "python", "name": site.function or site.location, "pid": pid,
+                   "tid": tid, "ts": us(ts), "args": {"line": site.location, "innermost": site.innermost,
+                                                      "weight_us": round(weight / 1000.0, 3)}}
 
 
 def write(report: Report, out: IO[str]) -> int:

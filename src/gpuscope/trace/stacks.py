@@ -16,8 +16,8 @@ _LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python3\
 # gpuscope's own modules (its hooks wrap the program's calls): this installation's, those of the
 # machine that recorded the report (a checkout, site-packages, the spool's copy the agent boots
 # from); a program that merely lives in a folder named gpuscope is not matched
-_OWN = re.compile(r"[/\\]gpuscope[/\\](?:capture|analysis|trace|cli|reporters)[/\\][^/\\]+\.py$"
-                  r"|[/\\]gpuscope[/\\](?:__init__|__main__|annotation|errors)\.py$"
+_OWN = re.compile(r"[/\\]gpuscope[/\\](?:capture|analysis|trace|cli|reporters|run)[/\\](?:[^/\\]+[/\\])*[^/\\]+\.py$"
+                  r"|[/\\]gpuscope[/\\](?:__init__|__main__|annotation|errors|spool|safe_text|units|version)\.py$"
                   r"|gpuscope-spool-[^/\\]*[/\\]boot[/\\]")
 _INSTALLED = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 

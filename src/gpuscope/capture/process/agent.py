@@ -150,7 +150,8 @@ class Agent:
         self.capture.flush_soon.set()
         if self.sampler is not None:
             self.sampler.stop()
-            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0, ""))
+            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0,
+                                         json.dumps({"hz": round(1.0 / self.sampler.interval, 3)})))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
         self._calibrate_anchors()
@@ -327,7 +328,9 @@ class Agent:
             "ended_on_other_thread": "ranges ended on another thread than the one that started them",
             "reentrant_calls": "re-entrant calls of a module already running (ranges nested)",
             "modules_with_own_hooks": "modules that already had hooks (theirs run as before)",
-            "backward_closed_at_pass_end": "module backward ranges ended at the end of the backward pass",
+            "backward_closed_at_pass_end": ("module backward ranges got no end from PyTorch (no gradient flowed back through "
+                                            "the module's inputs, so its backward hook never fired): each was ended with "
+                                            "the backward pass, and its backward time in layer_sum runs to that end"),
         }
         for key, text in said.items():
             if counts.get(key):

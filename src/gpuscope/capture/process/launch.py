@@ -52,6 +52,8 @@ def resolve_command(args: list[str], module: str | None = None) -> Command:
         return Command([sys.executable, *args], True)
     exe = shutil.which(first)
     if exe is None:
+        if os.path.isdir(first):
+            raise GpuscopeError(f"{first}: is a directory; give a program, a .py script or -m module")
         if os.path.exists(first):
             raise GpuscopeError(f"{first}: not executable")
         raise GpuscopeError(f"{first}: command not found")
