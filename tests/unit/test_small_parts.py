@@ -38,7 +38,7 @@ def test_machine_values() -> None:
 
 
 def test_trace_values() -> None:
-    assert traces.parse_trace(None) == ["cuda", "nvtx", "torch", "host", "nvml"]
+    assert traces.parse_trace(None) == ["cuda", "nvtx", "torch", "torch-shapes", "host", "nvml"]
     assert traces.parse_trace("cuda-api") == ["cuda", "cuda-api"]
     assert traces.parse_trace("none") == []
     with pytest.raises(GpuscopeError, match="unknown --trace value 'gpu'"):
