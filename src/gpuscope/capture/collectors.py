@@ -112,7 +112,7 @@ BY_NAME = {t.name: t for t in TRACES}
 KNOWN_TRACES = {t.name: t.help for t in TRACES}
 DEFAULT_TRACE = ["cuda", "nvtx", "torch", "host", "nvml"]
 # Without an NVIDIA driver the default keeps what needs none, and adds the CPU side.
-CPU_EXTRA = ["torch-ops", "cpu"]
+CPU_EXTRA = ["torch-shapes", "cpu"]
 # ``gpuscope.profile()`` blocks: no launcher beside the program, so no host or NVML counters.
 BLOCK_DEFAULT_GPU = ["cuda", "nvtx", "torch", "torch-shapes"]
 BLOCK_DEFAULT_CPU = ["torch", "cpu"]

@@ -68,6 +68,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._pending_signal: int | None = None
+        self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
         self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
         self.capture = CaptureControl(self, capture or CaptureSpec())
@@ -145,9 +146,13 @@ class Agent:
         self.capture.flush_soon.set()
         if self.sampler is not None:
             self.sampler.stop()
-            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0, ""))
+            held = {"held_ns": self.sampler.held_ns, "interval_ns": int(self.sampler.interval * 1e9)}
+            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0,
+                                        json.dumps(held, sort_keys=True)))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
+        if self.flush_thread_ns:  # its CPU time while the program ran: it holds the GIL while it works
+            self._add_row("collector", ("flush", 0, 0, self.flush_thread_ns, 0, ""))
         self._calibrate_anchors()
         if self.callbacks is not None:
             try:
@@ -163,7 +168,7 @@ class Agent:
         for row in self.ranges.close_open():
             self._add_row("range", row)
         if self.torch_ops is not None:
-            self._add_row("collector", self.torch_ops.stop())
+            self._add_row("collector", self._operator_row(self.torch_ops.stop()))
         self._report_range_counts()
         self._add_row("process_end", (self.now_ns(),))
         self.flush_rows()
@@ -285,6 +290,19 @@ class Agent:
         self.torch_ops = ops
         self.collectors.append(ops)
 
+    def _operator_row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The operator recorder's ``collector`` row, with the per-operator costs measured now
+        (hook_cost.py) in its detail, for the overhead estimate."""
+        try:
+            info = json.loads(row[5])
+            if info.get("ops") or info.get("waited_ops"):
+                recorded, passed = calibrate.operator_costs_ns(sys.modules["torch"])
+                info.update(ns_per_op_recorded=recorded, ns_per_op_passed=passed)
+        except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)
+            self.diag("info", f"the cost of recording PyTorch operators was not measured: {type(exc).__name__}: {exc}")
+            return row
+        return (*row[:5], json.dumps(info, sort_keys=True))
+
     def _report_range_counts(self) -> None:
         counts = dict(self.ranges.counts)
         if self.torch_hooks is not None:
@@ -340,10 +358,12 @@ class Agent:
             soon.wait(FLUSH_INTERVAL_S)
             soon.clear()
             if self._stop_event.is_set():
+                self.flush_thread_ns = time.thread_time_ns()
                 return
             if self._launcher is not None and self._launcher.gone():
                 self._orphaned()
             self.flush()  # to a closed spool once orphaned: what collectors hold is dropped, not kept
+            self.flush_thread_ns = time.thread_time_ns()
 
     def _orphaned(self) -> None:
         """The launcher died (SIGKILL, out of memory): nobody reads the spool any more. Stop writing
