@@ -174,12 +174,13 @@ def main() -> None:
                         continue
                     runs.append({"round": rnd, "workload": wl, "mode": mode, **doc})
                     extra = f" estimate {doc['estimate_ns'] / 1e9:.3f} s" if "estimate_ns" in doc else ""
-                    print(f"round {rnd} {wl:6s} {mode:14s} loop {doc['loop_s']:.3f} s total {doc['total_s']:.3f} s"
+                    cpu = f" loop CPU {doc['loop_cpu_s']:.3f} s" if "loop_cpu_s" in doc else ""
+                    print(f"round {rnd} {wl:6s} {mode:14s} loop {doc['loop_s']:.3f} s{cpu} total {doc['total_s']:.3f} s"
                           f"{extra} (load {os.getloadavg()[0]:.1f})", flush=True)
-    summary = summarize(runs, workloads, modes)
-    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    json.dump({"machine": machine, "runs": runs, "summary": summary}, open(args.out, "w"), indent=1)
+            summary = summarize(runs, workloads, modes)  # after every round: a stopped run keeps what it measured
+            machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                       "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "rounds": rnd + 1}
+            json.dump({"machine": machine, "runs": runs, "summary": summary}, open(args.out, "w"), indent=1)
     print(markdown(summary))
 
 

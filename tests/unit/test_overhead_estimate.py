@@ -83,3 +83,34 @@ def test_cupti_cost_per_recorded_launch(tmp_path: Path) -> None:
         o = collection_overhead(r)
     assert OverheadPart("CUPTI in CUDA calls", 6 * CUPTI_NS_PER_RECORD, estimated=True) in o.parts
     assert o.unseen[0].startswith("CUPTI's cost per CUDA call on this machine")
+
+
+def test_profiling_share_of_launch_overhead() -> None:
+    from gpuscope.analysis.overhead import CollectionOverhead, profiling_share_ns
+
+    # per-call parts (estimated) over the steps: 60 ms over 1 s of steps; measured parts over the wall: 20 ms
+    # over 10 s. A 2 ms step: 60e6 * 2e6 / 1e9 + 20e6 * 2e6 / 10e9 = 120 µs + 4 µs
+    o = CollectionOverhead(10_000_000_000, [OverheadPart("CUPTI in CUDA calls", 50_000_000, estimated=True),
+                                            OverheadPart("PyTorch hooks", 10_000_000, estimated=True),
+                                            OverheadPart("CUPTI buffers", 20_000_000)])
+    assert profiling_share_ns(o, 1_000_000_000, 2_000_000, 500_000) == 124_000
+    assert profiling_share_ns(o, 1_000_000_000, 2_000_000, 100_000) == 100_000  # never more than the part
+    assert profiling_share_ns(o, 0, 2_000_000, 500_000) == 0  # no steps
+    assert profiling_share_ns(o, 1_000_000_000, 2_000_000, 0) == 0  # no launch overhead
+    o.wall_ns = None
+    assert profiling_share_ns(o, 1_000_000_000, 2_000_000, 500_000) == 120_000
+
+
+def test_the_diagnosis_says_how_much_launch_overhead_is_profilings(mlp_api: object) -> None:
+    from gpuscope.analysis.diagnosis import diagnose
+    from gpuscope.analysis.overhead import collection_overhead, profiling_share_ns
+
+    d = diagnose(mlp_api)  # type: ignore[arg-type]
+    (p,) = d.processes
+    mean = p.mean_parts()
+    own = profiling_share_ns(collection_overhead(mlp_api), int(p.steps["duration_ns"].sum()),  # type: ignore[arg-type]
+                             mean["duration_ns"], mean["idle_launch"])
+    assert 0 < own < mean["idle_launch"]
+    (note,) = [n for n in d.notes if "profiling's own" in n]
+    assert note.startswith(f"Process {p.pid}: of the kernel launch overhead (961.8 µs per step), about 34.1 µs is "
+                           "profiling's own")

@@ -202,3 +202,19 @@ def _estimate_ranges(report: Report, out: CollectionOverhead) -> None:
         out.parts.append(OverheadPart("ranges", ranges_ns, estimated=True))
     if missing:
         out.not_measured.append("ranges and PyTorch hooks")
+
+
+def profiling_share_ns(o: CollectionOverhead, steps_ns: int, step_ns: float, launch_ns: float) -> int:
+    """Return how much of a step's kernel-launch-overhead idle time (``launch_ns``, of a step of
+    ``step_ns``) is profiling's own, at most ``launch_ns``: the parts paid per call (the estimated
+    ones: CUPTI in CUDA calls, hooks, ranges, anchors, operators) spread evenly over the steps
+    (``steps_ns``, all of them together: the program makes those calls where it launches work), and
+    the parts measured as time on a thread (buffers, sampler, flush) spread evenly over the run's
+    wall time. In a launch-bound loop every µs the host spends collecting delays the next launch by
+    as much, so the GPU waits that long too. 0 without steps."""
+    if steps_ns <= 0 or launch_ns <= 0:
+        return 0
+    per_call = sum(p.ns for p in o.parts if p.estimated)
+    timed = o.total_ns - per_call
+    own = per_call * step_ns / steps_ns + (timed * step_ns / o.wall_ns if o.wall_ns else 0.0)
+    return int(min(launch_ns, own))
