@@ -46,10 +46,12 @@ MODES: dict[str, tuple[str | None, dict[str, str]]] = {
     "torch-shapes": ("torch-shapes", {}),
     "default": ("", {}),
     "all-ops": ("torch,host,cpu,torch-ops", {}),  # the default without a GPU before operators were sampled
-    "cpu-200hz": ("cpu", {"GPUSCOPE_SAMPLE_HZ": "200"}),
-    "default-200hz": ("", {"GPUSCOPE_SAMPLE_HZ": "200"}),
+    "cpu-250hz": ("cpu", {"GPUSCOPE_SAMPLE_HZ": "250"}),
+    "default-250hz": ("", {"GPUSCOPE_SAMPLE_HZ": "250"}),
+    "default-1khz": ("", {"GPUSCOPE_SAMPLE_HZ": "1000"}),
+    "cpu-1khz": ("cpu", {"GPUSCOPE_SAMPLE_HZ": "1000"}),
 }
-DEFAULT_MODES = "untraced,torch,host,cpu,torch-shapes,torch-ops,default"
+DEFAULT_MODES = "untraced,torch,cpu,torch-shapes,torch-ops,default,all-ops"
 
 
 def command(mode: str, workload: str, out: str, scratch: str) -> tuple[list[str], dict[str, str], str | None]:

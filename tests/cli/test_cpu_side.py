@@ -64,7 +64,7 @@ def test_without_a_gpu_the_default_profiles_the_cpu_side(gs: Gpuscope) -> None:
     assert "Python CPU Hotspots by Function" in res.stderr  # the end-of-run summary shows them
     assert "CPU utilization" in res.stderr
     with gpuscope.load(str(gs.cwd / "d.gpuscope")) as report:
-        assert set(report.meta["trace"]) == {"torch", "host", "torch-ops", "cpu"}
+        assert set(report.meta["trace"]) == {"torch", "host", "torch-shapes", "cpu"}
         assert report.count("cpu_sample") > 100
 
 

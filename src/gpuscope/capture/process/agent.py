@@ -36,7 +36,7 @@ LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spo
 # Signals whose default action ends the process: the agent delivers everything first (if the program
 # left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-DEFAULT_SAMPLE_HZ = 1000
+DEFAULT_SAMPLE_HZ = 250  # 1 kHz cost 1.27x on a small CPU training loop, 250 Hz 1.09x (bench/RESULTS.md)
 FLUSH_INTERVAL_S = 0.5
 
 _agent: Agent | None = None

@@ -1,6 +1,6 @@
 """The Python sampling profiler that runs inside the profiled process (``--trace cpu``).
 
-A thread wakes every ``interval`` (1 ms by default), takes every thread's Python stack with
+A thread wakes every ``interval`` (4 ms by default: 250 Hz), takes every thread's Python stack with
 ``sys._current_frames()``, and records one sample per thread: its stack, as a node of a prefix
 tree of frames, and the wall time since that thread's previous sample (a sample stands for the
 time the sampler could not look; it may wake late while another thread holds the GIL).
