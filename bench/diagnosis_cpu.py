@@ -3,7 +3,7 @@
 For each program: time the as-written loop against each candidate fix in one process, interleaved
 over several rounds (``--measure``: median step time after warm-up; the best fix's median gain and
 its spread over the rounds); profile the as-written program with the default collectors of a
-machine without a GPU (``gpuscope profile``: torch, host, cpu, torch-ops); diagnose the report; and
+machine without a GPU (``gpuscope profile``: torch, host, torch-shapes, cpu); diagnose the report; and
 compare the top finding's estimated saving (share of the profiled step) with the best fix's
 measured gain (share of the unprofiled step). Writes a table (stdout and ``--out/diagnosis_cpu.md``)
 and ``--out/diagnosis_cpu.json``, and keeps the reports in ``--out/reports``; ``--fixtures`` also

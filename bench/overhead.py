@@ -8,6 +8,18 @@ machine hit every mode alike; ratios are taken within a round and summarized by 
 range over rounds (the ratio of medians is kept beside it).
 
     python3 bench/overhead.py --workloads mlp,gemm --rounds 3 --out overhead.json
+
+``--ablation`` runs the per-collector ablation in one call: ``untraced`` and each mode of
+``ABLATION``, every one adding a collector to the one before (CUPTI kernel records alone, + memory
+copies and sets, + synchronization sites, + launch anchors, + PyTorch module ranges, + the NVML
+and host samplers: the default), on the launch-bound MLP and the GPT eager loop, as many
+interleaved rounds as fit ``--budget-s`` (rounds start only while the slowest round so far still
+fits). It writes the JSON (``--out``) and the markdown table (``--md``), with, for each traced run,
+the end-of-run line's estimate (analysis/overhead.py) against the measured slowdown: the traced
+run's ``program_s`` (from the workload's start to its last step) minus the untraced one's of the
+same round.
+
+    python3 bench/overhead.py --ablation --out ablation.json --md ablation.md   # about 8 minutes on an H100
 """
 
 from __future__ import annotations
@@ -54,6 +66,19 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "gs-latency": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_LATENCY_TIMESTAMPS": "1", "GPUSCOPE_ANCHORS": "0"}),
     "gs-noanchors": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
 }
+# The ablation: each mode adds one collector to the one before it; the last is the default.
+_NO_SITES = {"GPUSCOPE_SYNC_SITES": "0", "GPUSCOPE_ANCHORS": "0", "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}
+ABLATION: dict[str, tuple[str, dict[str, str]]] = {
+    "ab-kernels": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", **_NO_SITES}),
+    "ab-+memcpy-memset": ("cuda", {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context,memcpy,memset,overhead",
+                                   **_NO_SITES}),
+    "ab-+sync-sites": ("cuda", {"GPUSCOPE_ANCHORS": "0"}),
+    "ab-+anchors": ("cuda", {}),
+    "ab-+torch-ranges": ("cuda,nvtx,torch", {}),
+    "ab-+host-nvml=default": ("cuda,nvtx,torch,host,nvml", {}),
+}
+PARTS.update(ABLATION)
+ABLATION_WORKLOADS = "mlp,gpt"
 
 
 def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[str], dict[str, str]]:
@@ -84,14 +109,30 @@ def main() -> None:
     p.add_argument("--modes", default=os.environ.get("OVERHEAD_MODES", ",".join(MODES)))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", required=True)
+    p.add_argument("--ablation", action="store_true", help="the per-collector ablation (see above)")
+    p.add_argument("--budget-s", type=float, default=480.0, help="with --ablation: start rounds only while they fit")
+    p.add_argument("--md", help="write the markdown table here too")
     args = p.parse_args()
+    if args.ablation:
+        args.modes = ",".join(["untraced", *ABLATION])
+        if args.workloads == p.get_default("workloads"):
+            args.workloads = ABLATION_WORKLOADS
+        args.rounds = max(args.rounds, 20)  # as many as --budget-s allows
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
     runs = []
+    began = time.perf_counter()
+    slowest = 0.0
     with tempfile.TemporaryDirectory() as scratch:
         for rnd in range(args.rounds):
+            elapsed = time.perf_counter() - began
+            if args.ablation and rnd and elapsed + slowest > args.budget_s:
+                print(f"stopping after {rnd} rounds: {elapsed:.0f} s of the {args.budget_s:.0f} s budget", flush=True)
+                break
+            round_began = time.perf_counter()
+            order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
             for wl in workloads:
-                for mode in modes:
+                for mode in order:
                     timing = os.path.join(scratch, "timing.json")
                     if os.path.exists(timing):
                         os.unlink(timing)
@@ -103,13 +144,45 @@ def main() -> None:
                         print(f"FAILED {wl} {mode}: rc={proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
                         continue
                     doc = json.load(open(timing))
+                    if mode != "untraced" and mode != "torch-profiler":
+                        doc.update(_estimate(os.path.join(scratch, f"{wl}-{mode}.gpuscope")))
                     runs.append({"round": rnd, "workload": wl, "mode": mode, "wall_s": wall, **doc})
                     print(f"round {rnd} {wl:6s} {mode:15s} step mean {doc['mean_step_s'] * 1e3:8.3f} ms "
                           f"median {doc['median_step_s'] * 1e3:8.3f} ms "
                           f"wall {wall:6.1f} s rss {doc['max_rss_kb'] / 1024:.0f} MB", flush=True)
+            slowest = max(slowest, time.perf_counter() - round_began)
     summary = summarize(runs, workloads, modes)
-    json.dump({"runs": runs, "summary": summary}, open(args.out, "w"), indent=1)
-    print(markdown(summary))
+    json.dump({"runs": runs, "summary": summary, "device": _device()}, open(args.out, "w"), indent=1)
+    table = markdown(summary)
+    print(table)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(f"{_device()}, {time.strftime('%Y-%m-%d')}, {len({r['round'] for r in runs})} rounds\n\n{table}\n")
+
+
+def _estimate(report: str) -> dict:
+    """The end-of-run line's estimate of a traced run (total ns and parts), or nothing without the report."""
+    sys.path.insert(0, str(ROOT / "src"))
+    try:
+        from gpuscope.analysis.overhead import collection_overhead
+        from gpuscope.trace.report import Report
+
+        with Report.open(report) as r:
+            o = collection_overhead(r)
+    except Exception as exc:  # noqa: BLE001  (the timing still counts)
+        print(f"no estimate from {report}: {exc}", file=sys.stderr)
+        return {}
+    return {"estimate_ns": o.total_ns, "estimate_parts": {p.name: p.ns for p in o.parts}}
+
+
+def _device() -> str:
+    """The GPU's name, as nvidia-smi gives it (or "unknown")."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out[0] if out else "unknown"
 
 
 def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[dict]:
@@ -122,7 +195,13 @@ def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[
             of_medians = [r["median_step_s"] / base[r["round"]]["median_step_s"] for r in mine if r["round"] in base]
             if not mine:
                 continue
-            out.append({
+            checks = [(r["estimate_ns"] / 1e9, r["program_s"] - base[r["round"]]["program_s"]) for r in mine
+                      if "estimate_ns" in r and "program_s" in r and "program_s" in base.get(r["round"], {})]
+            check = {}
+            if checks:
+                est, slow = statistics.median(e for e, _ in checks), statistics.median(m for _, m in checks)
+                check = {"estimate_s": est, "slowdown_s": slow, "estimate_over_slowdown": est / slow if slow > 0 else None}
+            out.append({**check,
                 "workload": wl, "mode": mode, "rounds": len(ratios),
                 "step_ms_mean": statistics.median(r["mean_step_s"] for r in mine) * 1e3,
                 "ratio_median": statistics.median(ratios) if ratios else None,
@@ -136,15 +215,21 @@ def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[
 
 def markdown(summary: list[dict]) -> str:
     lines = ["| workload | mode | mean step (ms) | ratio of mean steps (median over rounds) | range | "
-             "ratio of median steps | target peak RSS (MB) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "ratio of median steps | target peak RSS (MB) | line's estimate (s) | measured slowdown (s) | "
+             "estimate / slowdown |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         ratio = f"{s['ratio_median']:.3f}" if s["ratio_median"] else "-"
         rng = f"{s['ratio_min']:.3f} - {s['ratio_max']:.3f}" if s["ratio_min"] else "-"
         med = f"{s['ratio_of_median_steps']:.3f}" if s["ratio_of_median_steps"] else "-"
         lines.append(f"| {s['workload']} | {s['mode']} | {s['step_ms_mean']:.3f} | {ratio} | {rng} | {med} | "
-                     f"{s['peak_rss_mb']:.0f} |")
+                     f"{s['peak_rss_mb']:.0f} | {_num(s.get('estimate_s'))} | {_num(s.get('slowdown_s'))} | "
+                     f"{_num(s.get('estimate_over_slowdown'), 2)} |")
     return "\n".join(lines)
+
+
+def _num(x: object, digits: int = 3) -> str:
+    return f"{x:.{digits}f}" if isinstance(x, float) else ""
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def test_without_a_gpu_the_default_profiles_the_cpu_side(gs: Gpuscope) -> None:
     assert "CPU utilization" in page and len(page.splitlines()) <= 40, page
     assert "No kernels" not in page and "(cuda_gpu_kern_sum)" not in page  # no empty tables
     with gpuscope.load(str(gs.cwd / "d.gpuscope")) as report:
-        assert set(report.meta["trace"]) == {"torch", "host", "torch-ops", "cpu"}
+        assert set(report.meta["trace"]) == {"torch", "host", "torch-shapes", "cpu"}
         assert report.count("cpu_sample") > 100
 
 

@@ -177,12 +177,17 @@ def test_compiled_programs_stay_compiled(gs: Gpuscope) -> None:
     assert not ops["shapes"].str.contains("s0|s1").any()  # no symbolic shapes from the tracing
 
 
-def test_without_a_gpu_the_default_records_operators(gs: Gpuscope) -> None:
+def test_without_a_gpu_the_default_records_operators_in_a_sample_window(gs: Gpuscope) -> None:
     if traces.gpu_present():
         pytest.skip("this machine has an NVIDIA driver: the default is the GPU set")
     path, _ = _profile(gs, "", "default")
     with gpuscope.load(str(path)) as report:
-        assert "torch-ops" in report.meta["trace"]
-        assert report.count("torch_op") > 0
+        assert "torch-shapes" in report.meta["trace"] and "torch-ops" not in report.meta["trace"]
+        # the window opens at the end of step 1 and closes at the end of step 3: steps 2 and 3 only
+        ((reason, operators),) = report.sql("SELECT reason, operators FROM torch_op_window")
+        assert reason == "end of step 1 to end of step 3"
+        assert report.count("torch_op") == operators > 0
         names = {n for (n,) in report.sql("SELECT DISTINCT s.value FROM torch_op t JOIN string s ON s.id = t.name_id")}
+        (costs,) = [json.loads(d) for (d,) in report.sql("SELECT detail FROM collector WHERE name = 'torch-shapes'")]
     assert {"aten::convolution", "aten::convolution_backward", "aten::addmm", "aten::mm"} <= names
+    assert costs["ns_per_op_recorded"] > 0 and costs["ns_per_op_passed"] >= 0  # for the overhead line

@@ -51,7 +51,7 @@ def test_not_recorded_comes_from_the_registry() -> None:
 
 
 def test_defaults_without_a_gpu_and_in_a_block() -> None:
-    assert collectors.cpu_only(collectors.DEFAULT_TRACE) == ["torch", "host", "torch-ops", "cpu"]
+    assert collectors.cpu_only(collectors.DEFAULT_TRACE) == ["torch", "host", "torch-shapes", "cpu"]
     assert collectors.in_process(["cuda", "host", "torch", "nvml"]) == ["cuda", "torch"]
 
 

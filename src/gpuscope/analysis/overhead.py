@@ -8,8 +8,17 @@ The parts, each from the report:
   flushes, instrumentation, its resources), measured by CUPTI. Module loading and lazy function
   loading, which CUPTI reports as overhead too, are left out: CUDA does them with or without a
   profiler;
-- **Python sampler**: the CPU time of the sampler thread (``collector.callback_ns`` of ``sampler``),
-  measured;
+- **CUPTI in CUDA calls**: estimated, as the kernels, memory copies and sets CUPTI recorded times
+  :data:`CUPTI_NS_PER_RECORD`, what recording one costs inside the CUDA call that launches it;
+- **Python sampler**: the wall time the sampler thread held the GIL (``held_ns`` in the detail of
+  its ``collector`` row: the program's threads could run no Python meanwhile), measured; in older
+  reports its CPU time (``callback_ns``);
+- **flush thread**: the CPU time of the agent's thread that hands the rows to the report writer
+  every half second (it holds the GIL while it works), measured;
+- **PyTorch operators**: estimated, as the operators recorded (``torch-ops``, or the sample windows
+  of ``torch-shapes``) and those passed through while waiting for a window, times the per-operator
+  costs the process measured at its end (capture/python/hook_cost.py, in the detail of the
+  ``torch-ops`` or ``torch-shapes`` row);
 - **PyTorch hooks** and **ranges**: estimated, as the number of module calls (forward ranges, and
   backward ranges for those that had one) and of other recorded ranges, times the per-call costs
   the process measured at its end (capture/python/hook_cost.py, in the ``ranges`` collector's detail);
@@ -19,7 +28,15 @@ The parts, each from the report:
 - any other collector row with a ``callback_ns``, under its own name, measured.
 
 The total is set against the run's wall time. Processes add up, so with several processes the
-share is of one wall clock, not of their summed time.
+share is of one wall clock, not of their summed time. What the estimate can not see is listed in
+``unseen`` (the report writer beside the program competing for the cores, above all).
+
+Why a constant for CUPTI and not a calibration in each run: measuring it needs kernel launches
+with and without CUPTI's activity records, so a CUDA context made by gpuscope in every process,
+before the program (which changes the program's start-up and memory) or at its end (after CUPTI
+has been detached). The constant is the H100 measurement of bench/RESULTS.md ("Memory and CPU of
+the target": 11.29 µs per launch with kernel records against 10.13 µs without); bench/overhead.py's
+``gs-kernel`` ablation measures it again on any machine.
 """
 
 from __future__ import annotations
@@ -31,8 +48,13 @@ from ..trace.report import Report
 
 CUPTI_OWN_OVERHEAD = ("CuptiBufferFlush", "CuptiInstrumentation", "CuptiResource", "ActivityBufferRequest",
                       "CommandBufferFull", "UvmActivityInit")
-PART_NAMES = {"cupti": "CUPTI buffers", "sampler": "Python sampler"}
-_COUNTED_ELSEWHERE = ("ranges", "capture", *PART_NAMES)
+PART_NAMES = {"cupti": "CUPTI buffers", "sampler": "Python sampler", "flush": "flush thread"}
+OPERATOR_COLLECTORS = ("torch-ops", "torch-shapes")
+_COUNTED_ELSEWHERE = ("ranges", "capture", *PART_NAMES, *OPERATOR_COLLECTORS)
+CUPTI_NS_PER_RECORD = 1_160  # CUPTI's cost inside a launching CUDA call per activity record (H100)
+CUPTI_RECORD_TABLES = ("kernel", "memcpy", "memset")
+WRITER_UNSEEN = "the report writer beside the program (it competes for the cores)"
+CUPTI_UNSEEN = f"CUPTI's cost per CUDA call on this machine (an H100's, {CUPTI_NS_PER_RECORD / 1000:g} µs, is used)"
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,7 @@ class CollectionOverhead:
     wall_ns: int | None
     parts: list[OverheadPart] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)  # parts a report lacks the numbers for
+    unseen: list[str] = field(default_factory=list)  # costs the estimate can not see
 
     @property
     def total_ns(self) -> int:
@@ -67,9 +90,19 @@ def collection_overhead(report: Report) -> CollectionOverhead:
     out = CollectionOverhead(report.meta.get("wall_ns"))
     measured = dict(report.sql(
         "SELECT name, sum(callback_ns) FROM collector WHERE callback_ns > 0 GROUP BY name ORDER BY name"))
-    for name, label in PART_NAMES.items():
+    held = _detail_sum(report, ("sampler",), "held_ns")
+    if held is not None:
+        measured["sampler"] = held
+    if measured.get("cupti"):
+        out.parts.append(OverheadPart(PART_NAMES["cupti"], int(measured["cupti"])))
+    records = sum(report.count(t) for t in CUPTI_RECORD_TABLES)
+    if records:
+        out.parts.append(OverheadPart("CUPTI in CUDA calls", records * CUPTI_NS_PER_RECORD, estimated=True))
+        out.unseen.append(CUPTI_UNSEEN)
+    for name in ("sampler", "flush"):
         if measured.get(name):
-            out.parts.append(OverheadPart(label, int(measured[name])))
+            out.parts.append(OverheadPart(PART_NAMES[name], int(measured[name])))
+    _estimate_operators(report, out)
     kinds = ", ".join(f"'{k}'" for k in CUPTI_OWN_OVERHEAD)
     (cupti_own,) = report.sql(
         f"SELECT coalesce(sum(end_ns - start_ns), 0) FROM overhead WHERE kind IN ({kinds}) AND end_ns > start_ns")[0]
@@ -79,7 +112,47 @@ def collection_overhead(report: Report) -> CollectionOverhead:
     for name, ns in measured.items():
         if name not in _COUNTED_ELSEWHERE:
             out.parts.append(OverheadPart(name, int(ns)))
+    if report.count("process"):
+        out.unseen.append(WRITER_UNSEEN)
     return out
+
+
+def _details(report: Report, names: tuple[str, ...]) -> list[dict]:
+    """The parsed ``detail`` of each ``collector`` row named in ``names`` (unreadable ones left out)."""
+    marks = ", ".join("?" for _ in names)
+    out = []
+    for (detail,) in report.sql(f"SELECT detail FROM collector WHERE name IN ({marks})", list(names)):
+        try:
+            info = json.loads(detail or "{}")
+        except ValueError:
+            continue
+        if isinstance(info, dict):
+            out.append(info)
+    return out
+
+
+def _detail_sum(report: Report, names: tuple[str, ...], key: str) -> int | None:
+    """The sum of ``key`` over the details of the rows named in ``names`` (None where none has it)."""
+    values = [int(d[key]) for d in _details(report, names) if isinstance(d.get(key), (int, float))]
+    return sum(values) if values else None
+
+
+def _estimate_operators(report: Report, out: CollectionOverhead) -> None:
+    """Add the estimated cost of recording PyTorch operators and of passing them through."""
+    total = 0
+    missing = False
+    for info in _details(report, OPERATOR_COLLECTORS):
+        recorded, waited = int(info.get("ops", 0)), int(info.get("waited_ops", 0))
+        if not (recorded or waited):
+            continue
+        if "ns_per_op_recorded" not in info:
+            missing = True
+            continue
+        total += recorded * int(info["ns_per_op_recorded"]) + waited * int(info.get("ns_per_op_passed", 0))
+    if total:
+        out.parts.append(OverheadPart("PyTorch operators", total, estimated=True))
+    if missing:
+        out.not_measured.append("PyTorch operators")
 
 
 def _estimate_ranges(report: Report, out: CollectionOverhead) -> None:
@@ -129,3 +202,19 @@ def _estimate_ranges(report: Report, out: CollectionOverhead) -> None:
         out.parts.append(OverheadPart("ranges", ranges_ns, estimated=True))
     if missing:
         out.not_measured.append("ranges and PyTorch hooks")
+
+
+def profiling_share_ns(o: CollectionOverhead, steps_ns: int, step_ns: float, launch_ns: float) -> int:
+    """Return how much of a step's kernel-launch-overhead idle time (``launch_ns``, of a step of
+    ``step_ns``) is profiling's own, at most ``launch_ns``: the parts paid per call (the estimated
+    ones: CUPTI in CUDA calls, hooks, ranges, anchors, operators) spread evenly over the steps
+    (``steps_ns``, all of them together: the program makes those calls where it launches work), and
+    the parts measured as time on a thread (buffers, sampler, flush) spread evenly over the run's
+    wall time. In a launch-bound loop every µs the host spends collecting delays the next launch by
+    as much, so the GPU waits that long too. 0 without steps."""
+    if steps_ns <= 0 or launch_ns <= 0:
+        return 0
+    per_call = sum(p.ns for p in o.parts if p.estimated)
+    timed = o.total_ns - per_call
+    own = per_call * step_ns / steps_ns + (timed * step_ns / o.wall_ns if o.wall_ns else 0.0)
+    return int(min(launch_ns, own))

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-t", "--trace",
         help="collectors, comma-separated: " + ", ".join(
             f"{k} ({v})" for k, v in collectors.KNOWN_TRACES.items()
-        ) + f". Default: {','.join(collectors.DEFAULT_TRACE)}",
+        ) + f". Default: {','.join(collectors.DEFAULT_TRACE)}; without an NVIDIA driver "
+          f"{','.join(collectors.cpu_only(collectors.DEFAULT_TRACE))}. Costs: bench/RESULTS.md",
     )
     p.add_argument("--stats", action="store_true", help="print every stats report at the end")
     c = p.add_argument_group("capture range (record part of the run; collection is off outside it)")
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is None and not collectors.gpu_present():
         trace = collectors.cpu_only(trace)
         _say("no NVIDIA GPU driver found: profiling the CPU side "
-             "(Python stacks, PyTorch ranges and operators, host counters)")
+             "(Python stacks, PyTorch ranges, operators in sample windows, host counters)")
     from ..run import program
     from ..run.summary import end_of_run, next_commands
 

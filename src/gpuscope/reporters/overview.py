@@ -86,8 +86,8 @@ def capture_line(c: CaptureSummary) -> str:
 
 
 def overhead_line(o: CollectionOverhead) -> str:
-    """``Collection overhead: 0.21 s in the program (2.3% of 9.1 s wall): CUPTI buffers 0.12 s, ...``;
-    estimated parts carry a ``~``."""
+    """``Collection overhead: 0.21 s in the program (2.3% of 9.1 s wall): CUPTI buffers 0.12 s, ...;
+    not included: ...``; estimated parts carry a ``~``, and what the estimate can not see ends it."""
     share = f" ({o.percent:.1f}% of {duration(o.wall_ns)} wall)" if o.percent is not None and o.wall_ns else ""
     parts = ", ".join(f"{p.name} {'~' if p.estimated else ''}{duration(p.ns)}" for p in o.parts)
     line = f"Collection overhead: {duration(o.total_ns)} in the program{share}"
@@ -95,4 +95,6 @@ def overhead_line(o: CollectionOverhead) -> str:
         line += f": {parts}"
     if o.not_measured:
         line += f" ({', '.join(o.not_measured)}: not measured in this report)"
+    if o.unseen:
+        line += f"; not included: {'; '.join(o.unseen)}"
     return line

@@ -11,6 +11,8 @@ import statistics
 import time
 from typing import Any, Callable, Iterator
 
+STARTED = time.perf_counter()  # when the workload imported this (right after torch): its start
+
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
@@ -56,6 +58,7 @@ def report(args: argparse.Namespace, times: list[float], **extra: Any) -> None:
         "steps": len(times),
         "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "pid": os.getpid(),
+        "program_s": time.perf_counter() - STARTED,  # from the workload's start to its last step
         **extra,
     }
     if args.timing_out:

@@ -35,6 +35,27 @@ def _setup_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]
     return out
 
 
+def _profiling_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]:
+    """For each process with kernel launch overhead, how much of it is profiling's own
+    (:func:`...overhead.profiling_share_ns`)."""
+    from ..overhead import collection_overhead, profiling_share_ns
+
+    if not any(p.mean_parts()["idle_launch"] > 0 for p in processes):
+        return []
+    o = collection_overhead(report)
+    out = []
+    for p in processes:
+        mean = p.mean_parts()
+        own = profiling_share_ns(o, int(p.steps["duration_ns"].sum()), mean["duration_ns"], mean["idle_launch"])
+        if own:
+            unit = "per step" if p.has_steps else "over the steps"
+            out.append(f"Process {p.pid}: of the kernel launch overhead ({fmt_ns(mean['idle_launch'])} {unit}), "
+                       f"about {fmt_ns(own)} is profiling's own (the collection overhead, {fmt_ns(o.total_ns)} in all: "
+                       f"per-call parts spread over the steps, the rest over the run); without the profiler it would be about "
+                       f"{fmt_ns(mean['idle_launch'] - own)}.")
+    return out
+
+
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
@@ -61,6 +82,7 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
     processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)
+    ctx.notes += _profiling_notes(report, processes)
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",

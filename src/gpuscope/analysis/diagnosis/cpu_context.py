@@ -225,9 +225,24 @@ class CpuContext:
         w = np.where((w >= 0) & (ts < we[np.maximum(w, 0)]), w, -1)
         setup = windows["setup"].to_numpy(bool)
         steady_rows = ~setup if (~setup).any() else np.ones(len(setup), bool)
+        in_op = _inside(ops, ts)
+        sampled = self._op_windows(pid)
+        if sampled is not None:  # operators of sample windows only: outside them, PyTorch's innermost frames
+            unknown = ~_inside(sampled, ts)
+            in_torch = np.array([self.stack(pid, int(i)).in_torch for i in samples["stack_id"]], bool)
+            in_op |= unknown & in_torch
         samples = samples.assign(part=part_at(ts, ranges), window=w,
-                                 steady=(w >= 0) & steady_rows[np.maximum(w, 0)], in_op=_inside(ops, ts))
+                                 steady=(w >= 0) & steady_rows[np.maximum(w, 0)], in_op=in_op)
         return CpuProcess(pid, windows, breakdown, samples, ranges, ops)
+
+    def _op_windows(self, pid: int) -> pd.DataFrame | None:
+        """The sample windows of ``--trace torch-shapes`` (``start_ns``, ``end_ns``), sorted; None where
+        operators were recorded throughout (or not at all)."""
+        if not self.counts["torch_ops"] or not self.report.count("torch_op_window"):
+            return None
+        return self.report.df(
+            """SELECT start_ns, coalesce(end_ns, start_ns) AS end_ns FROM torch_op_window WHERE pid = ?
+               ORDER BY start_ns""", [pid])
 
     def _ops(self, pid: int) -> pd.DataFrame:
         if not self.counts["torch_ops"]:

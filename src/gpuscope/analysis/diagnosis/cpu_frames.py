@@ -23,7 +23,8 @@ from ...trace.report import Report
 from ...trace.stacks import Frame, is_library, is_own, short_path, stack_paths
 
 _IMPORTING = re.compile(r"^<frozen importlib\._bootstrap(?:_external)?>$|[/\\]importlib[/\\]__init__\.py$")
-_OPERATOR_FRAME = re.compile(r"[/\\]gpuscope[/\\]capture[/\\]torch_ops\.py$")
+_OPERATOR_FRAME = re.compile(r"[/\\]gpuscope[/\\]capture[/\\](?:python[/\\])?torch_ops\.py$")
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\][^<>]*\.py$")
 _PACKAGE_ROOT = re.compile(r".*(?:site-packages|dist-packages|[/\\]lib[/\\]python3\.\d+)[/\\]")
 _DATASET_FETCH = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]fetch\.py$")
 
@@ -46,7 +47,9 @@ class StackInfo:
     into it (None when there is none); ``innermost``: the innermost frame (None for an empty
     stack); ``importing``: the import machinery is on the stack; ``operator``: a
     PyTorch operator runs under gpuscope's recorder; ``overhead``: the innermost frame is
-    gpuscope's own; ``fetching``: a DataLoader fetches samples from the Dataset in this process.
+    gpuscope's own; ``fetching``: a DataLoader fetches samples from the Dataset in this process;
+    ``in_torch``: the innermost frame is PyTorch's own Python (a module's forward, a functional),
+    where a sample outside recorded operators most likely waits in one.
     """
 
     user: Frame | None
@@ -56,6 +59,7 @@ class StackInfo:
     operator: bool
     overhead: bool
     fetching: bool
+    in_torch: bool = False
 
     @property
     def location(self) -> str:
@@ -86,6 +90,7 @@ def classify(path: Sequence[Frame]) -> StackInfo:
         operator=any(_OPERATOR_FRAME.search(f[1]) for f in path),
         overhead=bool(path) and is_own(path[0][1]),
         fetching=any(_DATASET_FETCH.search(f[1]) for f in path),
+        in_torch=bool(path) and is_library(path[0][1]) and bool(_TORCH_FILE.search(path[0][1])),
     )
 
 

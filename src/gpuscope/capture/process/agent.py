@@ -38,7 +38,7 @@ LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spo
 # left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 MEMORY_ENTRIES_ENV = "GPUSCOPE_MEMORY_ENTRIES"  # the CUDA allocator's ring of actions (cuda_memory.py)
-DEFAULT_SAMPLE_HZ = 1000
+DEFAULT_SAMPLE_HZ = 250  # 1 kHz cost 1.27x on a small CPU training loop, 250 Hz 1.09x (bench/RESULTS.md)
 FLUSH_INTERVAL_S = 0.5
 
 _agent: Agent | None = None
@@ -72,6 +72,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._pending_signal: int | None = None
+        self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
         self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
         self.capture = CaptureControl(self, capture or CaptureSpec())
@@ -150,10 +151,14 @@ class Agent:
         self.capture.flush_soon.set()
         if self.sampler is not None:
             self.sampler.stop()
+            detail = {"hz": round(1.0 / self.sampler.interval, 3), "held_ns": self.sampler.held_ns,
+                      "interval_ns": int(self.sampler.interval * 1e9)}
             self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0,
-                                         json.dumps({"hz": round(1.0 / self.sampler.interval, 3)})))
+                                        json.dumps(detail, sort_keys=True)))
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
+        if self.flush_thread_ns:  # its CPU time while the program ran: it holds the GIL while it works
+            self._add_row("collector", ("flush", 0, 0, self.flush_thread_ns, 0, ""))
         self._calibrate_anchors()
         if self.callbacks is not None:
             try:
@@ -169,7 +174,7 @@ class Agent:
         for row in self.ranges.close_open():
             self._add_row("range", row)
         if self.torch_ops is not None:
-            self._add_row("collector", self.torch_ops.stop())
+            self._add_row("collector", self._operator_row(self.torch_ops.stop()))
         for recorder in self.memory:
             recorder.finish()
             self._add_row("collector", recorder.summary())
@@ -312,6 +317,19 @@ class Agent:
         self.capture.apply_to(recorder)
         self.collectors.append(recorder)
 
+    def _operator_row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The operator recorder's ``collector`` row, with the per-operator costs measured now
+        (hook_cost.py) in its detail, for the overhead estimate."""
+        try:
+            info = json.loads(row[5])
+            if info.get("ops") or info.get("waited_ops"):
+                recorded, passed = calibrate.operator_costs_ns(sys.modules["torch"])
+                info.update(ns_per_op_recorded=recorded, ns_per_op_passed=passed)
+        except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)
+            self.diag("info", f"the cost of recording PyTorch operators was not measured: {type(exc).__name__}: {exc}")
+            return row
+        return (*row[:5], json.dumps(info, sort_keys=True))
+
     def _report_range_counts(self) -> None:
         counts = dict(self.ranges.counts)
         if self.torch_hooks is not None:
@@ -369,10 +387,12 @@ class Agent:
             soon.wait(FLUSH_INTERVAL_S)
             soon.clear()
             if self._stop_event.is_set():
+                self.flush_thread_ns = time.thread_time_ns()
                 return
             if self._launcher is not None and self._launcher.gone():
                 self._orphaned()
             self.flush()  # to a closed spool once orphaned: what collectors hold is dropped, not kept
+            self.flush_thread_ns = time.thread_time_ns()
 
     def _orphaned(self) -> None:
         """The launcher died (SIGKILL, out of memory): nobody reads the spool any more. Stop writing

@@ -10,7 +10,9 @@ when the process ends. The measurements:
   measured before gpuscope leaves CUPTI (the anchors made for it are not kept);
 - a module call: the hooked against the plain ``nn.Module.__call__`` of a small linear layer on the
   CPU, forward only (no gradient) and forward with backward (which adds the backward range's
-  tensor hooks), on scratch hooks that record into a scratch recorder.
+  tensor hooks), on scratch hooks that record into a scratch recorder;
+- a PyTorch operator (``torch-ops``, ``torch-shapes``): small CPU operators under a scratch
+  recorder's dispatch mode, recording and passing through, against none.
 
 Each is the fastest of a few rounds, so a busy machine inflates it little. On a GPU the hooks were
 measured to cost more than this (autograd's thread must take the GIL for each tensor hook; see
@@ -28,6 +30,7 @@ ROUNDS = 3
 RANGE_CALLS = 300
 MODULE_CALLS = 30
 ANCHOR_CALLS = 30
+OPERATOR_CALLS = 200
 
 
 def _fastest(run: Callable[[], None], calls: int, rounds: int = ROUNDS) -> float:
@@ -99,6 +102,46 @@ def anchor_cost_ns(anchor: Callable[[], None]) -> int:
             anchor()
 
     return int(_fastest(run, ANCHOR_CALLS))
+
+
+def operator_costs_ns(torch: Any, ops: int = OPERATOR_CALLS) -> tuple[int, int]:
+    """Return what the operator recorder adds to one PyTorch operator, in ns: recording it (the
+    ``torch-ops`` path), and passing it through (the mode on the stack, not recording: operators
+    before and between ``torch-shapes`` sample windows). Measured on small CPU operators (an
+    addition, a product, a matrix product, a sum) under a scratch recorder's dispatch mode."""
+    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC0415
+
+    from .torch_ops import TorchOps  # noqa: PLC0415
+
+    def mode(recording: bool) -> Any:
+        scratch = TorchOps(0, lambda level, message: None)
+        scratch._on = recording
+        scratch._waiting = False
+
+        class Calibration(TorchDispatchMode):  # type: ignore[misc]
+            __torch_dispatch__ = scratch._handler(torch)
+
+        return Calibration()
+
+    x = torch.ones(8, 8)
+
+    def under(m: Any) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                if m is None:
+                    for _ in range(ops // 4):
+                        torch.mm(torch.add(x, x).mul(0.5), x).sum()
+                else:
+                    with m:
+                        for _ in range(ops // 4):
+                            torch.mm(torch.add(x, x).mul(0.5), x).sum()
+        return run
+
+    calls = ops // 4 * 4
+    plain = _fastest(under(None), calls)
+    recorded = _fastest(under(mode(True)), calls) - plain
+    passed = _fastest(under(mode(False)), calls) - plain
+    return max(int(recorded), 0), max(int(passed), 0)
 
 
 def costs(torch_hooks: Any, diag: Callable[[str, str], None]) -> dict[str, int]:

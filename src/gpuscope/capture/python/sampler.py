@@ -1,6 +1,6 @@
 """The Python sampling profiler that runs inside the profiled process (``--trace cpu``).
 
-A thread wakes every ``interval`` (1 ms by default), takes every thread's Python stack with
+A thread wakes every ``interval`` (4 ms by default: 250 Hz), takes every thread's Python stack with
 ``sys._current_frames()``, and records one sample per thread: its stack, as a node of a prefix
 tree of frames, and the wall time since that thread's previous sample (a sample stands for the
 time the sampler could not look; it may wake late while another thread holds the GIL).
@@ -10,9 +10,16 @@ threads' CPU times are read from /proc, for CPU time against wall time per threa
 
 While it runs, the interpreter's switch interval is at most half the sampling interval (see
 :meth:`Sampler.start`). Outside a capture window (``set_collecting(False)``) the thread sleeps until
-collection is back on. When it ends, the thread's CPU time (sampling and waking up, nothing while
-it waits) is kept in ``busy_ns`` for the report's overhead line: one read of the thread's CPU
-clock, none per sample.
+collection is back on.
+
+What it costs the program: every sample takes the GIL once, from a thread that runs Python, which
+stops there until the sampler hands it back. So the sampler wakes with ``time.sleep`` (one
+acquisition of the GIL per sample; ``Event.wait`` with a timeout takes it several times, each a
+forced switch of the running thread), and it counts in ``held_ns`` the wall time from its waking
+with the GIL to its next sleep (two clock reads per sample): the time the program's threads could
+not run Python because of it, descheduling of the sampler while it held the GIL included. When it
+ends, the thread's CPU time is kept in ``busy_ns`` (one read of its CPU clock). Both go to the
+report's ``collector`` row for the overhead line.
 
 Standard library only.
 """
@@ -51,6 +58,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._switch: float | None = None  # the switch interval to restore
         self.busy_ns = 0
+        self.held_ns = 0  # wall time holding the GIL, from waking to the next sleep
 
     def set_collecting(self, on: bool) -> None:
         """Sample (``on``) or sleep until sampling is switched on again."""
@@ -102,18 +110,27 @@ class Sampler:
     def _run(self) -> None:
         me = threading.get_ident()
         last_times = 0
-        while not self._stop.wait(self.interval):
-            if not self._active.is_set():
-                self._active.wait()
+        sleep, clock, interval = time.sleep, time.monotonic_ns, self.interval
+        stop, active = self._stop, self._active
+        held = 0
+        while True:
+            sleep(interval)
+            woke = clock()
+            if stop.is_set():
+                break
+            if not active.is_set():
+                active.wait()
                 self._last.clear()  # the pause is no thread's time
                 continue
             try:
                 self._sample(me)
-                if time.monotonic_ns() - last_times >= THREAD_TIMES_EVERY_NS:
+                if woke - last_times >= THREAD_TIMES_EVERY_NS:
                     self._thread_times()
-                    last_times = time.monotonic_ns()
-            except Exception:  # noqa: BLE001,S112  (a sampler error must not reach the program)
-                continue
+                    last_times = woke
+            except Exception:  # noqa: BLE001,S110  (a sampler error must not reach the program)
+                pass
+            held += clock() - woke
+            self.held_ns = held
         self.busy_ns = time.thread_time_ns()
 
     def _sample(self, me: int) -> None:
