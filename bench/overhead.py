@@ -12,7 +12,7 @@ range over rounds (the ratio of medians is kept beside it).
 ``--ablation`` runs the per-collector ablation in one call: ``untraced`` and each mode of
 ``ABLATION``, every one adding a collector to the one before (CUPTI kernel records alone, + memory
 copies and sets, + synchronization sites, + launch anchors, + PyTorch module ranges, + the NVML
-and host samplers: the default), on the launch-bound MLP and the GPT eager loop, as many
+and host samplers, + operator samples: the default), on the launch-bound MLP and the GPT eager loop, as many
 interleaved rounds as fit ``--budget-s`` (rounds start only while the slowest round so far still
 fits). It writes the JSON (``--out``) and the markdown table (``--md``), with, for each traced run,
 the end-of-run line's estimate (analysis/overhead.py) against the measured slowdown: the traced
@@ -75,7 +75,8 @@ ABLATION: dict[str, tuple[str, dict[str, str]]] = {
     "ab-+sync-sites": ("cuda", {"GPUSCOPE_ANCHORS": "0"}),
     "ab-+anchors": ("cuda", {}),
     "ab-+torch-ranges": ("cuda,nvtx,torch", {}),
-    "ab-+host-nvml=default": ("cuda,nvtx,torch,host,nvml", {}),
+    "ab-+host-nvml": ("cuda,nvtx,torch,host,nvml", {}),
+    "ab-+torch-shapes=default": ("cuda,nvtx,torch,torch-shapes,host,nvml", {}),
 }
 PARTS.update(ABLATION)
 ABLATION_WORKLOADS = "mlp,gpt"
