@@ -9,8 +9,8 @@ carry only their queued time (no CUDA API calls, so no launching thread).
 
 Run it from the repository root with the project's environment::
 
-    /work/venv/bin/python bench/range_bench.py                 # 1M kernels, 100k ranges
-    /work/venv/bin/python bench/range_bench.py --no-api --kernels 200000 --ranges 20000
+    .venv/bin/python bench/range_bench.py                 # 1M kernels, 100k ranges
+    .venv/bin/python bench/range_bench.py --no-api --kernels 200000 --ranges 20000
 
 Each step is timed once, in order, on one opened report (later steps reuse the tables the earlier
 ones left on the connection, as ``gpuscope stats`` does).

@@ -15,10 +15,10 @@ from :mod:`synthetic_report`, the timed runs from :mod:`process_runs`, the sizes
 
 Run it from the repository root with the project's environment::
 
-    /work/venv/bin/python bench/stats_bench.py                       # 10M records, 5 repeats
-    /work/venv/bin/python bench/stats_bench.py --records 1000000 --repeats 3 \\
+    .venv/bin/python bench/stats_bench.py                       # 10M records, 5 repeats
+    .venv/bin/python bench/stats_bench.py --records 1000000 --repeats 3 \\
         --markdown /tmp/stats_bench.md --json /tmp/stats_bench.json
-    /work/venv/bin/python bench/stats_bench.py --reuse                # keep an existing report
+    .venv/bin/python bench/stats_bench.py --reuse                # keep an existing report
 
 The report is left at ``--report`` (default ``/tmp/stats_bench_<N>.gpuscope``); with ``--reuse``
 an existing synthetic report with the same N, names, Zipf exponent and seed is measured again
