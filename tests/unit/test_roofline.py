@@ -200,3 +200,19 @@ def test_damaged_cache_says_how_to_fix_it(cache: Path) -> None:
     (cache / "ceilings" / "Test-GPU.json").write_text("{not json")
     with pytest.raises(GpuscopeError, match="--calibrate"):
         for_device("Test GPU")
+
+
+def test_a_kernel_faster_than_its_roof_is_shown_as_it_is_and_flagged(tmp_path: Path, cache: Path) -> None:
+    """2e9 FLOP of bf16 in 10 µs is 200 TFLOP/s against a 100 TFLOP/s roof: 200%, not 100%, and a
+    note says the roof or the work model is wrong for that row."""
+    save(CEILINGS)
+    b = ReportBuilder(tmp_path / "over.gpuscope")
+    add_device(b)
+    add_torch_op(b, "aten::mm", 1000, 2000, [[1000, 1000], [1000, 1000]], ["bfloat16", "bfloat16"], [[1000, 1000]])
+    b.kernel(NVJET, 5000, 15_000, tid=1, launch=1500)
+    with b.open() as r:
+        row = kernel_points(r).iloc[0]
+        table = roofline_sum(r)
+    assert row.efficiency == pytest.approx(2.0)
+    assert row.headroom_ns == 0
+    assert any("ran faster than the roof" in n and "200%" in n for n in table.notes), table.notes

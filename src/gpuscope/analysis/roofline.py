@@ -8,9 +8,11 @@ time ``t``:
   (matrix work at the tensor-core peak when the kernel uses tensor cores, the rest at the CUDA-core
   peak), ``tm = B / DRAM bandwidth``; attainable FLOP/s ``= F / max(tc, tm)``, which is
   ``min(peak, I × bandwidth)`` for work of one precision;
-- efficiency ``= max(tc, tm) / t`` (at most 1: data served from L2 can beat the DRAM roof, and the
-  bytes are a minimum), headroom ``= t - max(tc, tm)``: the time that reaching the roof would save,
-  by which kernels are ranked as optimization priorities;
+- efficiency ``= max(tc, tm) / t``, shown as it is: above 1 a kernel ran faster than its roof,
+  so that roof is wrong for it (data served from L2 beats the DRAM roof; a machine never
+  calibrated; a work model that counts more than the kernel does), and the notes say so;
+  headroom ``= t - max(tc, tm)`` (at least 0): the time that reaching the roof would save, by
+  which kernels are ranked as optimization priorities;
 - bound: ``compute`` when ``tc >= tm``, else ``memory``; ``latency`` when the efficiency is under
   10% (far below both roofs: launch-bound, too little parallelism, waits); ``unknown`` without a
   work model (or without the peak of the work's precision).
@@ -31,6 +33,7 @@ from .work.kernels import has_torch_ops, kernel_work
 from .steps import step_source, steps_table
 from .table import Column, Table
 
+OVER_ROOF = 1.05  # efficiency above this: the roof (or the work model) is wrong for the row
 LATENCY_EFFICIENCY = 0.1
 
 POINT_COLUMNS = [
@@ -104,7 +107,7 @@ def _points(items: pd.DataFrame, keys: list[str], ceilings: Ceilings) -> pd.Data
     roof_s = np.fmax(df["compute_s"].where(df["compute_known"]), df["memory_s"])
     roof_s = roof_s.where(worked & df["compute_known"] & df["memory_s"].notna())
     df["attainable_flops_per_s"] = (df["flops"] / roof_s).where(roof_s > 0)
-    df["efficiency"] = (roof_s / seconds).clip(upper=1.0).where(seconds > 0)
+    df["efficiency"] = (roof_s / seconds).where(seconds > 0)
     df["headroom_ns"] = (df["time_ns"] - roof_s * 1e9).clip(lower=0)
     bound = np.where(df["compute_s"] >= df["memory_s"], "compute", "memory")
     bound = np.where(df["efficiency"] < LATENCY_EFFICIENCY, "latency", bound)
@@ -215,11 +218,24 @@ def ceilings_note(ceilings: Ceilings) -> str:
 
 def _notes(report: Report, df: pd.DataFrame, ceilings: Ceilings) -> list[str]:
     notes = [ceilings_note(ceilings)]
-    unknown = float(df.loc[df["bound"] == "unknown", "time_ns"].sum())
     total = float(df["time_ns"].sum())
-    if total and unknown:
-        notes.append(f"{100 * unknown / total:.1f}% of the time is in kernels without a work model (no PyTorch "
+    unknown = df["bound"] == "unknown"
+    no_work = float(df.loc[unknown & df["flops"].isna(), "time_ns"].sum())
+    no_roof = float(df.loc[unknown & df["flops"].notna(), "time_ns"].sum())
+    if total and no_work:
+        notes.append(f"{100 * no_work / total:.1f}% of the time is in kernels without a work model (no PyTorch "
                      "operator, an operator without a model, or a helper kernel of a matrix product).")
+    if total and no_roof:
+        notes.append(f"{100 * no_roof / total:.1f}% of the time is in kernels with work but no roof for its "
+                     "precision in these ceilings: their bound is not known.")
+    over = df[df["efficiency"] > OVER_ROOF]
+    if len(over):
+        top = over.sort_values("time_ns", ascending=False).iloc[0]
+        notes.append(f"{len(over)} row{'s' if len(over) > 1 else ''} ran faster than the roof (efficiency above "
+                     f"100%, e.g. {100 * float(top['efficiency']):.0f}% for {str(top['name'])[:60]}): that roof is "
+                     "too low for them (data served from L2, ceilings not calibrated on this machine) or their work "
+                     "model counts more FLOPs or bytes than the kernel does; their bound and headroom are not "
+                     "verified.")
     kernels = bool(report.count("kernel"))
     if not kernels:
         notes.append("No kernels in this report: the rows are PyTorch operators, timed on the CPU.")
