@@ -170,3 +170,19 @@ def test_older_reports_cannot_store_metrics(tmp_path: Path, recorded) -> None:  
     path = recorded("mlp_api")  # schema version 2
     with pytest.raises(GpuscopeError, match="schema version"):
         ncu.store(path, ncu.Matched([(1, 0, 0, "gpu__time_duration.sum", 1.0, "nsecond")], 1, 1, []))
+
+
+def test_random_number_and_fill_kernels_have_bytes_and_no_flops(recorded) -> None:  # type: ignore[no-untyped-def]
+    """ncu counts the float instructions of a random-number kernel (Box-Muller) as FLOPs; they are
+    not useful work: such kernels keep their bytes and get no FLOPs and no tensor-core state (the
+    H100 recording with ncu metrics, gemm_conv)."""
+    from gpuscope.analysis.work.kernels import kernel_work
+
+    with Report.open(recorded("gemm_conv")) as r:
+        kw = kernel_work(r)
+    writers = kw[kw["name"].str.contains("distribution_|FillFunctor")]
+    assert len(writers) and (writers["flops"].fillna(0) == 0).all()
+    assert (writers["tensor_cores"] == "n/a").all()
+    assert (writers["bytes"].fillna(0) > 0).any()
+    gemms = kw[kw["name"].str.contains("nvjet")]
+    assert (gemms["flops"] > 1e9).all(), "matrix products keep their work"

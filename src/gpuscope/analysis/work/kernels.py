@@ -40,6 +40,9 @@ from .measured import PRECISIONS, has_metrics, launch_metrics
 from .model import Work, op_work_json
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
+# kernels that only write memory: random numbers, fills, workspace initialisation
+WRITER_KERNEL = re.compile(r"distribution_|philox|curand|FillFunctor|fill_kernel|init_device_workspace|memset",
+                           re.IGNORECASE)
 MAIN_KERNEL = re.compile(
     r"gemm|gemv|nvjet|xmma|cutlass|implicit|fprop|dgrad|wgrad|winograd|convolve|fft|flash|fmha|attention|attn|sdpa",
     re.IGNORECASE,
@@ -167,9 +170,22 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     frame["source"] = frame["flops"].notna().map({True: "model", False: None})
     frame = carry(report, frame)
     frame = _with_measured(report, frame)
+    frame = _writers_only(frame)
     frame["layer"] = frame["owner"].where(frame["row_kind"] == "module", None)
     frame["owner"] = frame["owner"].fillna(OUTSIDE)
     return frame[COLUMNS]
+
+
+def _writers_only(frame: pd.DataFrame) -> pd.DataFrame:
+    """Random-number and initialisation kernels (``distribution_*``, Philox/cuRAND, fills, cuDNN's
+    workspace init) do no useful arithmetic: whatever instructions ncu counted in them, or whatever
+    share of a matrix operator's work they were given, their FLOPs are 0 and their tensor-core
+    state n/a; their bytes stay (what they write)."""
+    writer = frame["name"].astype(str).str.contains(WRITER_KERNEL)
+    if writer.any():
+        frame.loc[writer & frame["flops"].notna(), ["flops", "matrix_flops"]] = 0.0
+        frame.loc[writer, "tensor_cores"] = "n/a"
+    return frame
 
 
 def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
