@@ -103,3 +103,15 @@ def test_step_sum_and_the_diagnosis_have_the_same_steps(recorded: Callable[[str]
         assert processes and means
         for p in processes:
             assert p.mean_parts()["duration_ns"] == pytest.approx(means[p.pid], abs=1.0)
+
+
+def test_a_distributed_job_without_a_gpu_records_every_operator() -> None:
+    """The collectives of a gloo job are known from c10d operators only, so torchrun, mpirun and srun
+    get torch-ops instead of operator samples."""
+    default = collectors.DEFAULT_TRACE
+    for cmd in (["torchrun", "--nproc_per_node", "2", "train.py"],
+                ["/usr/bin/python3", "-m", "torch.distributed.run", "train.py"], ["srun", "python", "x.py"]):
+        assert collectors.is_distributed(cmd), cmd
+        assert collectors.cpu_only(default, True) == ["torch", "host", "torch-ops", "cpu"]
+    assert not collectors.is_distributed(["python", "train.py", "--out", "x", "torchrun"])  # a late argument
+    assert not collectors.is_distributed(["python", "train.py"])

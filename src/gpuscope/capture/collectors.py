@@ -163,9 +163,26 @@ def parse_trace(spec: str | None) -> list[str]:
     return names
 
 
-def cpu_only(trace: list[str]) -> list[str]:
-    """Return the default ``trace`` for a machine without an NVIDIA driver."""
-    return [t for t in trace if not BY_NAME[t].needs_gpu] + CPU_EXTRA
+def cpu_only(trace: list[str], distributed: bool = False) -> list[str]:
+    """Return the default ``trace`` for a machine without an NVIDIA driver. For a ``distributed``
+    job (torchrun, mpirun, srun) every operator is recorded (``torch-ops``): without NCCL kernels,
+    the collectives of each step are known only from PyTorch's c10d operators, which operator
+    samples would see in their windows alone."""
+    out = [t for t in trace if not BY_NAME[t].needs_gpu] + CPU_EXTRA
+    if distributed:
+        out = ["torch-ops" if t == "torch-shapes" else t for t in out]
+    return out
+
+
+DISTRIBUTED_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec",
+                         "srun")
+
+
+def is_distributed(command: list[str]) -> bool:
+    """Whether ``command`` starts a distributed job: a launcher among its first words (``torchrun``,
+    ``python -m torch.distributed.run``, ``mpirun``, ``srun``)."""
+    words = [w.rsplit("/", 1)[-1] for w in command[:4]]
+    return any(w in DISTRIBUTED_LAUNCHERS for w in words)
 
 
 def in_process(trace: list[str]) -> list[str]:

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     command = launcher.resolve_command(list(args.program), args.module)
     output = reserve_report(args.output, args.force_overwrite)
     if args.trace is None and not collectors.gpu_present():
-        trace = collectors.cpu_only(trace)
+        trace = collectors.cpu_only(trace, collectors.is_distributed(command.argv))
         _say("no NVIDIA GPU driver found: profiling the CPU side "
              "(Python stacks, PyTorch ranges, operators in sample windows, host counters)")
     from ..run import program
