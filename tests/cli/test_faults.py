@@ -201,7 +201,8 @@ def test_full_report_disk_keeps_exit_code_and_what_was_stored(prog: Gpuscope, ti
 
 def test_full_spool_disk_counts_what_was_lost(prog: Gpuscope, tiny_fs: Path) -> None:
     _fill(tiny_fs, 8)
-    env = base_env({"TMPDIR": str(tiny_fs)})
+    # sampled at 1 kHz: enough rows to fill the spool's space before the program's 600 steps are done
+    env = base_env({"TMPDIR": str(tiny_fs), "GPUSCOPE_SAMPLE_HZ": "1000"})
     proc = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "--trace", "cpu", sys.executable, "steps.py",
                            "normal", "600"], cwd=prog.cwd, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
