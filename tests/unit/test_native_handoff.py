@@ -125,3 +125,11 @@ def test_the_source_uses_no_python_api() -> None:
     text = native.SOURCE.read_text()
     assert "Python.h" not in text and "Py" not in text.replace("Python", "")
     assert os.path.exists(native.SOURCE)
+
+
+def test_the_cache_follows_gpuscope_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path))
+    assert native.cache_dir() == tmp_path / "native"
+    monkeypatch.delenv("GPUSCOPE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert native.cache_dir() == tmp_path / "xdg" / "gpuscope" / "native"

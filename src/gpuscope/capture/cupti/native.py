@@ -4,8 +4,8 @@ Why C: CUPTI hands over completed buffers on its own thread while holding its ow
 callback must take the GIL there, and a program thread that holds the GIL while it waits for one
 of those locks (torch.compile loading a kernel with ``cuModuleLoad``) then hangs forever. No
 library offers CUPTI buffer callbacks that need no GIL, so gpuscope ships 100 lines of C. They
-use no Python headers, so one build serves every Python version; it is cached under the user's
-cache directory, keyed by the source's hash, and built with the C compiler that Triton and
+use no Python headers, so one build serves every Python version; it is cached in gpuscope's cache
+directory (:func:`cache_dir`), keyed by the source's hash, and built with the C compiler that Triton and
 torch.compile need anyway (``$CC``, else ``cc``/``gcc``). Without a compiler gpuscope falls back
 to Python callbacks and says so.
 """
@@ -29,9 +29,14 @@ class NativeUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """Where built libraries are kept: ``$XDG_CACHE_HOME/gpuscope`` or ``~/.cache/gpuscope``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpuscope"
+    """Where built libraries are kept: ``$GPUSCOPE_CACHE_DIR/native``, else
+    ``$XDG_CACHE_HOME/gpuscope/native``, else ``~/.cache/gpuscope/native`` (as the roofline's
+    calibrations are)."""
+    base = os.environ.get("GPUSCOPE_CACHE_DIR")
+    if base:
+        return Path(base) / "native"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "gpuscope" / "native"
 
 
 def _compiler() -> str | None:
