@@ -111,7 +111,11 @@ def _share(frame: pd.DataFrame) -> pd.Series:
     op = frame["torch_op_id"].fillna(-1)
     main = frame["work_kind"].isin(MATRIX_KINDS) & frame["name"].str.contains(MAIN_KERNEL)
     has_main = main.groupby(op).transform("any").astype(bool)
-    eligible = main | ~has_main
+    # a random-number, fill or workspace-init kernel of an operator that also launched others gets
+    # none of its work: the others do it
+    writer = frame["name"].astype(str).str.contains(WRITER_KERNEL)
+    has_other = (~writer).groupby(op).transform("any").astype(bool)
+    eligible = (main | ~has_main) & ~(writer & has_other)
     weight = frame["time_ns"].where(eligible, 0).astype(float)
     total = weight.groupby(op).transform("sum")
     count = eligible.groupby(op).transform("sum")
