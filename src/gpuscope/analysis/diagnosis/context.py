@@ -217,6 +217,20 @@ class Context:
         frame: pd.DataFrame = self.cache[key]
         return frame
 
+    def steady_kernels(self, p: Process) -> tuple[pd.DataFrame, np.ndarray]:
+        """The process's kernels that ran in steady steps, in GPU start order, and for each the
+        steady step it started in (the position in ``p.steady_windows``, from 1); computed once
+        per process, not to be changed."""
+        key = ("steady_kernels", p.pid)
+        if key not in self.cache:
+            ops = self.ops(p)
+            kern = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
+                                   kern["start_ns"].to_numpy(np.int64), "right")
+            self.cache[key] = (kern, step)
+        out: tuple[pd.DataFrame, np.ndarray] = self.cache[key]
+        return out
+
     def framework_ranges(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
         """The sorted, disjoint intervals in which the process's main thread ran PyTorch's own code:
         a module's forward or backward, loss.backward(), the optimizer's step or zero_grad."""
@@ -286,6 +300,16 @@ class Context:
         :data:`..launch_sites.WINDOW_NS` of each): where the program launched that work, as
         :meth:`program_lines` gives them."""
         return self.program_lines(pid, *after_launches(launches), top) if len(launches) else []
+
+    def kernel_location(self, p: Process, kern: pd.DataFrame, op_ids: list[int], fallback: str) -> str:
+        """Where the operations ``op_ids`` (rows of ``kern``) were launched: the program line that
+        Python samples show after their launches, else the range that launched most of them, else
+        ``fallback``."""
+        lines = self.launch_lines(p.pid, kern.loc[kern["op_id"].isin(op_ids), "launch_ns"].to_numpy(np.int64))
+        if lines:
+            return f"{lines[0][0]} {lines[0][1]}"
+        where = self.top_launch_range(op_ids)
+        return f"launched mostly in {where}" if where else fallback
 
     def describe_lines(self, lines: list[tuple[str, str, float]]) -> str:
         """``file:line function (share), ...`` for evidence."""

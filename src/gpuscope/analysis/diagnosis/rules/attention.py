@@ -76,14 +76,11 @@ class FusedAttention(Rule):
         out = []
         work: dict[str, tuple[float, str | None]] | None = None
         for p in ctx.processes:
-            ops = ctx.ops(p)
-            kern = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            kern, step = ctx.steady_kernels(p)
             names = kern["name"].astype(str).tolist()
             if not any(_SOFTMAX.search(n) for n in set(names)):
                 continue
             dur = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.int64)
-            step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
-                                   kern["start_ns"].to_numpy(np.int64), "right")
             if work is None:
                 work = _work(ctx)
             peaks = for_report(ctx.report)
@@ -115,10 +112,7 @@ class FusedAttention(Rule):
             ns = p.per_step(saving)
             if not chains or p.share(ns) < ctx.min_share:
                 continue
-            where = ctx.top_launch_range(op_ids)
-            lines = ctx.launch_lines(p.pid, kern.loc[kern["op_id"].isin(op_ids), "launch_ns"].to_numpy(np.int64))
-            location = f"{lines[0][0]} {lines[0][1]}" if lines else (f"launched mostly in {where}" if where
-                                                                     else "attention computed as separate kernels")
+            location = ctx.kernel_location(p, kern, op_ids, "attention computed as separate kernels")
             model = (f"the fused kernel does the two products' FLOPs at {FUSED_EFFICIENCY:.0%} of the tensor-core "
                      f"roof ({modelled} of {chains} chains had FLOPs)" if modelled else
                      "the fused kernel is assumed to take as long as the two products (their FLOPs are not in this "

@@ -30,8 +30,7 @@ class UnfusedElementwise(Rule):
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
         for p in ctx.processes:
-            ops = ctx.ops(p)
-            kern = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            kern, step = ctx.steady_kernels(p)
             if not len(kern):
                 continue
             names = kern["name"].astype(str).to_numpy(object)
@@ -40,8 +39,6 @@ class UnfusedElementwise(Rule):
             ok = np.array([elementwise[n] for n in names], bool) & (dur >= MIN_KERNEL_NS)
             ok &= kern["critical"].fillna(False).to_numpy(bool)
             # a chain ends with its step: one fused kernel per step and chain
-            step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
-                                   kern["start_ns"].to_numpy(np.int64), "right")
             saving, chains, kernels, op_ids = 0.0, 0, 0, []
             i = 0
             while i < len(ok):
@@ -60,10 +57,7 @@ class UnfusedElementwise(Rule):
             ns = p.per_step(saving)
             if not chains or p.share(ns) < ctx.min_share:
                 continue
-            where = ctx.top_launch_range(op_ids)
-            lines = ctx.launch_lines(p.pid, kern.loc[kern["op_id"].isin(op_ids), "launch_ns"].to_numpy(np.int64))
-            location = f"{lines[0][0]} {lines[0][1]}" if lines else (f"launched mostly in {where}" if where
-                                                                     else "chains of elementwise kernels")
+            location = ctx.kernel_location(p, kern, op_ids, "chains of elementwise kernels")
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=f"Unfused elementwise chains: {kernels / p.n_steps:.0f} memory-bound kernels per step in "
