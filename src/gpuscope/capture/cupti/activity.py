@@ -212,10 +212,14 @@ class CuptiCollector:
     def flush(self, forced: bool = False) -> None:
         """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
         if self._enabled_kinds and not self._stopped:
-            if self.raw is not None:
-                self.raw.flush_all(forced)
-            else:
-                self._cupti.activity_flush_all(1 if forced else 0)
+            self._flush_all(forced)
+
+    def _flush_all(self, forced: bool) -> None:
+        """Have CUPTI complete its buffers, and read them (raw buffers) or take its records."""
+        if self.raw is not None:
+            self.raw.flush_all(forced)
+        else:
+            self._cupti.activity_flush_all(1 if forced else 0)
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Nothing: CUPTI's records reach the spool as raw buffers, through :meth:`flush`."""
@@ -245,10 +249,7 @@ class CuptiCollector:
             return
         cupti = self._cupti
         try:
-            if self.raw is not None:
-                self.raw.flush_all(True)
-            else:
-                cupti.activity_flush_all(1)
+            self._flush_all(True)
         finally:
             self._report_dropped()
             for kind in self._enabled_kinds:
