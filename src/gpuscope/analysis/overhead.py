@@ -27,6 +27,10 @@ The parts, each from the report:
   ``cuDriverGetVersion``) times the per-anchor cost measured the same way;
 - any other collector row with a ``callback_ns``, under its own name, measured.
 
+Beside these estimates, a run recorded whole with steps carries a measurement: the overhead probe
+timed a few steps with collection off (analysis/probe.py), so ``probes`` says how much longer a
+recorded step took, whatever the parts.
+
 The total is set against the run's wall time. Processes add up, so with several processes the
 share is of one wall clock, not of their summed time. What the estimate can not see is listed in
 ``unseen`` (the report writer beside the program competing for the cores, above all).
@@ -45,6 +49,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..trace.report import Report
+from .probe import ProbeTiming, probe_timings
 
 CUPTI_OWN_OVERHEAD = ("CuptiBufferFlush", "CuptiInstrumentation", "CuptiResource", "ActivityBufferRequest",
                       "CommandBufferFull", "UvmActivityInit")
@@ -74,6 +79,7 @@ class CollectionOverhead:
     parts: list[OverheadPart] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)  # parts a report lacks the numbers for
     unseen: list[str] = field(default_factory=list)  # costs the estimate can not see
+    probes: list[ProbeTiming] = field(default_factory=list)  # steps timed with collection off, where measured
 
     @property
     def total_ns(self) -> int:
@@ -88,6 +94,7 @@ class CollectionOverhead:
 def collection_overhead(report: Report) -> CollectionOverhead:
     """Return the measured and estimated time collection took inside the profiled program."""
     out = CollectionOverhead(report.meta.get("wall_ns"))
+    out.probes = [t for t in probe_timings(report).values() if t.measured]
     measured = dict(report.sql(
         "SELECT name, sum(callback_ns) FROM collector WHERE callback_ns > 0 GROUP BY name ORDER BY name"))
     held = _detail_sum(report, ("sampler",), "held_ns")

@@ -372,6 +372,12 @@ def step_sum(report: Report) -> Table:
     capture = report.meta.get("capture_range")
     if isinstance(capture, dict) and capture.get("description"):
         notes.append(f"Capture range: {capture['description']}; only the steps inside it are listed.")
+    from .probe import probe_timings
+
+    for t in probe_timings(report).values():
+        notes.append(f"Process {t.pid}: the steps missing from the list ran with collection off, to time the "
+                     f"program without the profiler (the overhead probe; --no-overhead-probe records every step): "
+                     f"{t.describe()}.")
     gpu = bool(report.count(ops))  # without GPU activity the GPU columns are left empty, not 0
     for pid in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == pid]

@@ -15,6 +15,10 @@ process through ``GPUSCOPE_CAPTURE``):
   range's start is only honoured after it;
 - ``--duration SEC``: each stretch of collection ends at most SEC seconds after it began.
 
+A run recorded whole is not recorded quite whole: the *overhead probe* (on unless
+``--no-overhead-probe``) turns collection off for a few steps now and then, so that the report can
+time the program's steps with and without the profiler (process/window.py).
+
 Runs inside the profiled process too: standard library only.
 """
 
@@ -48,6 +52,7 @@ class CaptureSpec:
     first_step: int | None = None
     last_step: int | None = None  # None with first_step: to the end of the run
     origin_ns: int | None = None  # CLOCK_MONOTONIC when the session started (the delay counts from it)
+    probe: bool = True  # the overhead probe, in a run recorded whole (process/window.py)
 
     @property
     def limited(self) -> bool:
@@ -138,6 +143,7 @@ def parse_capture(
     delay: str | None = None,
     duration: str | None = None,
     steps: str | None = None,
+    probe: bool = True,
 ) -> CaptureSpec:
     """Check the capture-range options and return their spec; raise GpuscopeError with one line."""
     kind = "none"
@@ -172,4 +178,5 @@ def parse_capture(
         duration_ns=_parse_seconds("--duration", duration, False) if duration is not None else None,
         first_step=first,
         last_step=last,
+        probe=probe,
     )

@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "from 1 as step_sum counts them: gpuscope.step() marks, else optimizer steps")
     c.add_argument("--delay", metavar="SEC", help="record nothing for the first SEC seconds")
     c.add_argument("--duration", metavar="SEC", help="stop recording SEC seconds after it started (each time)")
+    p.add_argument("--no-overhead-probe", dest="overhead_probe", action="store_false",
+                   help="record every step: by default, in a run with steps recorded whole, collection is "
+                        "off for 3 steps after step 10 and every 25 steps after it, to time the steps "
+                        "without the profiler (analyze then scales the host's share of the step to it)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module, as python -m")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
 
@@ -90,7 +94,7 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     trace = collectors.parse_trace(args.trace)
     capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
-                                          args.steps)
+                                          args.steps, getattr(args, "overhead_probe", True))
     command = launcher.resolve_command(list(args.program), args.module)
     output = reserve_report(args.output, args.force_overwrite)
     if args.trace is None and not collectors.gpu_present():

@@ -97,4 +97,6 @@ def overhead_line(o: CollectionOverhead) -> str:
         line += f" ({', '.join(o.not_measured)}: not measured in this report)"
     if o.unseen:
         line += f"; not included: {'; '.join(o.unseen)}"
+    for t in o.probes:
+        line += f". Measured in process {t.pid}: {t.describe()}"
     return line

@@ -85,6 +85,8 @@ def profile(
             env[CAPTURE_ENV] = capture.to_env()
             writer.set_meta(capture_range={"limited": True, "description": capture.describe(),
                                            "spec": dataclasses.asdict(capture)})
+        elif capture is not None and not capture.probe:
+            env[CAPTURE_ENV] = capture.to_env()  # the whole run, every step of it
         else:
             env.pop(CAPTURE_ENV, None)
         host: list[HostSampler | NvmlSampler] = []

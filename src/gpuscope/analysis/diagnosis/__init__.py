@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...trace.report import Report
 from .breakdown import ProcessBreakdown
-from .context import MIN_SHARE, Context, fmt_ns
+from .context import MIN_SHARE, Context, Process, fmt_ns
 from .finding import Finding, Skipped, cap_to_step
 from .result import Diagnosis
 from .rule import Rule
@@ -56,6 +56,21 @@ def _profiling_notes(report: Report, processes: list[ProcessBreakdown]) -> list[
     return out
 
 
+def _probe_notes(processes: list[Process]) -> list[str]:
+    """For each process whose overhead probe measured a cost, what it measured and what it changed."""
+    out = []
+    for p in processes:
+        if p.probe is None or not p.probe.measured:
+            continue
+        line = f"Process {p.pid}: profiling's own cost, measured: {p.probe.describe()}."
+        if p.profiling_ns:
+            line += (f" Savings are of the step without the profiler ({fmt_ns(p.base_ns)}): the host's share of "
+                     f"the breakdown (CPU work, launch overhead, syncs, data loading) less the {fmt_ns(p.profiling_ns)} "
+                     "per step that collection added.")
+        out.append(line)
+    return out
+
+
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
@@ -77,12 +92,13 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
             skipped.append(Skipped(rule.name, reason))
             continue
         findings += rule.evaluate(ctx)
-    findings = cap_to_step(findings, {p.pid: p.step_ns for p in ctx.processes},
+    findings = cap_to_step(findings, {p.pid: p.base_ns for p in ctx.processes},
                            {p.pid: p.share for p in ctx.processes}, ctx.min_share, fmt_ns)
     findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
     processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)
-    ctx.notes += _profiling_notes(report, processes)
+    ctx.notes += _probe_notes(ctx.processes)
+    ctx.notes += _profiling_notes(report, [p.breakdown for p in ctx.processes if p.probe is None or not p.probe.measured])
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",

@@ -16,10 +16,12 @@ from ...units import duration, size
 from ...trace.report import Report
 from ..attribution import innermost_table, ranges_table
 from ..launch_sites import after_launches, sampled_lines
+from ..probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
 MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
+HOST_PARTS = ("idle_cpu", "idle_launch", "idle_sync", "idle_data")  # GPU idle whose cause is on the host
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Process:
 
     timeline: ProcessTimeline
     breakdown: ProcessBreakdown
+    probe: ProbeTiming | None = None  # its steps timed with collection off (analysis/probe.py)
 
     @property
     def pid(self) -> int:
@@ -59,9 +62,48 @@ class Process:
         """Return ``total_ns`` (over the steady steps) per step."""
         return total_ns / self.n_steps
 
+    @cached_property
+    def profiling_ns(self) -> float:
+        """The time collection added to a steady step, as the overhead probe measured it (0 without
+        a probe, or within its noise). The GPU's work is the same with and without the profiler, so
+        this is GPU idle time that the host's share of the breakdown holds and the program does not."""
+        if self.probe is None or not self.breakdown.has_steps:
+            return 0.0
+        parts = self.breakdown.mean_parts()
+        host = sum(parts.get(k, 0.0) for k in HOST_PARTS)
+        return min(self.step_ns * self.probe.cost_share, host)
+
+    @cached_property
+    def base_ns(self) -> float:
+        """The steady step without the profiler: the recorded one less :attr:`profiling_ns`."""
+        return self.step_ns - self.profiling_ns
+
+    @cached_property
+    def host_factor(self) -> float:
+        """The share of the host-caused idle time (CPU work, launch overhead, syncs, data loading)
+        that is the program's own: collection's measured cost is taken out of those parts in
+        proportion. 1.0 without a probe."""
+        if not self.profiling_ns:
+            return 1.0
+        parts = self.breakdown.mean_parts()
+        host = sum(parts.get(k, 0.0) for k in HOST_PARTS)
+        return max(0.0, 1.0 - self.profiling_ns / host) if host > 0 else 1.0
+
+    def own(self, host_idle_ns: float) -> float:
+        """A per-step host-caused idle time as it would be without the profiler (:attr:`host_factor`)."""
+        return host_idle_ns * self.host_factor
+
+    def own_text(self, host_idle_ns: float) -> str:
+        """Evidence for a saving scaled by :meth:`own`; "" where nothing was taken out."""
+        if self.host_factor >= 1.0:
+            return ""
+        return (f"without the profiler about {fmt_ns(self.own(host_idle_ns))} of it: the overhead probe measured "
+                f"collection adding {fmt_ns(self.profiling_ns)} to each step, taken out of the host's idle parts in "
+                "proportion")
+
     def share(self, per_step_ns: float) -> float:
-        """Return a per-step time as a share of the step (0-1)."""
-        return per_step_ns / self.step_ns if self.step_ns else 0.0
+        """Return a per-step time as a share of the step without the profiler (0-1)."""
+        return per_step_ns / self.base_ns if self.base_ns else 0.0
 
     @cached_property
     def steady_idle(self) -> pd.DataFrame:
@@ -189,8 +231,13 @@ class Context:
             bound = names.map(self.bound_of_name).astype(object).fillna("unknown").to_numpy(object, copy=True)
             bound[(tl.ops["kind"] != "kernel").to_numpy()] = "unknown"
             tl.ops["name"] = names
-            out.append(Process(tl, breakdown_process(tl, bound)))
+            out.append(Process(tl, breakdown_process(tl, bound), self.probes.get(tl.pid)))
         return out
+
+    @cached_property
+    def probes(self) -> dict[int, ProbeTiming]:
+        """Per process, its steps timed with collection off (the overhead probe), where it ran one."""
+        return probe_timings(self.report)
 
     def _name_column(self, name_ids: pd.Series) -> pd.Series:
         """Kernel names for string ids, as a categorical column ("" where there is none)."""

@@ -95,6 +95,10 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
     findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
     skipped += [Skipped(r.name, GPU_REASON) for r in gpu_rules]
     processes = [p.breakdown for p in ctx.processes]
+    from ..probe import probe_timings
+
+    ctx.notes += [f"Process {t.pid}: profiling's own cost, measured: {t.describe()}; the times above are of the "
+                  "recorded steps." for t in probe_timings(report).values() if t.measured]
     stepped = any(p.has_steps for p in processes)
     source = ctx.steps.description if stepped else "no steps"
     return CpuDiagnosis(step_source=source, processes=processes, findings=findings,  # type: ignore[arg-type]

@@ -104,7 +104,7 @@ class CaptureControl:
     def _switch(self, on: bool) -> None:
         for collector in list(self.agent.collectors):
             collector.set_collecting(on)
-        if not on:
+        if not on and not self.window.probing:  # a probe's steps are timed: no flush in them
             self.flush_soon.set()
 
     def apply_to(self, collector: Collector) -> None:

@@ -7,6 +7,13 @@ collection becomes a row of the report's ``capture_window`` table: sent with no 
 (so a killed process still has it) and again with its end when it closes. The reason names what
 opened and what closed it (``step 10 to step 20``).
 
+The *overhead probe*: in a run recorded whole, with steps, collection is switched off for
+:data:`PROBE_STEPS` steps at the end of step :data:`PROBE_FIRST` and every :data:`PROBE_EVERY` steps
+after it. Step marks are kept, so the report times those steps without the profiler beside the
+recorded ones (analysis/probe.py). The windows around a probe are ordinary capture windows whose
+reasons name it; the one after a probe opens once the collectors are back on, so that the step
+that paid for switching them on is in neither group.
+
 Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
 switch that turns collectors on and off runs under that lock, on the thread of the event, so a
 start takes effect before the program's next launch.
@@ -25,6 +32,11 @@ from ..capture_range import CaptureSpec, _seconds
 Switch = Callable[[bool], None]  # turn collection on (True) or off
 Emit = Callable[[int, "int | None", str], None]  # a capture_window row: start_ns, end_ns, reason
 MAX_NAMES_SEEN = 12
+PROBE_FIRST = 10  # the first probe starts at the end of this step (warm-up is over by then)
+PROBE_EVERY = 25  # and again every this many steps
+PROBE_STEPS = 3  # steps with collection off each time: the first pays for the switch, the others are timed
+PROBE_OPENS = "end of overhead probe"
+PROBE_CLOSES = "overhead probe"
 
 
 class CaptureWindow:
@@ -55,6 +67,9 @@ class CaptureWindow:
         self._lock = threading.RLock()
         self._timers: list[threading.Timer] = []
         self._duration_timer: threading.Timer | None = None
+        self._probe = spec.probe and not spec.limited
+        self._probe_until = 0  # the step at whose end the running probe ends (0: none running)
+        self.probes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> None:
@@ -91,6 +106,8 @@ class CaptureWindow:
                 "profiler_watched": self.profiler_watched,
                 "api_starts": self.api_starts,
                 "ignored_api_calls": self.ignored_api_calls,
+                "probes": self.probes,
+                "probe_steps": PROBE_STEPS,
             }
 
     # -- events ------------------------------------------------------------------------------
@@ -106,6 +123,8 @@ class CaptureWindow:
             elif source != self.step_source:
                 return
             self.steps += 1
+            if self._probe:
+                self._probe_step(t)
             first, last = self.spec.first_step, self.spec.last_step
             if first is None:
                 return
@@ -165,6 +184,24 @@ class CaptureWindow:
             self._update(self.now_ns(), which, which)
             return self.on
 
+    @property
+    def probing(self) -> bool:
+        """Whether an overhead probe has collection off now."""
+        return self._probe_until > 0
+
+    def _probe_step(self, t: int) -> None:
+        """At the end of step ``self.steps``: start or end an overhead probe."""
+        n = self.steps
+        if self._probe_until:
+            if n >= self._probe_until:
+                self._probe_until = 0
+                self._update(t, f"{PROBE_OPENS} at step {n}", "")
+        elif self.on and n >= PROBE_FIRST and (n - PROBE_FIRST) % PROBE_EVERY == 0:
+            self._record = True  # the run is no longer whole: say which parts were recorded
+            self._probe_until = n + PROBE_STEPS
+            self.probes += 1
+            self._update(t, "", f"{PROBE_CLOSES} at step {n}")
+
     # -- state -------------------------------------------------------------------------------
     def _matches(self, name: str, domain: str) -> bool:
         spec = self.spec
@@ -184,7 +221,7 @@ class CaptureWindow:
     def _update(self, t: int, open_reason: str, close_reason: str) -> None:
         if not self._wanted:
             self._capped = False
-        want = self._wanted and self._armed and not self._capped
+        want = self._wanted and self._armed and not self._capped and not self._probe_until
         if want and not self.on:
             self._open(t, open_reason)
         elif self.on and not want:
@@ -192,8 +229,10 @@ class CaptureWindow:
 
     def _open(self, t: int, reason: str) -> None:
         self.on = True
-        self._opened_at, self._open_reason = t, reason
         self.switch(True)
+        if reason.startswith(PROBE_OPENS):
+            t = self.now_ns()  # the window starts once the collectors are back on
+        self._opened_at, self._open_reason = t, reason
         if self._record:
             self.emit(t, None, reason)
         if self.spec.duration_ns is not None:

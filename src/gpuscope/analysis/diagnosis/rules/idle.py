@@ -113,14 +113,17 @@ class IdleCpuWork(Rule):
             own = (ends - starts) - graphed > 0
             starts, ends = starts[own], ends[own]
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
-            ns = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
+            recorded = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
+            ns = p.own(recorded)
             if p.share(ns) < ctx.min_share:
                 continue
             gaps = _stretches(starts, ends)
-            evidence = [f"GPU idle {per_step_text(p, ns)} while the host ran the program's own code and "
+            evidence = [f"GPU idle {per_step_text(p, recorded)} while the host ran the program's own code and "
                         "launched nothing for more than 100 µs at a time (PyTorch's own code between launches is "
                         "counted under launch overhead: a CUDA graph removes it)",
                         f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
+            if p.own_text(recorded):
+                evidence.append(p.own_text(recorded))
             lines = ctx.program_lines(p.pid, starts, ends)
             if lines:
                 evidence.append("Python lines running then: " + ctx.describe_lines(lines))
@@ -155,7 +158,8 @@ class LaunchBound(Rule):
             keep = graphed > 0
             cpu_looped = idle_inside(p, gemm_loops(ctx, p), cpu_starts[keep], cpu_ends[keep])
             framework = p.per_step(max(0.0, float(graphed.sum()) - cpu_looped))
-            idle = launch_idle + framework
+            recorded = launch_idle + framework
+            idle = p.own(recorded)
             ops = ctx.ops(p)
             w = p.steady_windows
             launched = ops[(ops["launch_ns"] >= w["start_ns"].min()) & (ops["launch_ns"] < w["end_ns"].max())]
@@ -172,7 +176,7 @@ class LaunchBound(Rule):
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=f"Launch-bound: capture the step in a CUDA graph; {per_step:.0f} kernels per step, GPU idle "
-                      f"between launches {per_step_text(p, idle)}",
+                      f"between launches {per_step_text(p, recorded)}",
                 evidence=[
                     f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
                     f"launches {fmt_ns(interval)}",
@@ -180,7 +184,7 @@ class LaunchBound(Rule):
                     f"PyTorch's own code between launches (dispatch, autograd, optimizer) {fmt_ns(framework)} per step",
                     f"estimate: a graph replay keeps the GPU work plus about {fmt_ns(GRAPH_GAP_NS)} per kernel and "
                     "removes both",
-                ],
+                ] + ([p.own_text(recorded)] if p.own_text(recorded) else []),
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
                 fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
                      "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
@@ -204,7 +208,7 @@ class DataLoading(Rule):
         out = []
         for p in ctx.processes:
             starts, ends = _pieces(p, "idle_data")
-            ns = p.per_step(float((ends - starts).sum()))
+            ns = p.own(p.per_step(float((ends - starts).sum())))
             if p.share(ns) < ctx.min_share:
                 continue
             loaders = p.timeline.loaders
@@ -217,7 +221,7 @@ class DataLoading(Rule):
             if host is not None:
                 workers = max(1, min(8, host.cores - 1))
                 # with k workers loading takes 1/k as long and overlaps the rest of the step
-                rest = p.step_ns - ns
+                rest = p.base_ns - ns
                 load = wait * len(mine) / p.n_steps / workers
                 saving = ns - max(0.0, load - rest)
                 evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "

@@ -45,14 +45,14 @@ class GpuMemory(Rule):
                     continue
                 factor = max(2, min(MAX_FACTOR, int(HEADROOM * total / peak)))
                 parts = p.breakdown.mean_parts()
-                step = parts["duration_ns"]
+                step = p.base_ns  # the step without the profiler: its host parts less what collection added
                 busy = sum(v for k, v in parts.items() if k.startswith("busy_"))
                 _, _, graphed = graph_capturable(ctx, p)
                 framework = p.per_step(float(graphed.sum()))
-                own_cpu = max(0.0, parts["idle_cpu"] - framework)
+                own_cpu = p.own(max(0.0, parts["idle_cpu"] - framework))
                 # what grows with the batch: GPU work, loading data and the program's own per-sample code;
                 # what does not: launching, PyTorch's own code, synchronizations
-                grows = own_cpu + parts["idle_data"] + parts["idle_transfer"]
+                grows = own_cpu + p.own(parts["idle_data"]) + parts["idle_transfer"]
                 fixed = max(0.0, step - busy - grows)
                 bigger = max(factor * busy, fixed) + factor * grows
                 share = max(0.0, 1 - bigger / (factor * step)) if step else 0.0

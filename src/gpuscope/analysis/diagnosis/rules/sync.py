@@ -97,7 +97,7 @@ class HostSync(Rule):
             in_steps = calls[(calls["start_ns"] >= w["start_ns"].min()) & (calls["start_ns"] < w["end_ns"].max())]
             for (location, function), mine in charged.groupby(["location", "function"], sort=False):
                 idle_ns = p.per_step(float(mine["ns"].sum()))
-                ns = min(idle_ns, p.wait_ns(mine))
+                ns = min(p.own(idle_ns), p.wait_ns(mine))
                 if p.share(ns) < ctx.min_share:
                     continue
                 at = in_steps[(in_steps["location"] == location) & (in_steps["function"] == function)]
@@ -107,7 +107,9 @@ class HostSync(Rule):
                 wait = float((at["end_ns"] - at["start_ns"]).mean()) if len(at) else 0.0
                 evidence = [f"{len(at) / p.n_steps:.1f} calls per step ({apis}), the host waiting {fmt_ns(wait)} each",
                             f"after them the GPU sat idle {per_step_text(p, idle_ns)} until new work was launched"]
-                if ns < idle_ns:
+                if p.own_text(idle_ns):
+                    evidence.append(p.own_text(idle_ns))
+                if ns < p.own(idle_ns):
                     evidence.append(f"estimate: the {fmt_ns(ns)} per step the host spent waiting; the rest of the idle "
                                     "time is host work the GPU would still wait for")
                 if kind in ("read", "copy") and len(at):
