@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace shapes shapes-programs hang anchors rangecost rawcheck memory memory-check overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe shapes shapes-programs hang anchors rangecost rawcheck memory memory-check overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -214,6 +214,25 @@ if has programs-trace; then
   done
   gzip -f "$OUT"/programs_trace/*.gpuscope
   tar cf "$OUT/programs_trace.tar" -C "$OUT" programs_trace && rm -rf "$OUT/programs_trace"
+fi
+
+if has overhead-probe; then
+  step "overhead probe: each program's steps untraced (optimizer-step marks, no profiler) against the probe's steps with collection off, alternating; the reports diagnosed"
+  # PROBE_PROGRAMS: the programs (default: those with an optimizer); PROBE_ROUNDS: rounds (default 2);
+  # PROBE_TRACE: collectors (default: bench/diagnosis.py's TRACE, as the program fixtures were recorded)
+  mkdir -p "$OUT/oprobe"
+  TR=${PROBE_TRACE:-$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(diagnosis.TRACE)")}
+  for round in $(seq 1 ${PROBE_ROUNDS:-2}); do
+    for n in ${PROBE_PROGRAMS:-conv_train_bf16 sync_not_bottleneck mlp_adam dataloader_and_sync compiled_mlp adam_foreach_off mlp_item_nonzero}; do
+      timeout 200 $PY tests/device/probe_truth.py tests/workloads/$n.py > "$OUT/oprobe/${n}_untraced_$round.json" 2> "$OUT/oprobe/${n}_untraced_$round.log"
+      timeout 200 $PY -m gpuscope profile -t "$TR" -o "$OUT/oprobe/${n}_$round" --force-overwrite tests/workloads/$n.py > "$OUT/oprobe/${n}_$round.log" 2>&1
+      echo "$n round $round rc=$? $(date +%T)"
+    done
+  done
+  $PY tests/device/check_probe.py "$OUT/oprobe" > "$OUT/oprobe_check.json"; echo "check rc=$?"
+  $PY -c "import json,sys; [print(r['program'], r['round'], 'untraced', r.get('untraced_median_ns'), 'off', r.get('off_median_ns'), 'on', r.get('on_median_ns'), 'off/untraced', r.get('off_vs_untraced'), [(f['rule'], f['share']) for f in r.get('findings', [])[:2]]) for r in json.load(open(sys.argv[1]))]" "$OUT/oprobe_check.json"
+  gzip -f "$OUT"/oprobe/*.gpuscope
+  tar cf "$OUT/oprobe.tar" -C "$OUT" oprobe && rm -rf "$OUT/oprobe"
 fi
 
 if has shapes; then
