@@ -286,16 +286,20 @@ def step_windows(report: Report, source: StepSource | None = None) -> pd.DataFra
         end_by_launch = np.maximum.accumulate(own["end_ns"].to_numpy(np.int64)) if len(own) else np.array([])
         rows = []
         prev_end: int | None = None
+        prev_step = -1
         for step, start, end, stop in zip(mine["step"], mine["start_ns"], mine["end_ns"], mine["stop_ns"]):
             n = int(np.searchsorted(launch, stop, "left"))
             finish = int(end) if int(pid) in gpu_side else max(int(end), int(end_by_launch[n - 1]) if n else int(end))
-            begin = int(start) if prev_end is None else max(int(start), prev_end)
-            if source.kind != "range" and prev_end is not None:
-                begin = prev_end
+            # a step follows on from the one before it, not across steps left out (outside the capture
+            # windows: what ran between was not recorded)
+            follows = prev_end is not None and int(step) == prev_step + 1
+            begin = int(start) if not follows else max(int(start), prev_end)  # type: ignore[arg-type]
+            if source.kind != "range" and follows:
+                begin = prev_end  # type: ignore[assignment]
             if finish <= begin:
                 continue
             rows.append((int(pid), int(step), begin, finish))
-            prev_end = finish
+            prev_end, prev_step = finish, int(step)
         frame = pd.DataFrame(rows, columns=cols[:4])
         warm = _warmup((frame["end_ns"] - frame["start_ns"]).tolist()) if len(frame) else 0
         frame["warmup"] = np.arange(len(frame)) < warm
