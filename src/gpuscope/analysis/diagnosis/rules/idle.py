@@ -92,6 +92,25 @@ def _graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray,
     return starts, ends, np.where(jitter, (ends - starts).astype(np.float64), np.where(short, framework, 0.0))
 
 
+def one_off_stalls(ctx: Context, p: Process) -> np.ndarray:
+    """Per CPU-work idle piece of :func:`graph_capturable`, whether it is part of a one-off stall of
+    the host: a stretch longer than a whole step (and than :data:`SHORT_GAP_NS`) that does not recur
+    at the same place of the step in at least half the steady steps (garbage collection, paging, a
+    profiler's hand-over). Neither a graph nor moving the program's work off the step removes it."""
+    key = ("one_off_stalls", p.pid)
+    if key not in ctx.cache:
+        starts, ends, _ = graph_capturable(ctx, p)
+        if not p.breakdown.has_steps or not len(starts):
+            ctx.cache[key] = np.zeros(len(starts), bool)
+        else:
+            gaps = _stretches(starts, ends)
+            new = np.concatenate([[True], starts[1:] != ends[:-1]])
+            stretch = gaps[np.cumsum(new) - 1]
+            ctx.cache[key] = (stretch >= max(SHORT_GAP_NS, p.step_ns)) & ~_systematic(p, ends)
+    out: np.ndarray = ctx.cache[key]
+    return out
+
+
 def _stretches(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Lengths of the stretches that touching pieces make."""
     if not len(starts):
@@ -110,7 +129,9 @@ class IdleCpuWork(Rule):
         out = []
         for p in ctx.processes:
             starts, ends, graphed = graph_capturable(ctx, p)
-            own = (ends - starts) - graphed > 0
+            stalls = one_off_stalls(ctx, p)
+            stalled = p.per_step(float((ends - starts)[stalls].sum()))
+            own = ((ends - starts) - graphed > 0) & ~stalls
             starts, ends = starts[own], ends[own]
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
             recorded = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
@@ -124,6 +145,9 @@ class IdleCpuWork(Rule):
                         f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
             if p.own_text(recorded):
                 evidence.append(p.own_text(recorded))
+            if stalled:
+                evidence.append(f"left out: one-off host stalls longer than a step ({fmt_ns(stalled)} per step) that "
+                                "do not recur at one place of the step")
             lines = ctx.program_lines(p.pid, starts, ends)
             if lines:
                 evidence.append("Python lines running then: " + ctx.describe_lines(lines))
