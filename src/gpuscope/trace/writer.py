@@ -314,8 +314,8 @@ class ReportWriter:
             """UPDATE host_counter SET ts_ns = ts_ns + coalesce(
                    (SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1), 0)"""
         )
-        memory_counters.store(self.con)  # on the session clock already: after the move above
         trimmed = trim.trim(self.con)  # to the capture windows, if a capture range limited the run
+        memory_counters.store(self.con)  # from the trimmed memory events; on the session clock already
         if trimmed:
             meta["capture_trimmed"] = trimmed
         self.set_meta(**meta, status="complete")
