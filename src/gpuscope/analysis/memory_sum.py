@@ -71,6 +71,10 @@ def memory_sum(report: Report) -> Table:
     notes = ["Bytes: the peak total (peak rows), the most a step or layer added over the total when it began "
              "(step, layer), or an allocation's size; Kept: what a step or layer left allocated when it ended "
              "(mean per call for layers)."]
+    if any(ser.source == "cuda" for ser in s.series):
+        notes.append("Source cuda: the process's CUDA-level allocations of any library (cudaMalloc, cuMemAlloc, "
+                     "cudaMallocAsync, cudaHostAlloc; PyTorch's cached segments included), from CUPTI's memory "
+                     "records; cpu there is pinned or pageable host memory.")
     if s.windows:
         notes.append("Capture windows: allocations and frees are those made inside each window; 'live at start' is "
                      "the total allocated when it began (Count: the recorded allocations live then), 'peak' the "
