@@ -61,3 +61,37 @@ def test_without_trace_memory_memory_sum_says_how_to_record_it(gs: Gpuscope) -> 
 def test_an_unknown_report_name_is_one_line_and_exit_2(gs: Gpuscope, memory_report: Path) -> None:
     res = gs.run("stats", str(memory_report), "-r", "memory_summ")
     assert res.returncode == 2 and len(res.errors) == 1 and "Traceback" not in res.stderr
+
+
+WINDOWED = """
+import torch, gpuscope
+MIB = 1 << 18  # float32 elements in 1 MiB
+before = torch.ones(64 * MIB)  # 64 MiB made before the window, live through it
+gpuscope.start()
+t = torch.ones(256 * MIB)
+del t
+inside = torch.ones(8 * MIB)  # made inside, freed after
+gpuscope.stop()
+del inside
+after = torch.ones(512 * MIB)  # after the window: larger than anything inside it
+del after
+print("done")
+"""
+
+
+def test_a_capture_window_reports_its_baseline_peak_and_allocations(gs: Gpuscope) -> None:
+    gs.script("windowed.py", WINDOWED)
+    res = gs.profile("-t", "memory", "--capture-range=api", "-o", "w", "windowed.py", timeout=120)
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    res = gs.run("stats", "w.gpuscope", "-r", "memory_sum", "-f", "json")
+    assert res.returncode == 0, res.describe()
+    rows = json.loads(res.stdout)["memory_sum"]["rows"]
+    by = {r["Section"]: r for r in rows if r["Section"].startswith("window")}
+    start = by["window: live at start"]
+    assert 64 * MIB <= start["Bytes (B)"] < 65 * MIB and start["Count"] >= 1
+    assert 320 * MIB <= by["window: peak"]["Bytes (B)"] < 321 * MIB
+    assert 264 * MIB <= by["window: allocations"]["Bytes (B)"] < 265 * MIB
+    (peak,) = [r for r in rows if r["Section"] == "peak allocated"]
+    assert peak["Bytes (B)"] == by["window: peak"]["Bytes (B)"]  # the 512 MiB after the window is not in it
+    live = sorted(r["Bytes (B)"] for r in rows if r["Section"] == "live at peak" and r["Bytes (B)"] >= MIB)
+    assert live == [64 * MIB, 256 * MIB]

@@ -47,6 +47,8 @@ def main() -> int:
     (out / "planted.log").write_text(res.stdout + res.stderr)
     truth = json.loads(truth_path.read_text())
     rows = table(out / "planted.gpuscope")
+    # PyTorch's allocator's own series (CUPTI's CUDA-level one, source cuda, is beside it)
+    rows = [r for r in rows if r.get("Source", "torch-cuda") == "torch-cuda"]
     peak = [r["Bytes (B)"] for r in rows if r["Section"] == "peak allocated" and r["Device"] == "gpu0"]
     layer = [r["Bytes (B)"] for r in rows if r["Section"] == "layer" and r["Name"] == truth["planted_layer"]]
     verdict["planted"] = {"truth": truth, "peak_allocated": peak, "planted_layer_peak_added": layer}

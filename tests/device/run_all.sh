@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe shapes shapes-programs hang anchors rangecost rawcheck memory memory-check overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 WL=tests/device/workloads
 W=$OUT/work
-SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis programs probe anchors rangecost rawcheck memory memory-check overhead}
+SECTIONS=${*:-env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline capture diagnosis programs probe anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead}
 gs() { timeout 150 $PY -m gpuscope "$@"; }
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -157,6 +157,17 @@ if has memory-check; then
   head -c 3000 "$W/memory_check/check_memory.json"
   rm -f "$W"/memory_check/cost.gpuscope; gzip -f "$W"/memory_check/*.gpuscope
   tar cf "$OUT/memory_check.tar" -C "$W" memory_check
+fi
+
+if has memory-cupti; then
+  step "CUPTI's memory records (-t cuda,memory) against libcuda allocations of known address and size"
+  $PY tests/device/check_memory_cupti.py --out "$OUT/memory_cupti" > /dev/null; echo "memory-cupti rc=$?"
+  head -c 2000 "$OUT/memory_cupti/check_memory_cupti.json"
+fi
+
+if has memory-cost; then
+  step "the cost of --trace memory on the launch-bound MLP: default against default+memory, interleaved (about 5 minutes)"
+  $PY bench/memory_overhead.py --rounds 4 --out "$OUT/memory_overhead.json" --md "$OUT/memory_overhead.md"
 fi
 
 if has anchors; then

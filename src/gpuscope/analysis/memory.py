@@ -27,7 +27,10 @@ def device_label(device: int) -> str:
 
 @dataclass
 class Series:
-    """One process's totals on one device, in event order."""
+    """One process's totals on one device from one source (``torch-cuda``, ``torch-cpu``, ``cuda``), in event order.
+
+    ``ts``, ``allocated`` and ``reserved`` are the rows with totals; ``events`` every row, with the
+    allocations live at a capture window's start and the frees after it (kept without totals)."""
 
     pid: int
     device: int
@@ -35,6 +38,7 @@ class Series:
     allocated: np.ndarray
     reserved: np.ndarray  # -1 where not known (host memory)
     events: pd.DataFrame
+    source: str = "torch-cuda"
 
     def peak(self) -> tuple[int, int]:
         """Return (peak allocated, its time)."""
@@ -46,9 +50,10 @@ class Series:
         i = int(np.searchsorted(self.ts, t, "left"))
         if i > 0:
             return int(self.allocated[i - 1])
-        first = self.events.iloc[0] if len(self.events) else None
-        if first is None:
+        totals = self.events[self.events["allocated_bytes"].notna()]
+        if not len(totals):
             return 0
+        first = totals.iloc[0]
         delta = {"alloc": 1, "free": -1}.get(str(first["kind"]), 0) * int(first["bytes"] or 0)
         return max(0, int(self.allocated[0]) - delta)
 
@@ -74,28 +79,49 @@ class Live:
 
 
 @dataclass
+class WindowMemory:
+    """One series over one capture window: what was held at its start, its peak, what was allocated in it."""
+
+    pid: int
+    device: int
+    source: str
+    start_ns: int
+    end_ns: int | None
+    baseline: int  # allocated just before the window (what was live at its start)
+    live_at_start: int  # kept allocations live at the start (made before it)
+    peak: int
+    peak_ns: int
+    allocations: int  # kept allocations made inside it
+    allocated: int  # their bytes
+
+
+@dataclass
 class MemorySummary:
     """What memory_sum shows: per device, step and layer, and the live allocations at each peak."""
 
     series: list[Series]
-    layers: pd.DataFrame  # pid, device, name, calls, peak_added, kept
-    steps: pd.DataFrame  # pid, device, step, peak, peak_added
-    live: dict[tuple[int, int], list[Live]] = field(default_factory=dict)
+    layers: pd.DataFrame  # pid, device, source, name, calls, peak_added, kept
+    steps: pd.DataFrame  # pid, device, source, step, peak, peak_added
+    live: dict[tuple[int, int, str], list[Live]] = field(default_factory=dict)
     dropped: int = 0
     rss: list[tuple[int, int, int]] = field(default_factory=list)  # pid, peak bytes, time
+    windows: list[WindowMemory] = field(default_factory=list)
 
 
 def load_series(report: Report) -> list[Series]:
-    """Return the totals of every (process, device) with memory events."""
-    frame = report.df("""SELECT pid, device_id, ts_ns, kind, address, bytes, allocated_bytes,
-                                coalesce(reserved_bytes, -1) AS reserved_bytes, tid, stack_id
-                         FROM memory_event WHERE allocated_bytes IS NOT NULL
-                         ORDER BY pid, device_id, ts_ns, rowid""")
+    """Return the totals of every (process, device, source) with memory events."""
+    frame = report.df("""SELECT pid, device_id, coalesce(source, '') AS source, ts_ns, kind, address, bytes,
+                                allocated_bytes, coalesce(reserved_bytes, -1) AS reserved_bytes, tid, stack_id
+                         FROM memory_event ORDER BY pid, device_id, source, ts_ns, rowid""")
     out = []
-    for (pid, device), rows in frame.groupby(["pid", "device_id"], sort=True):
+    for (pid, device, source), rows in frame.groupby(["pid", "device_id", "source"], sort=True):
         rows = rows.reset_index(drop=True)
-        out.append(Series(int(pid), int(device), rows["ts_ns"].to_numpy(np.int64),
-                          rows["allocated_bytes"].to_numpy(np.int64), rows["reserved_bytes"].to_numpy(np.int64), rows))
+        totals = rows[rows["allocated_bytes"].notna()]
+        if not len(totals):
+            continue
+        out.append(Series(int(pid), int(device), totals["ts_ns"].to_numpy(np.int64),
+                          totals["allocated_bytes"].to_numpy(np.int64), totals["reserved_bytes"].to_numpy(np.int64),
+                          rows, str(source)))
     return out
 
 
@@ -119,12 +145,12 @@ def _layers(series: list[Series], ranges: pd.DataFrame) -> pd.DataFrame:
         mine = ranges[ranges["pid"] == s.pid]
         for name, starts, ends in zip(mine["name"], mine["start_ns"], mine["end_ns"]):
             added, kept = s.window(int(starts), int(ends))
-            rows.append((s.pid, s.device, name, added, kept))
-    frame = pd.DataFrame(rows, columns=["pid", "device", "name", "peak_added", "kept"])
+            rows.append((s.pid, s.device, s.source, name, added, kept))
+    frame = pd.DataFrame(rows, columns=["pid", "device", "source", "name", "peak_added", "kept"])
     frame = frame[(frame["peak_added"] > 0) | (frame["kept"] != 0)]
     if frame.empty:
         return frame.assign(calls=pd.Series(dtype="int64"))
-    return (frame.groupby(["pid", "device", "name"], as_index=False)
+    return (frame.groupby(["pid", "device", "source", "name"], as_index=False)
             .agg(calls=("kept", "size"), peak_added=("peak_added", "max"), kept=("kept", "mean"))
             .sort_values(["peak_added", "name"], ascending=[False, True]))
 
@@ -138,16 +164,17 @@ def _steps(report: Report, series: list[Series]) -> pd.DataFrame:
         for step, start, end in windows.loc[windows["pid"] == s.pid, ["step", "start_ns", "end_ns"]].itertuples(
                 index=False):
             added, _ = s.window(int(start), int(end))
-            rows.append((s.pid, s.device, int(step), s.before(int(start)) + added, added))
-    return pd.DataFrame(rows, columns=["pid", "device", "step", "peak", "peak_added"])
+            rows.append((s.pid, s.device, s.source, int(step), s.before(int(start)) + added, added))
+    return pd.DataFrame(rows, columns=["pid", "device", "source", "step", "peak", "peak_added"])
 
 
 def live_at(s: Series, t: int) -> pd.DataFrame:
-    """Return the kept allocations of ``s`` made at or before ``t`` and not freed by then."""
+    """Return the kept allocations of ``s`` made at or before ``t`` and not freed by then (with those live at a
+    capture window's start)."""
     ev = s.events[s.events["ts_ns"] <= t]
     live: dict[int, int] = {}
     for i, kind, address in zip(ev.index, ev["kind"], ev["address"]):
-        if kind == "alloc":
+        if kind in ("alloc", "live"):
             live[int(address)] = i
         elif kind == "free":
             live.pop(int(address), None)
@@ -174,15 +201,38 @@ def live_allocations(report: Report, s: Series, t: int, ranges: pd.DataFrame, n:
     return out
 
 
+def window_memory(report: Report, series: list[Series]) -> list[WindowMemory]:
+    """Return, for each capture window and each series of its process, the baseline, peak and allocations."""
+    out = []
+    windows = report.sql("SELECT pid, start_ns, end_ns FROM capture_window ORDER BY pid, start_ns")
+    for pid, start, end in windows:
+        for s in (x for x in series if x.pid == int(pid)):
+            start, stop = int(start), int(end) if end is not None else int(np.iinfo(np.int64).max)
+            base = s.before(start)
+            i0, i1 = int(np.searchsorted(s.ts, start, "left")), int(np.searchsorted(s.ts, stop, "right"))
+            peak, peak_ns = base, start
+            if i1 > i0:
+                j = i0 + int(np.argmax(s.allocated[i0:i1]))
+                if int(s.allocated[j]) > base:
+                    peak, peak_ns = int(s.allocated[j]), int(s.ts[j])
+            ev = s.events
+            inside = ev[(ev["kind"] == "alloc") & (ev["ts_ns"] >= start) & (ev["ts_ns"] <= stop)]
+            out.append(WindowMemory(s.pid, s.device, s.source, start, None if end is None else int(end), base,
+                                    len(live_at(s, start - 1)), peak, peak_ns, len(inside),
+                                    int(inside["bytes"].fillna(0).sum())))
+    return out
+
+
 def memory_summary(report: Report) -> MemorySummary | None:
     """Return the memory summary, or None when the report has no memory events."""
     series = load_series(report)
     if not series:
         return None
     ranges = layer_ranges(report)
-    live = {(s.pid, s.device): live_allocations(report, s, s.peak()[1], ranges) for s in series}
+    live = {(s.pid, s.device, s.source): live_allocations(report, s, s.peak()[1], ranges) for s in series}
     dropped = int(report.sql("SELECT coalesce(sum(count), 0) FROM dropped WHERE source = 'memory'")[0][0])
     rss = [(int(p), int(v), int(t)) for p, v, t in report.sql(
         """SELECT pid, max(value), arg_max(ts_ns, value) FROM host_counter
            WHERE name = 'process.rss_bytes' AND pid IS NOT NULL GROUP BY pid ORDER BY pid""")]
-    return MemorySummary(series, _layers(series, ranges), _steps(report, series), live, dropped, rss)
+    return MemorySummary(series, _layers(series, ranges), _steps(report, series), live, dropped, rss,
+                         window_memory(report, series))

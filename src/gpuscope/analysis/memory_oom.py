@@ -32,6 +32,7 @@ class OomState:
     total: int
     live: list[Live] = field(default_factory=list)  # largest first
     by_layer: list[tuple[str, int]] = field(default_factory=list)  # bytes held per layer, largest first
+    source: str = ""  # the memory series its live allocations come from
 
     @property
     def cached_unused(self) -> int:
@@ -75,7 +76,8 @@ def oom_states(report: Report) -> list[OomState]:
                                 total_bytes FROM memory_oom ORDER BY ts_ns""")
     if not rows:
         return []
-    series = {(s.pid, s.device): s for s in load_series(report)}
+    # the allocator's own series where there is one (the CUDA-level series of the same device otherwise)
+    series = {(s.pid, s.device): s for s in sorted(load_series(report), key=lambda s: s.source != "cuda")}
     ranges = layer_ranges(report)
     out = []
     for pid, device, ts, requested, free, reserved, allocated, total in rows:
@@ -83,6 +85,7 @@ def oom_states(report: Report) -> list[OomState]:
                          int(allocated or 0), int(total or 0))
         s = series.get((state.pid, state.device))
         if s is not None:
+            state.source = s.source
             every = live_allocations(report, s, state.ts_ns, ranges, n=1_000_000)
             held: dict[str, int] = {}
             for live in every:

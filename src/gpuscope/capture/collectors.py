@@ -110,7 +110,8 @@ TRACES = [
                 ("cpu_sample", "cpu_stack", "cpu_frame", "thread_time"), hint_key="cpu",
                 hint="Python stack samples (cpu_hotspots): add --trace cpu"),
     TraceOption("memory", "PyTorch memory: every allocation and free with its size, time and Python line (CUDA "
-                "caching allocator's history and out-of-memory state; CPU tensors without a GPU)",
+                "caching allocator's history and out-of-memory state; CPU tensors without a GPU); with cuda, also "
+                "every CUDA-level allocation of any library (CUPTI's memory records)",
                 ("memory_event", "memory_oom"), hint_key="memory",
                 hint="allocations, frees and the program's own memory peak (memory_sum): add --trace memory"),
     TraceOption("host", "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz; read "

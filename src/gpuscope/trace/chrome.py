@@ -197,10 +197,11 @@ def _events(report: Report) -> Iterator[dict[str, Any]]:
         if owner is not None:
             yield {"ph": "C", "name": name, "pid": owner, "ts": us(ts), "args": {"value": value}}
 
-    for pid, device, ts, value in report.sql(  # each process's memory peak, marked on its counter
-            """SELECT pid, device_id, arg_max(ts_ns, allocated_bytes), max(allocated_bytes) FROM memory_event
-               GROUP BY ALL ORDER BY 1, 2"""):
-        where = "cpu" if device < 0 else f"gpu{device}"
+    for pid, device, cuda, ts, value in report.sql(  # each process's memory peak, marked on its counter
+            """SELECT pid, device_id, coalesce(source, '') = 'cuda', arg_max(ts_ns, allocated_bytes),
+                      max(allocated_bytes) FROM memory_event WHERE allocated_bytes IS NOT NULL
+               GROUP BY ALL ORDER BY 1, 2, 3"""):
+        where = ("cpu" if device < 0 else f"gpu{device}") + (" CUDA" if cuda else "")
         yield {"ph": "i", "s": "p", "cat": "memory", "name": f"{where} peak allocated", "pid": pid, "ts": us(ts),
                "args": {"bytes": int(value)}}
 

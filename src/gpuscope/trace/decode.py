@@ -57,6 +57,8 @@ _TABLE_BY_PREFIX = (
     ("ActivityContext", "context"),
     ("ActivityMarker", "nvtx_event"),
     ("ActivityGraphTrace", "graph_launch"),
+    ("ActivityMemoryPool", "memory_event"),
+    ("ActivityMemory", "memory_event"),
 )
 
 
@@ -260,7 +262,41 @@ def _graph_launch(r: np.ndarray, resolve: Resolve) -> Columns:
     }
 
 
+MEMORY_OPERATION = {1: "alloc", 2: "free"}
+MEMORY_POOL_OPERATION = {1: "pool_create", 2: "pool_destroy", 3: "pool_trim"}
+HOST_MEMORY_KINDS = (1, 2)  # pageable, pinned: host memory, device_id -1 as for PyTorch's CPU memory
+MEMORY_SOURCE = "cuda"  # memory_event.source of CUPTI's records
+
+
+def _memory_event(r: np.ndarray, resolve: Resolve) -> Columns:
+    """CUPTI's memory records (``ActivityMemory3/4``: allocations and frees; ``ActivityMemoryPool*``: async memory
+    pools created, trimmed, destroyed) as ``memory_event`` rows; the running totals are counted when the report is
+    closed (memory_totals.py)."""
+    n = len(r)
+    if _has(r, "memory_pool_operation_type"):
+        kind = _enum(MEMORY_POOL_OPERATION, r["memory_pool_operation_type"])
+        device = r["device_id"].astype(np.int64)
+        stream = _nullable_int(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+        nbytes = _i64(r["size_"])
+    else:
+        kind = _enum(MEMORY_OPERATION, r["memory_operation_type"])
+        device = np.where(np.isin(r["memory_kind"], HOST_MEMORY_KINDS), -1, r["device_id"].astype(np.int64))
+        stream = _nullable_int(r["stream_id"], r["stream_id"] == INVALID_U32)
+        nbytes = _i64(r["bytes"])
+    return {
+        "ts_ns": _i64(r["timestamp"]),
+        "tid": _nullable_int(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)),
+        "device_id": device,
+        "kind": kind,
+        "address": r["address"].astype(np.int64),  # a CUDA address fits in 63 bits
+        "bytes": nbytes,
+        "stream_id": stream,
+        "source": np.full(n, MEMORY_SOURCE, dtype=object),
+    }
+
+
 _DECODERS: dict[str, Callable[[np.ndarray, Resolve], Columns]] = {
+    "memory_event": _memory_event,
     "graph_launch": _graph_launch,
     "kernel": _kernel,
     "memcpy": _memcpy,

@@ -2,7 +2,8 @@
 
 Each process's allocated (and, for CUDA, reserved) total becomes the counters
 ``<device>.memory_allocated_bytes`` and ``<device>.memory_reserved_bytes`` (device ``cpu`` or ``gpuN``),
-the names the Kineto importer gives PyTorch's memory events, so that the Chrome export and the
+the names the Kineto importer gives PyTorch's memory events, and the CUDA-level allocations of CUPTI's
+records (source ``cuda``: cudaMalloc and the like of any library) ``<device>.cuda_allocated_bytes``, so that the Chrome export and the
 timeline viewer show them beside the host and GPU counters. A series longer than ``MAX_SAMPLES`` keeps
 the highest sample of each of ``MAX_SAMPLES`` equal time buckets, so the peak is always among them.
 """
@@ -16,7 +17,8 @@ MAX_SAMPLES = 100_000
 
 def _series(column: str, suffix: str) -> str:
     return f"""
-        SELECT pid, device_id, ts_ns, {column} AS value, '{suffix}' AS suffix FROM memory_event
+        SELECT pid, device_id, ts_ns, {column} AS value,
+               CASE WHEN source = 'cuda' THEN 'cuda_allocated_bytes' ELSE '{suffix}' END AS suffix FROM memory_event
         WHERE {column} IS NOT NULL AND {column} >= 0"""
 
 

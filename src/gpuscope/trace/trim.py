@@ -11,7 +11,9 @@ process's windows, as ``capture_window`` says:
 - API calls, synchronizations, synchronization sites, launch calls, operators and ranges by their
   start; Python samples by their time; host counters by their time, against every window;
 - step marks are kept whatever their time, so that steps keep their numbers (step_sum shows only
-  the steps that lie inside a window).
+  the steps that lie inside a window);
+- memory events as memory_trim.py says: those of the windows, with each window's baseline and
+  the allocations live at its start.
 
 Processes, devices, contexts, CUPTI overhead records, collector counts, thread CPU times and
 diagnostics are kept whole. A report whose capture range was limited (``meta.capture_range``)
@@ -25,6 +27,7 @@ import json
 from typing import Any
 
 from .launch import anchor_joins, anchored_start
+from .memory_trim import trim_memory
 
 FOREVER = 9_223_372_036_854_775_807
 WINDOWS = "gpuscope_capture_windows"
@@ -90,6 +93,10 @@ def trim(con: Any) -> dict[str, int]:
         ).fetchone()
         if n:
             removed[table] = int(n)
+    if "memory_event" in present:
+        n = trim_memory(con, WINDOWS)  # allocations in the windows, with what was live at their starts
+        if n:
+            removed["memory_event"] = n
     if all_limited:
         (n,) = con.execute(
             f"""DELETE FROM host_counter WHERE NOT EXISTS (

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..version import __version__
 from ..spool import Chunk, ready_chunks
-from . import decode, memory_counters, schema, trim
+from . import decode, memory_counters, memory_totals, schema, trim
 from .demangle import demangle
 from .ranges import RangeBuilder
 
@@ -314,8 +314,9 @@ class ReportWriter:
             """UPDATE host_counter SET ts_ns = ts_ns + coalesce(
                    (SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1), 0)"""
         )
-        memory_counters.store(self.con)  # on the session clock already: after the move above
+        memory_totals.fill(self.con)  # CUPTI's allocations and frees: their running totals, once all are in
         trimmed = trim.trim(self.con)  # to the capture windows, if a capture range limited the run
+        memory_counters.store(self.con)  # from the trimmed memory events; on the session clock already
         if trimmed:
             meta["capture_trimmed"] = trimmed
         self.set_meta(**meta, status="complete")

@@ -33,9 +33,10 @@ MAX_RECORD_GAP = 4096
 # Runs of one struct type written one by one up to this many; beyond, joined first.
 MAX_PARTS = 64
 # Fields of CUPTI structs that hold ``const char *`` to strings owned by CUPTI.
-STRING_FIELDS = ("name", "domain")
-# Record kinds left on outside a capture window: few records, and needed whatever the window.
-ALWAYS_ON = ("device", "context", "overhead")
+STRING_FIELDS = ("name", "domain", "source")
+# Record kinds left on outside a capture window: few records, and needed whatever the window (memory: the
+# totals of a window count what was allocated before it; the report is cut to the windows when written).
+ALWAYS_ON = ("device", "context", "overhead", "memory", "memory-pool")
 
 Diag = Callable[[str, str], None]
 
@@ -46,11 +47,15 @@ class CollectorUnavailable(Exception):
 
 def struct_dtypes(cupti_module: Any) -> dict[str, Any]:
     """Map CUPTI record class names (``ActivityKernel11``) to the numpy dtypes of their structs."""
+    from .memory_records import EXTRA_STRUCTS  # noqa: PLC0415
+
     out = {}
     for attr in dir(cupti_module):
         if attr.startswith("activity_") and attr.endswith("_dtype"):
             key = attr[: -len("_dtype")].replace("_", "").lower()
             out[key] = getattr(cupti_module, attr)
+    for name, dt in EXTRA_STRUCTS.items():  # versions this cupti-python lacks (memory_records.py)
+        out.setdefault(name.lower(), dt)
     return out
 
 
@@ -75,6 +80,8 @@ def _kinds(cupti: Any, trace: set[str]) -> list[tuple[str, Any]]:
         kinds += [("runtime", k.RUNTIME), ("driver", k.DRIVER), ("sync", k.SYNCHRONIZATION)]
     if "nvtx" in trace:
         kinds += [("nvtx", k.MARKER)]
+    if "memory" in trace and "cuda" in trace:  # every CUDA-level allocation, of any library (memory_records.py)
+        kinds += [("memory", k.MEMORY2), ("memory-pool", k.MEMORY_POOL)]
     keep = os.environ.get(KINDS_ENV)
     if keep:
         kinds = [kd for kd in kinds if kd[0] in keep.split(",")]

@@ -23,12 +23,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .memory_records import EXTRA_STRUCTS
+
 # CUpti_ActivityKind -> the struct family of its records (the version is told by the record size).
 KIND_STRUCT = {
     1: "ActivityMemcpy", 2: "ActivityMemset", 3: "ActivityKernel", 4: "ActivityAPI", 5: "ActivityAPI",
     8: "ActivityDevice", 9: "ActivityContext", 10: "ActivityKernel", 12: "ActivityMarker",
     17: "ActivityOverhead", 22: "ActivityMemcpyPtoP", 38: "ActivitySynchronization",
-    51: "ActivityGraphTrace",
+    49: "ActivityMemory", 50: "ActivityMemoryPool", 51: "ActivityGraphTrace",
 }  # fmt: skip
 CUPTI_SUCCESS = 0
 
@@ -40,7 +42,7 @@ def struct_versions(cupti: Any, dtypes: dict[str, Any]) -> dict[str, dict[int, s
     """Map each struct family (``ActivityKernel``) to {record size: class name} in ``cupti``;
     ``dtypes`` maps lower-case class names to numpy dtypes (activity.struct_dtypes)."""
     out: dict[str, dict[int, str]] = {}
-    for attr in dir(cupti):
+    for attr in sorted(set(dir(cupti)) | set(EXTRA_STRUCTS)):
         dt = dtypes.get(attr.lower()) if attr.startswith("Activity") else None
         if dt is None:
             continue

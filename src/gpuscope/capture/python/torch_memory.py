@@ -203,8 +203,8 @@ class TorchMemory:
 
     # -- the collector protocol (capture/collectors.py) -------------------------------------
     def set_collecting(self, on: bool) -> None:
-        """Record new storages (``on``); frees of recorded ones are recorded either way, so totals stay exact."""
-        self.on = on
+        """Keep recording whatever ``on`` says: a capture window's totals must count what was allocated before it.
+        The report is cut to the windows, with what was live at their starts, when it is written (memory_trim.py)."""
 
     def take_rows(self) -> dict[str, list[Row]]:
         """Return the ``memory_event`` rows since the last call (and a ``peak`` row where one is needed)."""

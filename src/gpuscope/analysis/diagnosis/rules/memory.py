@@ -80,12 +80,13 @@ class GpuMemory(Rule):
 
 
 def _own_peaks(ctx: Context) -> dict[tuple[int, int], int]:
-    """The program's own peak per (pid, GPU) from its memory events: reserved where known, else allocated."""
+    """The program's own peak per (pid, GPU) from its memory events: the highest of reserved and allocated."""
     key = ("gpu_memory", "own_peaks")
     if key not in ctx.cache:
         reserved = {(int(p), int(d)): int(v) for p, d, v in ctx.report.sql(
             """SELECT pid, device_id, max(reserved_bytes) FROM memory_event
                WHERE device_id >= 0 AND reserved_bytes IS NOT NULL GROUP BY ALL""")}
         allocated = {k: v for k, v in peak_bytes(ctx.report).items() if k[1] >= 0}
-        ctx.cache[key] = {**allocated, **reserved}
+        # the larger of PyTorch's reserved memory and the CUDA-level allocations (CUPTI's records, other libraries')
+        ctx.cache[key] = {k: max(allocated.get(k, 0), reserved.get(k, 0)) for k in allocated.keys() | reserved.keys()}
     return ctx.cache[key]
