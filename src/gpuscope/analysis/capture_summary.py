@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..trace.report import Report
-from ..trace.trim import capture_limited
+from ..trace.trim import capture_limited, probes_only
 from .steps import step_source
 
 
@@ -38,7 +38,7 @@ def capture_summary(report: Report) -> CaptureSummary | None:
     count, captured = int(windows[0]), int(windows[1])
     if not limited and not count:
         return None
-    if not limited and _probes_only(report):
+    if not limited and probes_only(report.con):
         return None  # a run recorded whole but for the overhead probe's few steps (analysis/probe.py)
     capture = report.meta.get("capture_range") or {}
     spec: dict[str, Any] = capture.get("spec") or {}
@@ -47,15 +47,6 @@ def capture_summary(report: Report) -> CaptureSummary | None:
     infos = [json.loads(d) for (d,) in report.sql("SELECT detail FROM collector WHERE name = 'capture'") if d]
     problems = _problems(spec, infos, count, _steps_made(report, infos)) if limited else []
     return CaptureSummary(description, count, captured, problems)
-
-
-def _probes_only(report: Report) -> bool:
-    """Whether every pause of a run recorded whole was the overhead probe's."""
-    from .probe import PROBE_CLOSES
-
-    closes = [str(r or "").rpartition(" to ")[2] for (r,) in report.sql(
-        "SELECT reason FROM capture_window WHERE end_ns IS NOT NULL")]
-    return all(PROBE_CLOSES in c or c == "process end" for c in closes)
 
 
 def _steps_made(report: Report, infos: list[dict[str, Any]]) -> int:

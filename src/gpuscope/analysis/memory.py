@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from ..trace.trim import capture_limited, probes_only
 from ..trace.stacks import stack_sites
 
 LIVE_AT_PEAK = 10  # largest live allocations listed at each peak
@@ -203,7 +204,9 @@ def live_allocations(report: Report, s: Series, t: int, ranges: pd.DataFrame, n:
 
 def window_memory(report: Report, series: list[Series]) -> list[WindowMemory]:
     """Return, for each capture window and each series of its process, the baseline, peak and allocations."""
-    out = []
+    out: list[WindowMemory] = []
+    if not capture_limited(report.meta) and probes_only(report.con):
+        return out  # a run recorded whole but for the overhead probe's steps: no windows to show
     windows = report.sql("SELECT pid, start_ns, end_ns FROM capture_window ORDER BY pid, start_ns")
     for pid, start, end in windows:
         for s in (x for x in series if x.pid == int(pid)):

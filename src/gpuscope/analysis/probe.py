@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace.report import Report
+from ..trace.trim import PROBE_CLOSES
 
-PROBE_OPENS = "end of overhead probe"  # as capture/process/window.py names the windows
-PROBE_CLOSES = "overhead probe at step"
 MIN_OFF_STEPS = 2  # fewer timed steps without collection than this: no verdict
 WARMUP_MARKS = 3  # recorded steps before the 4th mark are left out of the ``on`` steps (warm-up)
 NOISE = 0.03  # a difference of the medians below this share of the off median is not a cost

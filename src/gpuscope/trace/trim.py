@@ -51,6 +51,17 @@ _TRIMMED: dict[str, tuple[str, str]] = {
 _KEEP = {"nvtx_range": "t.kind = 'mark' AND t.category = 'step'"}
 
 
+PROBE_CLOSES = "overhead probe at step"  # how a window closed by the overhead probe names it (capture/process/window.py)
+
+
+def probes_only(con: Any) -> bool:
+    """Whether every window of the report that closed before its process ended was closed by the
+    overhead probe (a run recorded whole but for the probe's few steps); False without windows."""
+    closes = [str(r or "").rpartition(" to ")[2] for (r,) in con.execute(
+        "SELECT reason FROM capture_window WHERE end_ns IS NOT NULL").fetchall()]
+    return bool(closes) and all(PROBE_CLOSES in c or c == "process end" for c in closes)
+
+
 def capture_limited(meta: dict[str, Any]) -> bool:
     """Whether the report's capture range limited every process (``meta.capture_range``)."""
     capture = meta.get("capture_range")
@@ -93,7 +104,7 @@ def trim(con: Any) -> dict[str, int]:
         ).fetchone()
         if n:
             removed[table] = int(n)
-    if "memory_event" in present:
+    if "memory_event" in present and (all_limited or not probes_only(con)):  # a probe's steps keep their memory
         n = trim_memory(con, WINDOWS)  # allocations in the windows, with what was live at their starts
         if n:
             removed["memory_event"] = n
