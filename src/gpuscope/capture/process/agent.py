@@ -25,6 +25,7 @@ from ..collectors import Collector
 from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
 from ..python import hook_cost as calibrate
 from ..python import imports
+from ..python.forks import ForkWatch
 from ..python.ranges import RangeRecorder
 from ..python.ranks import RankRecorder
 from ..python.stacks import StackTable
@@ -85,6 +86,9 @@ class Agent:
         self.ranges.offset = self.clock_offset_ns
         self.collectors.append(self.ranges)
         self.collectors.append(self.ranks)
+        self.forks = ForkWatch(self.now_ns)  # forked children are not recorded: say so
+        self.forks.install()
+        self.collectors.append(self.forks)
         annotation.use_recorder(self.ranges)
         self._hook_libraries()
         if "cpu" in self.trace:
