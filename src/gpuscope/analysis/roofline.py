@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .ceilings import Ceilings, for_report
+from .ceilings import LABELS, Ceilings, for_report
 from .work import carried as carried_work
 from .work import carried_summary
 from .work.kernels import WRITER_KERNEL, has_torch_ops, kernel_work
@@ -213,6 +213,11 @@ def ceilings_note(ceilings: Ceilings) -> str:
     text = f"Ceilings: {ceilings.device}, " + " and ".join(detail[b] for b in by)
     if "measured" not in by:
         text += " (no calibration of this device here: gpuscope roofline --calibrate measures one)"
+    shaky = ceilings.unstable()
+    if shaky:
+        top = max(shaky, key=lambda k: shaky[k])
+        text += (f" (unstable when measured: {LABELS.get(top, top)} varied {100 * shaky[top]:.0f}% over the repeats; "
+                 "calibrate again on an idle machine)")
     return text + "."
 
 
