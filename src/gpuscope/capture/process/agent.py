@@ -354,9 +354,11 @@ class Agent:
                                             "the module's inputs, so its backward hook never fired): each was ended with "
                                             "the backward pass, and its backward time in layer_sum runs to that end"),
         }
+        closed = self.torch_hooks.closed_at_pass_end() if self.torch_hooks is not None else None
         for key, text in said.items():
             if counts.get(key):
-                self._add_row("diagnostic", (self.now_ns(), "info", f"{counts[key]} {text}"))
+                line = closed if key == "backward_closed_at_pass_end" and closed else f"{counts[key]} {text}"
+                self._add_row("diagnostic", (self.now_ns(), "info", line))
 
     def _process_row(self) -> tuple[Any, ...]:
         return (
