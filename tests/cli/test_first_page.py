@@ -36,3 +36,24 @@ def test_a_directory_is_not_a_program(gs: Gpuscope) -> None:
     res = gs.profile("adir")
     assert res.returncode == 2 and res.stderr.strip() == (
         "gpuscope: error: adir: is a directory; give a program, a .py script or -m module"), res.describe()
+
+
+NO_STEPS = """
+import torch
+x = torch.randn(64, 16)
+print("total", float(sum(float(b.sum()) for b in x.split(8))))
+"""
+
+
+def test_the_operator_cost_is_measured_when_no_operator_was_recorded(gs: Gpuscope) -> None:
+    """No step, so no operator sample window opens: the recorder's cost is still measured at exit (its
+    scratch dispatch mode must not import torch._dynamo then, after PyTorch removed its prims library)."""
+    import pytest
+
+    pytest.importorskip("torch")
+    gs.script("nosteps.py", NO_STEPS)
+    res = gs.profile("-t", "torch-shapes", "-o", "n", "nosteps.py")
+    assert res.returncode == 0 and "total" in res.stdout, res.describe()
+    assert not res.lines_mentioning("was not measured"), res.describe()
+    overhead = res.lines_mentioning("Collection overhead:")
+    assert len(overhead) == 1 and "PyTorch operators ~" in overhead[0], res.describe()

@@ -135,11 +135,45 @@ def test_stats_roofline_sum(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
 
 
 def test_cpu_calibration_is_cached(gs: Gpuscope, tmp_path: Path) -> None:
-    res = gs.run("roofline", "--calibrate", "--device", "cpu", env=_env(tmp_path))
+    res = gs.run("roofline", "--calibrate", "--device", "cpu", "--repeats", "2", env=_env(tmp_path))
     assert res.returncode == 0, res.describe()
     cached = list((tmp_path / "cache" / "ceilings").glob("CPU*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text())["sources"]["fp32"] == "measured"
     assert "GFLOP/s" in res.stdout or "TFLOP/s" in res.stdout
+    assert "median of 2 repeats" in res.stdout
+
+
+def test_calibration_keeps_a_higher_cached_ceiling_and_says_so(gs: Gpuscope, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached FP32 far above what this machine measures (an idle morning) survives a new run, which
+    says it kept it; --replace takes the run's value."""
+    from gpuscope.analysis.ceilings import Ceilings, cache_path, cpu_name
+
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = cache_path(cpu_name())
+    path.parent.mkdir(parents=True)
+    seeded = Ceilings(cpu_name(), dram_bytes_per_s=1.0, flops={"fp32": 1e16, "fp64": 1.0}, measured_at="morning",
+                      sources={"dram": "measured", "fp32": "measured", "fp64": "measured"},
+                      details={"spread": {"fp32": 0.01}})
+    path.write_text(seeded.to_json())
+    res = gs.run("roofline", "--calibrate", "--device", "cpu", "--repeats", "1", "-f", "json", env=_env(tmp_path))
+    assert res.returncode == 0, res.describe()
+    doc = json.loads(path.read_text())
+    assert doc["flops"]["fp32"] == 1e16 and doc["flops"]["fp64"] > 1.0 and doc["dram_bytes_per_s"] > 1.0
+    assert doc["details"]["measured_at_by_key"]["fp32"] == "morning"
+    rows = {r["Ceiling"]: r for r in json.loads(res.stdout)["calibration"]["rows"]}
+    assert rows["FP32"]["Kept"] == "cached" and rows["FP64"]["Kept"] == "this run"
+    assert any("kept the cached FP32" in line for line in res.own_lines), res.describe()
+    res = gs.run("roofline", "--calibrate", "--device", "cpu", "--repeats", "1", "--replace", env=_env(tmp_path))
+    assert res.returncode == 0, res.describe()
+    assert json.loads(path.read_text())["flops"]["fp32"] < 1e16
+
+
+def test_calibration_options_need_calibrate(gs: Gpuscope, tmp_path: Path) -> None:
+    res = gs.run("roofline", "x.gpuscope", "--repeats", "2", env=_env(tmp_path))
+    assert res.returncode == 2 and "--calibrate" in res.errors[0]
+    res = gs.run("roofline", "--calibrate", "--device", "cpu", "--repeats", "0", env=_env(tmp_path))
+    assert res.returncode == 2 and "at least 1" in res.errors[0] and "Traceback" not in res.stderr
 
 
 CPU_TRAIN = """

@@ -164,6 +164,35 @@ def test_reentrant_modules_user_hooks_and_misuse_are_counted(gs: Gpuscope) -> No
     assert r.loc[r["name"] == "left open", "end_ns"].isna().all()
 
 
+EMBEDDED = """
+import torch
+model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 1))
+for _ in range(3):
+    model(torch.randint(0, 50, (4,))).sum().backward()
+print("trained")
+"""
+
+
+def test_a_backward_that_pytorch_never_ends_is_named(gs: Gpuscope) -> None:
+    """Integer indices into the model: no gradient flows into its inputs, so PyTorch never ends the
+    root module's backward; the run names the module and says what that means for layer_sum."""
+    gs.script("emb.py", EMBEDDED)
+    res = gs.profile("-t", "torch-backward", "-o", "e", "emb.py")
+    assert res.returncode == 0 and "trained" in res.stdout, res.describe()
+    said = [line for line in res.own_lines if "has no end from PyTorch" in line]
+    assert said == ["gpuscope: the backward of Sequential (3 times) has no end from PyTorch: no gradient flows into "
+                    "its inputs (integer indices, or tensors that need no gradient), so its backward ranges were "
+                    "ended with the backward pass, and layer_sum's backward time for it runs to that end"], res.describe()
+    with gpuscope.load(str(gs.cwd / "e.gpuscope")) as report:
+        r = report.ranges()
+    passes = r[(r["category"] == "autograd") & (r["name"] == "backward")].sort_values("start_ns")
+    root = r[(r["category"] == "backward") & (r["name"] == "Sequential")].sort_values("start_ns")
+    assert len(root) == 3 and len(passes) == 3
+    # each ended as its backward pass returned: after the pass's range, before the next pass
+    ends, next_starts = list(root["end_ns"]), [*list(passes["start_ns"])[1:], float("inf")]
+    assert all(p <= e < n for p, e, n in zip(passes["end_ns"], ends, next_starts))
+
+
 def test_the_nvtx_package_is_recorded_while_profiling(gs: Gpuscope) -> None:
     pytest.importorskip("nvtx")
     gs.script("pkg.py", """

@@ -4,6 +4,7 @@ layout of ``ncu --csv --page raw --print-units base --print-kernel-base mangled`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterator
 
@@ -172,17 +173,87 @@ def test_older_reports_cannot_store_metrics(tmp_path: Path, recorded) -> None:  
         ncu.store(path, ncu.Matched([(1, 0, 0, "gpu__time_duration.sum", 1.0, "nsecond")], 1, 1, []))
 
 
-def test_random_number_and_fill_kernels_have_bytes_and_no_flops(recorded) -> None:  # type: ignore[no-untyped-def]
-    """ncu counts the float instructions of a random-number kernel (Box-Muller) as FLOPs; they are
-    not useful work: such kernels keep their bytes and get no FLOPs and no tensor-core state (the
-    H100 recording with ncu metrics, gemm_conv)."""
+def test_random_number_and_fill_kernels_have_the_bytes_they_write_and_no_flops(recorded) -> None:  # type: ignore[no-untyped-def]
+    """ncu counts the float instructions of a random-number kernel (Box-Muller) as FLOPs, and its DRAM
+    bytes miss what it wrote (still in L2 at its end): such kernels get no FLOPs, no tensor-core state,
+    and the bytes of the tensor their operator writes; a workspace init inside a convolution's
+    backward, whose size nothing says, gets no work model (the H100 recording with ncu metrics,
+    gemm_conv)."""
+    import json
+
+    from gpuscope.analysis.torch_ops import torch_ops_table
     from gpuscope.analysis.work.kernels import kernel_work
 
     with Report.open(recorded("gemm_conv")) as r:
         kw = kernel_work(r)
-    writers = kw[kw["name"].str.contains("distribution_|FillFunctor")]
-    assert len(writers) and (writers["flops"].fillna(0) == 0).all()
+        calls = r.df(f"SELECT name, out_shapes, scalars, dtypes FROM {torch_ops_table(r)} "
+                     "WHERE name IN ('aten::randn', 'aten::uniform_')")
+    writers = kw[kw["name"].str.contains("distribution_|FillFunctor|init_device_workspace")]
+    assert len(writers) == 14 and (writers["flops"].fillna(0) == 0).all()
     assert (writers["tensor_cores"] == "n/a").all()
-    assert (writers["bytes"].fillna(0) > 0).any()
+    # every randn and uniform_ here makes a bf16 tensor: 2 bytes an element (from the calls, by hand)
+    for op in ("aten::randn", "aten::uniform_"):
+        written = sum(2 * math.prod(json.loads(o)[0]) for o in calls.loc[calls["name"] == op, "out_shapes"])
+        mine = kw[kw["op_name"] == op]
+        assert len(mine) == 4 and mine["name"].str.contains("distribution_").all()
+        assert mine["bytes"].sum() == written and (mine["precision"] == "bf16").all()
+    assert kw.loc[kw["op_name"] == "aten::randn", "bytes"].sum() == 33_554_432
+    fills = kw[kw["name"].str.contains("FillFunctor")]
+    assert (fills["op_name"] == "aten::ones_like").all() and (fills["bytes"] == 4).all()  # a 0-d float32
+    workspace = kw[kw["name"].str.contains("init_device_workspace")]
+    assert len(workspace) == 3 and workspace[["flops", "bytes"]].isna().all().all()
     gemms = kw[kw["name"].str.contains("nvjet")]
     assert (gemms["flops"] > 1e9).all(), "matrix products keep their work"
+
+
+def test_bf16_kernels_measured_through_the_half_counters_are_named_bf16(recorded) -> None:  # type: ignore[no-untyped-def]
+    """ncu's hfma/hadd/hmul counters take BF16 and FP16 instructions alike; in gemm_conv (all bf16)
+    every kernel whose name says BFloat16 has its half FLOPs as bf16, in the measured launches and in
+    the roofline's precision."""
+    from gpuscope.analysis.work.kernels import kernel_work
+
+    with Report.open(recorded("gemm_conv")) as r:
+        per = launch_metrics(r)
+        kw = kernel_work(r)
+    bf16_named = per["name"].str.contains("BFloat16") & ~per["name"].str.contains("Half")
+    assert bf16_named.sum() >= 10
+    assert (per.loc[bf16_named, "flops_fp16"] == 0).all()
+    assert (per.loc[bf16_named, "flops_bf16"] > 0).any()
+    adds = per[per["name"].str.contains("gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<c10::BFloat16>")]
+    assert len(adds) == 3 and (adds["flops_bf16"] > 0).all()
+    assert (adds["flops_bf16"] + adds["flops_fp32"] == adds["flops"]).all()  # moved, none lost
+    assert "fp16" not in set(kw["precision"].dropna())
+    measured = kw[kw["source"] == "ncu"]
+    assert len(measured) and (measured.loc[measured["name"].str.contains("BFloat16"), "precision"] != "fp16").all()
+
+
+def test_half_precision_from_kernel_names() -> None:
+    from gpuscope.analysis.work.measured import half_precision
+
+    assert half_precision("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>") == "bf16"
+    assert half_precision("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") == "bf16"
+    assert half_precision("__nv_bfloat16 kernel") == "bf16"
+    assert half_precision("void at::native::reduce_kernel<c10::Half, float>") == "fp16"
+    assert half_precision("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n") == "fp16"
+    assert half_precision("ampere_fp16_s16816gemm_fp16_128x128") == "fp16"
+    assert half_precision("void at::native::elementwise_kernel<float>") is None
+    assert half_precision("convert c10::BFloat16 to c10::Half") is None  # names both
+
+
+def test_a_kernel_named_neither_takes_bf16_from_its_operator(recorded) -> None:  # type: ignore[no-untyped-def]
+    """A kernel measured with half FLOPs whose name says neither BF16 nor FP16 is labelled by its
+    operator's tensors: bf16 under a bf16 convolution, fp16 left as measured under a float32 sum."""
+    import pandas as pd
+
+    from gpuscope.analysis.torch_ops import torch_ops_table
+    from gpuscope.analysis.work.kernels import _half_from_operator
+
+    with Report.open(recorded("gemm_conv")) as r:
+        ops = torch_ops_table(r)
+        conv = r.sql(f"SELECT min(torch_op_id) FROM {ops} WHERE name = 'aten::convolution'")[0][0]
+        fsum = r.sql(f"SELECT min(torch_op_id) FROM {ops} WHERE name = 'aten::sum' AND dtypes = '[\"float32\"]'")[0][0]
+        frame = pd.DataFrame({"name": ["my_kernel", "my_kernel", "kernel<c10::Half>"],
+                              "torch_op_id": pd.array([conv, fsum, conv], dtype="Int64"),
+                              "precision": ["fp16", "fp16", "fp16"]})
+        _half_from_operator(r, frame, ops, pd.Series(True, index=frame.index))
+    assert list(frame["precision"]) == ["bf16", "fp16", "fp16"]

@@ -166,6 +166,22 @@ def test_elementwise_broadcast_inplace_and_copies() -> None:
     assert w is not None and w.bytes == 400 + 200
 
 
+def test_random_number_and_fill_operators_write_their_tensor_and_do_no_arithmetic() -> None:
+    # a factory: the bytes of the tensor it makes, at the dtype it was given
+    w = op_work("aten::randn", [None], [None], [[4096, 1024]], {"size": [4096, 1024], "dtype": BF})
+    assert w == Work("random", "bf16", 0.0, 0.0, 4096 * 1024 * 2)
+    w = op_work("aten::zeros", [None], [None], [[10]], {"size": [10]})  # the default dtype, float32
+    assert w is not None and (w.kind, w.precision, w.flops, w.bytes) == ("fill", "fp32", 0, 40)
+    # in place: the tensor it overwrites is written, not read
+    w = op_work("aten::uniform_", [[2048, 1024], None, None], [BF, None, None], [[2048, 1024]], {"from": -1, "to": 1})
+    assert w is not None and (w.kind, w.precision, w.flops, w.bytes) == ("random", "bf16", 0, 2048 * 1024 * 2)
+    w = op_work("aten::bernoulli_", [[100], [100]], [F16, F32], [[100]])  # reads its probabilities
+    assert w is not None and w.bytes == 100 * 4 + 100 * 2 and w.precision == "fp16"
+    # a _like operator takes its input's shape and dtype, and reads nothing
+    w = op_work("aten::ones_like", [[8, 8]], [F16], [[8, 8]], {"memory_format": "preserve_format"})
+    assert w is not None and (w.kind, w.precision, w.bytes) == ("fill", "fp16", 8 * 8 * 2)
+
+
 def test_foreach_operators_sum_their_tensor_lists() -> None:
     # in place on two tensors of 40 and 3 elements, with a scalar: returns nothing
     w = op_work("aten::_foreach_mul_", [[[4, 10], [3]], None], [[F32, F32], None], [], {"scalar": 0.9})

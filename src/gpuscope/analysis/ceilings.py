@@ -29,6 +29,7 @@ LABELS = {
     "tensor_bf16": "BF16 tensor", "tensor_fp16": "FP16 tensor", "tensor_fp8": "FP8 tensor",
     "dram": "DRAM", "l2": "L2",
 }  # fmt: skip
+UNSTABLE_SPREAD = 0.10  # a calibration's repeats spread more than this: the machine was not steady
 
 
 @dataclass
@@ -55,6 +56,12 @@ class Ceilings:
         if tensor:
             return self.flops.get(f"tensor_{precision}")
         return self.flops.get("fp64" if precision == "fp64" else "fp32")
+
+    def unstable(self) -> dict[str, float]:
+        """Return the measured ceilings whose repeats spread (``(max - min) / median``) by more than
+        UNSTABLE_SPREAD, with their spread; empty for other ceilings."""
+        spread = self.details.get("spread") or {}
+        return {k: float(v) for k, v in spread.items() if float(v) > UNSTABLE_SPREAD}
 
     @property
     def source(self) -> str:
@@ -201,4 +208,8 @@ def ceilings_table(ceilings: Ceilings) -> Table:
     notes += [f"{LABELS.get(k, k)} not measured: {why}" for k, why in skipped.items()]
     if ceilings.measured_at:
         notes.append(f"Measured {ceilings.measured_at}; cached in {cache_path(ceilings.device)}.")
+    shaky = ceilings.unstable()
+    if shaky:
+        notes.append("Unstable when measured (repeats spread by " + ", ".join(
+            f"{LABELS.get(k, k)} {100 * v:.0f}%" for k, v in shaky.items()) + "): these roofs may be low.")
     return Table("ceilings", f"Ceilings of {ceilings.device}", cols, rows, notes)

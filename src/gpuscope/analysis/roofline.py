@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .ceilings import Ceilings, for_report
+from .ceilings import LABELS, Ceilings, for_report
 from .work import carried as carried_work
 from .work import carried_summary
-from .work.kernels import has_torch_ops, kernel_work
+from .work.kernels import WRITER_KERNEL, has_torch_ops, kernel_work
 from .steps import step_source, steps_table
 from .table import Column, Table
 
@@ -213,6 +213,11 @@ def ceilings_note(ceilings: Ceilings) -> str:
     text = f"Ceilings: {ceilings.device}, " + " and ".join(detail[b] for b in by)
     if "measured" not in by:
         text += " (no calibration of this device here: gpuscope roofline --calibrate measures one)"
+    shaky = ceilings.unstable()
+    if shaky:
+        top = max(shaky, key=lambda k: shaky[k])
+        text += (f" (unstable when measured: {LABELS.get(top, top)} varied {100 * shaky[top]:.0f}% over the repeats; "
+                 "calibrate again on an idle machine)")
     return text + "."
 
 
@@ -225,6 +230,13 @@ def _notes(report: Report, df: pd.DataFrame, ceilings: Ceilings) -> list[str]:
     if total and no_work:
         notes.append(f"{100 * no_work / total:.1f}% of the time is in kernels without a work model (no PyTorch "
                      "operator, an operator without a model, or a helper kernel of a matrix product).")
+        writers = df.loc[unknown & df["flops"].isna() & df["name"].astype(str).str.contains(WRITER_KERNEL)]
+        if len(writers):
+            n = len(writers)
+            notes.append(f"Among them, {n} kernel{'s' if n != 1 else ''} only write{'' if n != 1 else 's'} memory "
+                         "(random numbers, fills, workspace init) for another operator or none: what "
+                         f"{'they write' if n != 1 else 'it writes'} is not known (a random-number or fill operator "
+                         "gives its kernels the tensor it writes).")
     if total and no_roof:
         notes.append(f"{100 * no_roof / total:.1f}% of the time is in kernels with work but no roof for its "
                      "precision in these ceilings: their bound is not known.")

@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="measure DRAM and L2 bandwidth and FLOP/s peaks of this machine and cache them per device")
     p.add_argument("--device", default="auto", help="what --calibrate measures: auto (default), cuda, cuda:N or cpu")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="--calibrate runs its benchmarks this many times and keeps the medians (default 3)")
+    p.add_argument("--replace", action="store_true",
+                   help="--calibrate caches this run's values even where the cache holds higher ones")
     p.add_argument("-o", "--output", help="write the chart: FILE.png, FILE.svg or FILE.html (needs matplotlib)")
     p.add_argument("--by", choices=("kernel", "layer"), default="kernel", help="one chart point per kernel or layer")
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
@@ -31,6 +35,8 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.repeats is not None or args.replace) and not args.calibrate:
+        raise GpuscopeError("--repeats and --replace go with --calibrate")
     if not args.report and not args.calibrate:
         raise GpuscopeError("give a report file, or --calibrate to measure this machine's ceilings")
     out = Path(args.output) if args.output else None
@@ -46,10 +52,27 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         from ..run.roof_benchmark import calibrate
 
-        _say(f"measuring the ceilings of {args.device} (a few seconds)")
-        measured = calibrate(args.device)
-        path = save(measured)
-        tables.append(ceilings_table(measured))
+        from ..analysis.calibration import calibration_table, merge
+        from ..analysis.ceilings import LABELS, load_cached
+
+        _say(f"measuring the ceilings of {args.device} (about ten seconds)")
+        measured = calibrate(args.device, repeats=args.repeats)
+        try:
+            cached = load_cached(measured.device)
+        except GpuscopeError as exc:
+            _say(f"{exc}: replacing it")
+            cached = None
+        kept, choices = merge(cached, measured, force=args.replace)
+        path = save(kept)
+        tables += [calibration_table(measured, choices), ceilings_table(kept)]
+        shaky = measured.unstable()
+        if shaky:
+            _say("warning: unstable machine: " + ", ".join(f"{LABELS.get(k, k)} varied {100 * v:.0f}%" for k, v in
+                                                          shaky.items()) + " over the repeats; calibrate again when it is idle")
+        old = [LABELS.get(c.key, c.key) for c in choices if c.kept == "cached"]
+        if old:
+            _say(f"kept the cached {', '.join(old)} (higher or steadier than this run: see the table); "
+                 "--replace takes this run's")
         _say(f"wrote {path}")
     if args.report:
         from ..analysis.roofline import (

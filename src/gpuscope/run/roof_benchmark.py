@@ -14,6 +14,9 @@ On a GPU, through PyTorch, timed with CUDA events (best of several trials, after
 
 On a CPU, timed with ``time.perf_counter``: memory bandwidth (a copy of a buffer far larger than
 the caches) and FP32 and FP64 matrix-product peaks, through PyTorch (or numpy without it).
+
+The whole set runs ``repeats`` times (each repeat measures every ceiling once); each ceiling is the
+median of its repeats, with their spread (:func:`.calibration.combine`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ..analysis.calibration import combine
 from ..analysis.ceilings import Ceilings, cpu_name
 from ..errors import GpuscopeError
 
@@ -41,10 +45,11 @@ class Sizes:
     reps: int = 10  # calls per timed trial
     trials: int = 5
     l2_reps: int = 200
+    repeats: int = 3  # of the whole set: each ceiling is the median of its repeats
 
     @classmethod
     def cpu(cls) -> Sizes:
-        return cls(copy_bytes=128 << 20, gemm_n=1024, gemm_n_cuda_cores=1024, reps=2, trials=3, l2_reps=0)
+        return cls(copy_bytes=128 << 20, gemm_n=1024, gemm_n_cuda_cores=1024, reps=2, trials=2, l2_reps=0)
 
     @classmethod
     def tiny(cls) -> Sizes:
@@ -64,10 +69,13 @@ def _import_torch() -> Any:
     return torch
 
 
-def calibrate(device: str = "auto", sizes: Sizes | None = None) -> Ceilings:
+def calibrate(device: str = "auto", sizes: Sizes | None = None, repeats: int | None = None) -> Ceilings:
     """Measure the roofs of ``device`` (``cuda``, ``cuda:N``, ``cpu``, or ``auto``: the first GPU if
-    PyTorch sees one, else the CPU); return them as :class:`Ceilings` with ``sources`` ``measured``.
+    PyTorch sees one, else the CPU) ``repeats`` times (default: the sizes'); return the medians as
+    :class:`Ceilings` with ``sources`` ``measured`` and each ceiling's spread and samples in ``details``.
     """
+    if repeats is not None and repeats < 1:
+        raise GpuscopeError(f"--repeats must be at least 1, not {repeats}")
     torch = _import_torch()
     if device == "auto":
         device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
@@ -75,10 +83,12 @@ def calibrate(device: str = "auto", sizes: Sizes | None = None) -> Ceilings:
         if torch is None or not torch.cuda.is_available():
             raise GpuscopeError("no GPU that PyTorch can use: calibrate needs a CUDA build of torch and a "
                                 "GPU (or --device cpu)")
-        return _calibrate_cuda(torch, torch.device(device), sizes or Sizes())
+        s = sizes or Sizes()
+        return combine([_calibrate_cuda(torch, torch.device(device), s) for _ in range(repeats or s.repeats)])
     if device != "cpu":
         raise GpuscopeError(f"unknown device {device!r}: use cuda, cuda:N, cpu or auto")
-    return _calibrate_cpu(torch, sizes or Sizes.cpu())
+    s = sizes or Sizes.cpu()
+    return combine([_calibrate_cpu(torch, s) for _ in range(repeats or s.repeats)])
 
 
 # -- GPU ---------------------------------------------------------------------------------------------

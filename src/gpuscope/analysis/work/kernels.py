@@ -36,8 +36,9 @@ from ..layers import OUTSIDE, op_owners_sql
 from ..innermost import innermost_sql
 from ..steps import step_source, steps_table
 from .carried import carry
-from .measured import PRECISIONS, has_metrics, launch_metrics
-from .model import Work, op_work_json
+from .call import precision_of
+from .measured import PRECISIONS, half_precision, has_metrics, launch_metrics
+from .model import Work, is_writer, op_work_json
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
 # kernels that only write memory: random numbers, fills, workspace initialisation
@@ -173,7 +174,7 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     frame["tensor_cores"] = _tensor_state(frame)
     frame["source"] = frame["flops"].notna().map({True: "model", False: None})
     frame = carry(report, frame)
-    frame = _with_measured(report, frame)
+    frame = _with_measured(report, frame, ops)
     frame = _writers_only(frame)
     frame["layer"] = frame["owner"].where(frame["row_kind"] == "module", None)
     frame["owner"] = frame["owner"].fillna(OUTSIDE)
@@ -182,17 +183,54 @@ def _kernel_work(report: Report) -> pd.DataFrame:
 
 def _writers_only(frame: pd.DataFrame) -> pd.DataFrame:
     """Random-number and initialisation kernels (``distribution_*``, Philox/cuRAND, fills, cuDNN's
-    workspace init) do no useful arithmetic: whatever instructions ncu counted in them, or whatever
-    share of a matrix operator's work they were given, their FLOPs are 0 and their tensor-core
-    state n/a; their bytes stay (what they write)."""
+    workspace init) do no useful arithmetic: their FLOPs are 0 and their tensor-core state n/a,
+    whatever instructions ncu counted in them. Their bytes are what they write: the tensor of the
+    operator that only writes it (``randn``, ``uniform_``, ``zeros``, ``fill_``: the work model).
+    Launched by another operator (a workspace that cuDNN clears, a buffer zeroed inside a
+    convolution's backward) or by none, what they write is not known: no work model (ncu's DRAM
+    bytes are not it: what a kernel writes stays in L2 past its end)."""
     writer = frame["name"].astype(str).str.contains(WRITER_KERNEL)
     if writer.any():
+        own = writer & frame["op_name"].map(lambda n: isinstance(n, str) and is_writer(n)).astype(bool)
+        unknown = writer & ~own
+        frame.loc[unknown, ["flops", "matrix_flops", "bytes", "precision", "work_kind", "source"]] = None
         frame.loc[writer & frame["flops"].notna(), ["flops", "matrix_flops"]] = 0.0
         frame.loc[writer, "tensor_cores"] = "n/a"
     return frame
 
 
-def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
+def _op_precisions(report: Report, ops: str, ids: list[int]) -> dict[int, str]:
+    """The precision of the first floating-point tensor (else the ``dtype`` argument) of each
+    operator in ``ids``."""
+    import json
+
+    listed = ", ".join(str(int(i)) for i in ids)
+    out = {}
+    for op_id, dtypes, scalars in report.sql(f"SELECT torch_op_id, dtypes, scalars FROM {ops} "
+                                             f"WHERE torch_op_id IN ({listed})"):
+        flat: list[object] = []
+        for d in json.loads(dtypes or "[]"):
+            flat.extend(d if isinstance(d, list) else [d])
+        found = [p for p in map(precision_of, flat) if p]
+        found = found or [p for p in [precision_of(json.loads(scalars or "{}").get("dtype"))] if p]
+        if found:
+            out[int(op_id)] = found[0]
+    return out
+
+
+def _half_from_operator(report: Report, frame: pd.DataFrame, ops: str, rows: pd.Series) -> None:
+    """ncu's half counters do not tell BF16 from FP16: a kernel measured as FP16 whose name names
+    neither takes BF16 from its operator's tensors."""
+    ask = rows & (frame["precision"] == "fp16") & frame["torch_op_id"].notna()
+    ask &= frame["name"].astype(str).map(half_precision).isna()
+    if not ask.any():
+        return
+    found = _op_precisions(report, ops, sorted(set(frame.loc[ask, "torch_op_id"].astype(int))))
+    bf16 = ask & (frame["torch_op_id"].map(lambda i: found.get(int(i)) if pd.notna(i) else None) == "bf16")
+    frame.loc[bf16, "precision"] = "bf16"
+
+
+def _with_measured(report: Report, frame: pd.DataFrame, ops: str) -> pd.DataFrame:
     """Fill kernels without a work model from ncu's metrics of their name (means per launch: FLOPs
     counted, DRAM bytes), and take tensor-core use from the counters where they were read."""
     if not has_metrics(report):
@@ -210,6 +248,7 @@ def _with_measured(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     frame.loc[fill, "matrix_flops"] = rows["tensor_flops"].to_numpy()
     frame.loc[fill, "precision"] = rows["dominant"].to_numpy()
     frame.loc[fill, "source"] = "ncu"
+    _half_from_operator(report, frame, ops, fill)
     counted = known & frame["name"].map(m["counted"]).fillna(False).astype(bool)
     tensor = frame["name"].map(m["tensor_flops"]).fillna(0) > 0
     frame.loc[counted & tensor, "tensor_cores"] = "used"

@@ -4,8 +4,11 @@ Per profiled launch, from ncu's metrics:
 
 - FLOPs per precision: CUDA-core instructions counted per thread (an FMA is two operations:
   ``2·ffma + fadd + fmul`` for FP32, ``dfma``/``dadd``/``dmul`` for FP64, ``hfma``/``hadd``/``hmul``
-  for FP16) plus the tensor-core operations of ``sm__ops_path_tensor_src_<precision>*`` (each
+  for 16-bit floats) plus the tensor-core operations of ``sm__ops_path_tensor_src_<precision>*`` (each
   counted as TENSOR_FLOPS_PER_OP FLOPs);
+- ncu's ``hfma``/``hadd``/``hmul`` counters take BF16 and FP16 instructions alike: their FLOPs are
+  BF16 where the kernel's name says so (``BFloat16``, ``bf16``, ``__nv_bfloat16``) and not FP16
+  too (:func:`half_precision`), else FP16 (the roofline then asks the kernel's operator);
 - SM and memory throughput as % of peak, achieved occupancy, DRAM bytes (read + written), L1 and
   L2 hit rates, tensor-pipe utilization (the busiest tensor pipe), registers per thread;
 - bound: ``latency`` when neither SM nor memory throughput reaches LATENCY_PCT of peak, else
@@ -30,6 +33,18 @@ _SIMT = {
 }  # fmt: skip
 _LIMITS = {"registers": "registers", "shared_mem": "shared memory", "warps": "warps", "blocks": "blocks"}
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+_BF16_NAME = re.compile(r"bfloat16|bf16", re.IGNORECASE)
+_FP16_NAME = re.compile(r"c10::Half\b|__half\b|\bhalf2?\b|fp16|(?<![bp])f16", re.IGNORECASE)
+
+
+def half_precision(name: str) -> str | None:
+    """Return which 16-bit float a kernel's name says it computes in: ``bf16`` (``c10::BFloat16``,
+    ``__nv_bfloat16``, ``bf16``), ``fp16`` (``c10::Half``, ``__half``, ``fp16``, ``f16``), or None
+    when it names neither or both (a conversion between them)."""
+    bf16, fp16 = bool(_BF16_NAME.search(name)), bool(_FP16_NAME.search(name))
+    if bf16 == fp16:
+        return None
+    return "bf16" if bf16 else "fp16"
 
 
 def has_metrics(report: Report) -> bool:
@@ -70,9 +85,14 @@ def launch_metrics(report: Report) -> pd.DataFrame:
     out["tensor_pct"] = wide[pipes].max(axis=1) if pipes else np.nan
     for prec in PRECISIONS:
         out[f"flops_{prec}"] = 0.0
+    bf16 = wide["name"].astype(str).map(half_precision) == "bf16"
     for prec, (fma, add, mul) in _SIMT.items():
         inst = [_col(wide, f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum").fillna(0) for op in (fma, add, mul)]
-        out[f"flops_{prec}"] += 2 * inst[0] + inst[1] + inst[2]
+        flops = 2 * inst[0] + inst[1] + inst[2]
+        if prec == "fp16":  # the half counters count BF16 instructions too
+            out["flops_bf16"] += flops.where(bf16, 0.0)
+            flops = flops.where(~bf16, 0.0)
+        out[f"flops_{prec}"] += flops
     out["tensor_flops"] = 0.0
     tensor_cols = [(c, _TENSOR.match(str(c))) for c in wide.columns]
     for c, m in tensor_cols:

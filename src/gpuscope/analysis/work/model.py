@@ -13,6 +13,10 @@ Conventions (one place to read them; the tests check each formula by hand):
   size; the bytes of an operator that could not do with less. Outputs count at the size of the
   first floating-point input (statistics such as layer norm's mean and rstd are small). Operators
   that only write their first argument (``fill_``, ``copy_``, ``zero_``) do not read it.
+- Operators that only write a tensor (random numbers: ``randn``, ``normal_``, ``uniform_``, ...;
+  fills: ``zeros``, ``ones_like``, ``full``, ...) do no useful arithmetic: 0 operations, and the
+  bytes of the tensor they write (at the ``dtype`` they were given, else their input's, else
+  float32), plus the tensor arguments they read (the ``p`` of ``bernoulli_``).
 - Convolution counts the work of the direct algorithm: ``2 · output positions · weight elements``
   (and for a transposed convolution, input positions instead of output positions).
 - Attention (``_scaled_dot_product_{flash,efficient,cudnn}attention_work`` and the kernels' own
@@ -60,7 +64,8 @@ from .matrix import (
     matmul_work,
 )
 
-__all__ = ["PRECISIONS", "Work", "causal_pairs", "element_size", "numel", "op_work", "op_work_json", "precision_of"]
+__all__ = ["PRECISIONS", "Work", "causal_pairs", "element_size", "is_writer", "numel", "op_work", "op_work_json",
+           "precision_of"]
 
 # Operations per output element of elementwise operators (the name without ``aten::``, a trailing
 # ``_`` and a ``_foreach_`` prefix). Operators listed with 0 only move data.
@@ -78,6 +83,16 @@ ELEMENTWISE = {
     "gelu": 5, "silu_backward": 6, "mish": 6, "gelu_backward": 8,
     **dict.fromkeys("copy _to_copy clone fill zero cat stack _unsafe_index constant_pad_nd "
                     "index_put scatter gather".split(), 0),
+}  # fmt: skip
+# Operators that only write a tensor: they create it, or overwrite their first argument (WRITER_INPLACE)
+WRITERS = {
+    **dict.fromkeys("randn rand normal randn_like rand_like bernoulli".split(), "random"),
+    **dict.fromkeys("zeros ones full zeros_like ones_like full_like new_zeros new_ones new_full scalar_tensor".split(),
+                    "fill"),
+}  # fmt: skip
+WRITER_INPLACE = {
+    **dict.fromkeys("normal_ uniform_ bernoulli_ random_ exponential_ geometric_ cauchy_ log_normal_".split(), "random"),
+    **dict.fromkeys("fill_ zero_".split(), "fill"),
 }  # fmt: skip
 _WRITE_ONLY_FIRST = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_"}
 REDUCTION = {
@@ -136,6 +151,34 @@ def _elementwise(c: Call, base: str) -> Work:
     skip = name.removeprefix("_foreach_") in _WRITE_ONLY_FIRST
     writes = c.write_bytes() or (n * c.size if name.endswith("_") else 0.0)
     return c.work("copy" if per == 0 else "elementwise", n * per, nbytes=c.read_bytes(skip) + writes)
+
+
+def is_writer(name: str) -> bool:
+    """Return whether operator ``name`` (``aten::randn``) only writes a tensor (:data:`WRITERS`,
+    :data:`WRITER_INPLACE`)."""
+    base = name.removeprefix("aten::")
+    return base in WRITERS or base in WRITER_INPLACE
+
+
+def _writer(c: Call, base: str) -> Work:
+    """A random-number or fill operator: no operations; the bytes of what it writes, plus the
+    tensors it reads (not the one it overwrites, nor the one a ``_like`` operator takes its shape from)."""
+    dtype = c.scalars.get("dtype")
+    inplace = base in WRITER_INPLACE
+    reads = 0.0
+    if inplace:
+        reads = c.read_bytes(skip_first=True)
+    elif not base.endswith("_like") and not base.startswith("new_"):
+        reads = c.read_bytes()  # normal(mean, std) and bernoulli(p) read their tensors
+    tensors = any(True for _ in tensor_args(c.shapes, c.dtypes))
+    # a factory without a dtype makes the default dtype (float32); element_size(None) is 4
+    precision = precision_of(dtype) if dtype is not None else (c.precision if tensors else "fp32")
+    size = element_size(dtype) if dtype is not None else c.size
+    outs = list(output_shapes(c.outs))
+    if not outs and inplace and c.arg(0) is not None:
+        outs = [c.arg(0)]
+    written = float(sum(numel(s) for s in outs) * size)
+    return Work((WRITER_INPLACE | WRITERS)[base], precision, 0.0, 0.0, reads + written)
 
 
 def _adam(c: Call) -> Work:
@@ -197,6 +240,8 @@ def op_work(name: str, shapes: Sequence[Any], dtypes: Sequence[Any], out_shapes:
             return _softmax(c)
         if base in _EMBEDDING:
             return _embedding(c)
+        if base in WRITERS or base in WRITER_INPLACE:
+            return _writer(c, base)
         if base in ("_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw"):
             return _adam(c)
         key = base.removeprefix("_foreach_").rstrip("_")

@@ -25,6 +25,7 @@ from ..collectors import Collector
 from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
 from ..python import hook_cost as calibrate
 from ..python import imports
+from ..python.forks import ForkWatch
 from ..python.ranges import RangeRecorder
 from ..python.ranks import RankRecorder
 from ..python.stacks import StackTable
@@ -85,6 +86,9 @@ class Agent:
         self.ranges.offset = self.clock_offset_ns
         self.collectors.append(self.ranges)
         self.collectors.append(self.ranks)
+        self.forks = ForkWatch(self.now_ns)  # forked children are not recorded: say so
+        self.forks.install()
+        self.collectors.append(self.forks)
         annotation.use_recorder(self.ranges)
         self._hook_libraries()
         if "cpu" in self.trace:
@@ -350,9 +354,11 @@ class Agent:
                                             "the module's inputs, so its backward hook never fired): each was ended with "
                                             "the backward pass, and its backward time in layer_sum runs to that end"),
         }
+        closed = self.torch_hooks.closed_at_pass_end() if self.torch_hooks is not None else None
         for key, text in said.items():
             if counts.get(key):
-                self._add_row("diagnostic", (self.now_ns(), "info", f"{counts[key]} {text}"))
+                line = closed if key == "backward_closed_at_pass_end" and closed else f"{counts[key]} {text}"
+                self._add_row("diagnostic", (self.now_ns(), "info", line))
 
     def _process_row(self) -> tuple[Any, ...]:
         return (

@@ -111,15 +111,26 @@ def operator_costs_ns(torch: Any, ops: int = OPERATOR_CALLS) -> tuple[int, int]:
     addition, a product, a matrix product, a sum) under a scratch recorder's dispatch mode."""
     from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC0415
 
+    from .dispatch_stack import dynamo_skips  # noqa: PLC0415
     from .torch_ops import TorchOps  # noqa: PLC0415
 
     def mode(recording: bool) -> Any:
         scratch = TorchOps(0, lambda level, message: None)
         scratch._on = recording
         scratch._waiting = False
+        handler = scratch._handler(torch)
+        # as the recorder's own mode (torch_ops.py): TorchDynamo skips the handler, and torch adds no
+        # per-call wrapper, whose first call imports torch._dynamo (which fails at exit, once PyTorch
+        # has removed its prims library)
+        skip = dynamo_skips(handler)
 
         class Calibration(TorchDispatchMode):  # type: ignore[misc]
-            __torch_dispatch__ = scratch._handler(torch)
+            if skip:
+                @classmethod
+                def _should_skip_dynamo(cls) -> bool:
+                    return False
+
+            __torch_dispatch__ = handler
 
         return Calibration()
 

@@ -52,6 +52,7 @@ class TorchHooks:
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._active: threading.local = threading.local()
         self._open_backward: dict[int, str] = {}  # range id -> module name, of the running pass
+        self._closed_at_pass_end: dict[str, int] = {}  # module name -> backward ranges ended with the pass
         self._waiting: dict[Any, list[Callable[[Any], None]]] = {}  # parameter -> ends to signal
         self._accumulate_hooked: set[int] = set()
         self._step_optimizer: int | None = None
@@ -279,9 +280,11 @@ class TorchHooks:
                 return ranged(*args, **kwargs)
             finally:
                 for rid in list(open_backward):
-                    if open_backward.pop(rid, None) is not None:
+                    module = open_backward.pop(rid, None)
+                    if module is not None:
                         self.r.end(rid)
                         self.counts["backward_closed_at_pass_end"] += 1
+                        self._closed_at_pass_end[module] = self._closed_at_pass_end.get(module, 0) + 1
                 self._waiting.clear()
 
         wrapper.__wrapped__ = func  # type: ignore[attr-defined]
@@ -289,6 +292,21 @@ class TorchHooks:
         wrapper.__doc__ = func.__doc__
         wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
         return wrapper
+
+    def closed_at_pass_end(self) -> str | None:
+        """Return one line on the module backward ranges that PyTorch never ended (gpuscope ended
+        them with the backward pass), naming the modules; None when there were none."""
+        closed = sorted(self._closed_at_pass_end.items(), key=lambda kv: (-kv[1], kv[0]))
+        if not closed:
+            return None
+        one = len(closed) == 1
+        names = ", ".join(f"{name} ({n} time{'s' if n != 1 else ''})" for name, n in closed[:3])
+        names += f" and {len(closed) - 3} more modules" if len(closed) > 3 else ""
+        return (f"the backward of {names} has no end from PyTorch: no gradient flows into "
+                f"{'its' if one else 'their'} inputs (integer indices, or tensors that need no gradient), so "
+                f"{'its' if one else 'their'} backward "
+                f"{'range was' if sum(n for _, n in closed) == 1 else 'ranges were'} ended with the backward "
+                f"pass, and layer_sum's backward time for {'it' if one else 'them'} runs to that end")
 
     # -- optimizer and steps -------------------------------------------------------------
     def _step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
