@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...spool import SPOOL_ENV, SpoolWriter
 from ..capture_range import CAPTURE_ENV, CaptureSpec
@@ -27,6 +27,9 @@ from ..collectors import RECORDERS, STOP_THREAD, Collector, Recorder
 from ..python import imports
 from ..python.stacks import StackTable
 from .control import CaptureControl
+
+if TYPE_CHECKING:
+    from ..python.ranges import RangeRecorder
 
 TRACE_ENV = "GPUSCOPE_TRACE"
 LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spool
@@ -81,7 +84,7 @@ class Agent:
         os.register_at_fork(after_in_child=_forget_in_child)
 
     @property
-    def ranges(self) -> Any:
+    def ranges(self) -> RangeRecorder:
         """The range recorder (python/ranges.py): annotations, step marks and capture triggers go through it."""
         return self.collector("ranges")
 
