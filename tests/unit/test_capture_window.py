@@ -254,13 +254,15 @@ class FakeHooks:
 class FakeAgent:
     def __init__(self, hub: Any = None) -> None:
         self.ranges = RangeRecorder()
-        self.callbacks = hub
-        self.torch_ops: Any = None
         self.torch_hooks = FakeHooks()
         self.collectors = [self.ranges, self.torch_hooks]
+        self.by_name: dict[str, Any] = {"ranges": self.ranges, "torch": self.torch_hooks, "cuda-callbacks": hub}
         self.rows: list[tuple[str, tuple[Any, ...]]] = []
         self.diags: list[str] = []
         self.t = 0
+
+    def collector(self, name: str) -> Any:
+        return self.by_name.get(name)
 
     def now_ns(self) -> int:
         self.t += 10

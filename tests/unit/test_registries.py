@@ -14,13 +14,15 @@ from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.analysis.steps import step_sum
 from gpuscope.capture import collectors
 from gpuscope.capture.cupti.activity import CuptiCollector
-from gpuscope.capture.cupti.callbacks import TimedCalls
+from gpuscope.capture.cupti.callbacks import CallbackHub, TimedCalls
 from gpuscope.capture.cupti.graph_launches import GraphLaunches
 from gpuscope.capture.cupti.launch_anchors import CallbackAnchors
 from gpuscope.capture.cupti.sync_sites import SyncSites
 from gpuscope.capture.python.cuda_memory import CudaMemory
 from gpuscope.capture.python.torch_memory import TorchMemory
+from gpuscope.capture.python.nvtx_python import NvtxPackage
 from gpuscope.capture.python.ranges import RangeRecorder
+from gpuscope.capture.python.ranks import RankRecorder
 from gpuscope.capture.python.sampler import Sampler
 from gpuscope.capture.python.torch_hooks import TorchHooks
 from gpuscope.capture.python.torch_ops import TorchOps
@@ -55,8 +57,9 @@ def test_defaults_without_a_gpu_and_in_a_block() -> None:
     assert collectors.in_process(["cuda", "host", "torch", "nvml"]) == ["cuda", "torch"]
 
 
-@pytest.mark.parametrize("cls", [CuptiCollector, TimedCalls, SyncSites, GraphLaunches, CallbackAnchors,
-                                 RangeRecorder, Sampler, TorchHooks, TorchOps, TorchMemory, CudaMemory])
+@pytest.mark.parametrize("cls", [CuptiCollector, CallbackHub, TimedCalls, SyncSites, GraphLaunches, CallbackAnchors,
+                                 RangeRecorder, RankRecorder, NvtxPackage, Sampler, TorchHooks, TorchOps, TorchMemory,
+                                 CudaMemory])
 def test_every_in_process_recorder_follows_the_collector_protocol(cls: type) -> None:
     for method in ("set_collecting", "take_rows"):
         assert callable(getattr(cls, method, None)), f"{cls.__name__}.{method}"

@@ -1,23 +1,31 @@
-"""The collectors: what each ``--trace`` value records, and the protocol every in-process recorder follows.
+"""The collectors: what each ``--trace`` value records, and how every in-process recorder is started,
+switched, flushed and stopped.
 
-``TRACES`` is the registry: one :class:`TraceOption` per ``--trace`` value, in the order ``--help``
-lists them. Each says what it records (the report's tables), where it runs (inside the profiled
-process or beside it, in the launcher), what it implies, and the hint a report stores when it is
-off (``meta.not_recorded``; the analyses show it where its data is missing). ``--trace`` parsing,
-the defaults, the launcher's samplers, the in-process block and the report's ``not_recorded`` are
-all read from it.
+``TRACES`` is the registry of ``--trace`` values: one :class:`TraceOption` each, in the order
+``--help`` lists them. Each says what it records (the report's tables), where it runs (inside the
+profiled process or beside it, in the launcher), what it implies, and the hint a report stores when
+it is off (``meta.not_recorded``; the analyses show it where its data is missing). ``--trace``
+parsing, the defaults, the launcher's samplers, the in-process block and the report's
+``not_recorded`` are all read from it.
 
-Inside the profiled process every recorder is a :class:`Collector`: the agent hands it the capture
-window's state with ``set_collecting`` and takes its rows with ``take_rows`` at every flush.
-Adding a collector: a module with the recorder, one :class:`TraceOption` line here, its tables in
-trace/schema.py, and its start in the agent (capture/process/agent.py).
+``RECORDERS`` is the registry of what runs inside the profiled process: one :class:`Recorder` each,
+in the order the agent starts them. Each names its start function, the ``--trace`` values that
+start it, when it starts (at process start, or when the program imports a module such as torch) and
+when it stops at the end. The agent (capture/process/agent.py) drives them all through the same
+lifecycle and knows none by name; see :class:`Collector`.
+
+Adding a collector: a module with the recorder and its ``start(ctx, module)``, one :class:`Recorder`
+line here (and a :class:`TraceOption` if it has a ``--trace`` value of its own), its tables in
+trace/schema.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Protocol
 
 from ..errors import GpuscopeError
@@ -26,7 +34,26 @@ Row = tuple[Any, ...]
 
 
 class Collector(Protocol):
-    """A recorder inside the profiled process."""
+    """A recorder inside the profiled process: what a :class:`Recorder`'s start function returns.
+
+    Two methods every collector has; the agent calls them from any thread:
+
+    - ``set_collecting(on)``: the capture window's state (off: calls pass straight through);
+    - ``take_rows()``: the rows recorded since the last call, by report table (every flush).
+
+    Optional, where a collector needs them (the agent looks each up):
+
+    - ``flush()``: at every flush, before ``take_rows``: have the source hand over what it holds
+      (CUPTI's buffers go straight to the spool);
+    - ``ending()``: the process ends, before the capture window's last close (an operator sample
+      window ends at ``process end``, not at the window's end);
+    - ``shutdown(ctx)``: stop, and add the last rows with ``ctx.add_row`` (in the order of
+      :attr:`Recorder.stops`);
+    - ``uninstall()``: a profiled block ends: put back what it installed in the process.
+
+    None of them may raise into the program: they report a failure with ``ctx.diag`` (the agent
+    catches what still escapes and says which collector it came from).
+    """
 
     def set_collecting(self, on: bool) -> None:
         """Record (``on``) or let calls pass straight through, outside a capture window."""
@@ -34,6 +61,87 @@ class Collector(Protocol):
     def take_rows(self) -> dict[str, list[Row]]:
         """Return the rows recorded since the last call, by report table."""
         ...
+
+
+class Context(Protocol):
+    """What a collector gets from the agent of its process (``ctx``)."""
+
+    trace: set[str]  # the --trace values of this run
+    clock_offset_ns: int  # the session clock minus CLOCK_MONOTONIC
+    stacks: Any  # the process's interned Python stacks (python/stacks.py), shared by its collectors
+    spool: Any  # the spool writer (spool.py), for collectors that write chunks of their own
+
+    def now_ns(self) -> int:
+        """Return the current time on the session clock."""
+        ...
+
+    def diag(self, level: str, message: str) -> None:
+        """Record a one-line diagnostic (the launcher prints it and stores it in the report)."""
+
+    def add_row(self, table: str, row: Row) -> None:
+        """Add one row of a report table to the next flush."""
+
+    def collector(self, name: str) -> Any:
+        """Return the collector of the :class:`Recorder` named ``name`` if it has started, else None."""
+
+    def use_clock(self, name: str, now: Callable[[], int]) -> None:
+        """Make ``now`` (ns) the session clock (CUPTI's); collectors started later get its offset."""
+
+    def when_imported(self, module: str, hook: Callable[[ModuleType], None]) -> None:
+        """Call ``hook(module)`` once the program has imported ``module`` (now, if it has)."""
+
+
+# (ctx, module) -> the collector, or None where it has nothing to record (said with ctx.diag).
+# ``module`` is the module named by Recorder.when, None for a recorder started with the process.
+StartFn = Callable[[Context, "ModuleType | None"], "Collector | None"]
+
+# When a collector's ``shutdown`` runs at the process's end: by these phases, first to last, and
+# within a phase in the reverse of the order the collectors started (a subscriber before its source).
+STOP_THREAD = 0  # a thread of its own (the sampler): stopped while the agent's flush thread still runs
+STOP_CUPTI = 1  # CUPTI and its subscribers, before the Python recorders measure their own costs
+STOP_PYTHON = 2
+STOP_LAST = 3  # the range recorder: its row counts the ranges the other recorders opened
+
+
+@dataclass(frozen=True)
+class Recorder:
+    """One collector that runs inside the profiled process."""
+
+    name: str  # how the others find it (ctx.collector)
+    start: str | StartFn  # the function, or the module (under gpuscope.capture) whose ``start`` it is
+    traces: tuple[str, ...] = ()  # started when any of these is traced; () always
+    when: str | None = None  # None: at process start; a module name: once the program imports it
+    stops: int = STOP_PYTHON
+
+    def wanted(self, trace: Collection[str]) -> bool:
+        """Return whether a run with ``trace`` starts this recorder."""
+        return not self.traces or any(t in trace for t in self.traces)
+
+    def start_function(self) -> StartFn:
+        """Return the start function (importing its module now, not when the registry is read)."""
+        if not isinstance(self.start, str):
+            return self.start
+        module = importlib.import_module(f"{__package__}.{self.start}")
+        fn: StartFn = module.start
+        return fn
+
+
+_CUPTI = ("cuda", "cuda-api", "nvtx")
+RECORDERS = [
+    Recorder("cuda", "cupti.activity", _CUPTI, stops=STOP_CUPTI),
+    Recorder("cuda-callbacks", "cupti.callbacks", _CUPTI, stops=STOP_CUPTI),
+    Recorder("sync-sites", "cupti.sync_sites", ("cuda",)),
+    Recorder("graph-launches", "cupti.graph_launches", ("cuda",)),
+    Recorder("launch-anchors", "cupti.launch_anchors", ("cuda",), stops=STOP_CUPTI),
+    Recorder("ranges", "python.ranges", stops=STOP_LAST),
+    Recorder("ranks", "python.ranks"),
+    Recorder("forks", "python.forks"),
+    Recorder("nvtx-python", "python.nvtx_python", ("nvtx",), when="nvtx"),
+    Recorder("torch", "python.torch_hooks", ("torch",), when="torch"),
+    Recorder("torch-ops", "python.torch_ops", ("torch-ops", "torch-shapes"), when="torch"),
+    Recorder("memory", "python.memory", ("memory",), when="torch"),
+    Recorder("sampler", "python.sampler", ("cpu",), stops=STOP_THREAD),
+]
 
 
 @dataclass(frozen=True)

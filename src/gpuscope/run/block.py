@@ -38,7 +38,6 @@ from typing import Any
 from .. import annotation
 from ..capture import collectors
 from ..capture.process import agent as agent_mod
-from ..capture.python import imports, nvtx_python
 
 
 class Profile:
@@ -132,10 +131,7 @@ class Profile:
         if agent_mod._agent is agent:
             agent_mod._agent = None
         annotation._backend = self._restore.get("backend")
-        if agent.torch_hooks is not None:
-            agent.torch_hooks.uninstall()
-        nvtx_python.uninstall()
-        imports.forget_all()
+        agent.uninstall()
 
     def _write(self, wall_ns: int) -> None:
         from . import program as session  # noqa: PLC0415  (the launcher's writer and meta, imported only now)

@@ -15,9 +15,12 @@ import ctypes
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...spool import SpoolWriter
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 # Knobs for measuring what each part of the collection costs (bench/overhead.py); not for users.
@@ -39,6 +42,19 @@ STRING_FIELDS = ("name", "domain", "source")
 ALWAYS_ON = ("device", "context", "overhead", "memory", "memory-pool")
 
 Diag = Callable[[str, str], None]
+
+
+def start(ctx: Context, module: Any = None) -> CuptiCollector | None:
+    """Start CUPTI's activity records, whose clock becomes the session's; return the collector, or
+    None (said as a warning) where CUPTI cannot record in this process."""
+    collector = CuptiCollector(ctx.spool, ctx.trace, ctx.diag)
+    try:
+        collector.start()
+    except CollectorUnavailable as exc:
+        ctx.diag("warning", f"{exc}: GPU activity is not recorded; the program runs as usual")
+        return None
+    ctx.use_clock("cupti", collector.now)
+    return collector
 
 
 class CollectorUnavailable(Exception):
@@ -217,9 +233,13 @@ class CuptiCollector:
         }
 
     def flush(self, forced: bool = False) -> None:
-        """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records."""
+        """Ask CUPTI to hand over what it holds; ``forced`` also hands over incomplete records. A
+        failure is said as a warning (the next flush tries again)."""
         if self._enabled_kinds and not self._stopped:
-            self._flush_all(forced)
+            try:
+                self._flush_all(forced)
+            except Exception as exc:  # noqa: BLE001
+                self.diag("warning", f"CUPTI flush failed: {exc}")
 
     def _flush_all(self, forced: bool) -> None:
         """Have CUPTI complete its buffers, and read them (raw buffers) or take its records."""
@@ -272,6 +292,20 @@ class CuptiCollector:
                 self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
             if self.raw is not None:
                 self.raw.drain()  # buffers CUPTI completed while detaching
+
+    def shutdown(self, ctx: Context) -> None:
+        """Stop (:meth:`stop`) and add the ``collector`` row: records, buffers, the callbacks' CPU time."""
+        try:
+            self.stop()
+        except Exception as exc:  # noqa: BLE001
+            ctx.add_row("diagnostic", (ctx.now_ns(), "error", f"CUPTI stop failed: {exc}"))
+        detail = f"kinds={','.join(self.enabled)} copied_buffers={self.copied_buffers}"
+        if self.raw is not None:
+            detail += f" raw_buffers={self.raw.buffers_allocated} failed_buffers={self.failed_buffers}"
+        detail += f" anchors={'on' if ctx.collector('launch-anchors') is not None else 'off'}"
+        if self.verify_walk:
+            detail += f" walk_checked={self.walk_checked} walk_mismatches={self.walk_mismatches}"
+        ctx.add_row("collector", ("cupti", self.records, self.buffers, self.callback_ns, self.failed_records, detail))
 
     @property
     def cupti_module(self) -> Any:

@@ -15,7 +15,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .activity import explain
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 Handler = Callable[[str, int], None]  # (api name, correlation id), on the calling thread
 Diag = Callable[[str, str], None]
@@ -27,6 +32,21 @@ def base_name(cbid_name: str) -> str:
     """Return the API function a CUPTI callback-id name stands for: ``cudaStreamSynchronize_ptsz_v7000``
     and ``cuStreamSynchronize_ptsz`` give ``cudaStreamSynchronize`` and ``cuStreamSynchronize``."""
     return _VERSION.sub("", cbid_name)
+
+
+def start(ctx: Context, module: Any = None) -> CallbackHub | None:
+    """Subscribe to CUPTI's callback API (where CUPTI's activity records started); return the hub its
+    subscribers register with, or None (said as a warning) where another subscriber holds the process."""
+    cupti = ctx.collector("cuda")
+    if cupti is None:
+        return None
+    hub = CallbackHub(cupti.cupti_module, ctx.diag)
+    try:
+        hub.start()
+    except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
+        ctx.diag("warning", f"synchronization sites are not recorded: {explain(exc)}")
+        return None
+    return hub
 
 
 class CallbackHub:
@@ -55,6 +75,21 @@ class CallbackHub:
         if self._subscriber is not None:
             sub, self._subscriber = self._subscriber, None
             self._cupti.unsubscribe(sub)
+
+    # -- the collector protocol (capture/collectors.py) ---------------------------------------
+    def set_collecting(self, on: bool) -> None:
+        """Nothing: each subscriber decides what it records outside a capture window."""
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Nothing: the subscribers hold the rows."""
+        return {}
+
+    def shutdown(self, ctx: Context) -> None:
+        """Unsubscribe (after the subscribers have stopped); a failure is said as a warning."""
+        try:
+            self.stop()
+        except Exception as exc:  # noqa: BLE001
+            ctx.add_row("diagnostic", (ctx.now_ns(), "warning", f"CUPTI callbacks did not stop: {exc}"))
 
     def on_api(self, names: list[str], enter: Handler | None = None, exit: Handler | None = None) -> list[str]:
         """Call ``enter``/``exit`` at the entry/exit of the runtime or driver API functions named;

@@ -28,11 +28,16 @@ refused them), and API records for every launch are what ``--trace cuda-api`` co
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from ..python import hook_cost
 from .callbacks import CallbackHub
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 ANCHOR_API = "cuDriverGetVersion"
 ANCHORS_ENV = "GPUSCOPE_ANCHORS"  # "0": no anchors (for measuring their cost)
@@ -58,8 +63,10 @@ class CallbackAnchors:
     The least Python work per anchor: at the call's entry only, one clock read and one append.
     """
 
-    def __init__(self, hub: CallbackHub, offset_ns: int) -> None:
+    def __init__(self, hub: CallbackHub, offset_ns: int, call: Callable[[], None] | None = None) -> None:
         self.offset = offset_ns
+        self.call = call  # makes one anchor (anchor_call); the range recorder calls it at each boundary
+        self.cost: dict[str, int] = {}  # measured at the end, for the ``ranges`` collector row
         self._rows: list[tuple[int, int, int]] = []
         self.missing = hub.on_api_entry([ANCHOR_API], self._entered)
 
@@ -77,6 +84,18 @@ class CallbackAnchors:
     def set_collecting(self, on: bool) -> None:
         """Anchors are recorded whatever the capture window (as they always were)."""
 
+    def shutdown(self, ctx: Context) -> None:
+        """Measure what one anchor costs (hook_cost.py) while CUPTI still calls back; the anchors
+        made for it are not kept."""
+        if self.call is None:
+            return
+        kept = self.pending()
+        try:
+            self.cost = {"ns_per_anchor": hook_cost.anchor_cost_ns(self.call)}
+        except Exception as exc:  # noqa: BLE001
+            ctx.diag("info", f"the cost of launch anchors was not measured: {type(exc).__name__}: {exc}")
+        self.forget_since(kept)
+
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Return the anchors since the last call, as ``launch_call`` rows."""
         rows = self.take()
@@ -86,3 +105,21 @@ class CallbackAnchors:
         """Return the rows recorded since the last call: ``(start_ns, end_ns, tid, api, correlation id)``."""
         rows, self._rows = self._rows, []
         return [(t + self.offset, t + self.offset, tid, ANCHOR_API, corr) for t, tid, corr in rows]
+
+
+def start(ctx: Context, module: Any = None) -> CallbackAnchors | None:
+    """Mark the ends of recorded ranges among CUDA calls (with ``cuda``, where its API calls are not
+    all recorded anyway); return the anchors, or None (said as a warning where they were wanted)."""
+    hub = ctx.collector("cuda-callbacks")
+    if hub is None or "cuda-api" in ctx.trace or os.environ.get(ANCHORS_ENV) == "0":
+        return None
+    try:
+        call = anchor_call()
+    except (OSError, AttributeError) as exc:
+        ctx.diag("warning", f"GPU work is placed in ranges by its GPU start only: {exc}")
+        return None
+    anchors = CallbackAnchors(hub, ctx.clock_offset_ns, call)
+    if anchors.missing:
+        ctx.diag("warning", f"GPU work is placed in ranges by its GPU start only: no CUPTI callback for {ANCHOR_API}")
+        return None
+    return anchors

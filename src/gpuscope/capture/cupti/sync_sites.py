@@ -12,10 +12,15 @@ from __future__ import annotations
 import os
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .callbacks import CallbackHub, TimedCalls
 from ..python.stacks import StackTable
+
+if TYPE_CHECKING:
+    from ..collectors import Context
+
+SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites, nor graph launches (for measuring their cost)
 
 SYNC_APIS = [
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
@@ -42,3 +47,11 @@ class SyncSites(TimedCalls):
         while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
             frame = frame.f_back
         return (self.stacks.stack_of(frame),)
+
+
+def start(ctx: Context, module: Any = None) -> SyncSites | None:
+    """Record synchronization sites where CUPTI's callback API is subscribed; return the recorder, or None."""
+    hub = ctx.collector("cuda-callbacks")
+    if hub is None or os.environ.get(SYNC_SITES_ENV) == "0":
+        return None
+    return SyncSites(hub, ctx.stacks, ctx.clock_offset_ns)

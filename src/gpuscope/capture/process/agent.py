@@ -1,10 +1,11 @@
 """The in-process agent: started by the bootstrap before any user code of a profiled Python process.
 
-It reads its settings from the environment the launcher prepared, starts the collectors, flushes
-what they hold to the spool every ``FLUSH_INTERVAL_S`` (and soon after a capture window closes), and
-delivers everything at exit and on SIGTERM. A capture range (``GPUSCOPE_CAPTURE``) turns collection
-on and off meanwhile (control.py). Standard library only, apart from the collectors' own
-optional imports.
+It reads its settings from the environment the launcher prepared, starts the collectors of the
+registry (capture/collectors.py: ``RECORDERS``) that ``--trace`` asks for, flushes what they hold to
+the spool every ``FLUSH_INTERVAL_S`` (and soon after a capture window closes), and delivers
+everything at exit and on SIGTERM. A capture range (``GPUSCOPE_CAPTURE``) turns collection on and
+off meanwhile (control.py). It knows no collector by name: each goes through the lifecycle of the
+``Collector`` protocol. Standard library only, apart from the collectors' own optional imports.
 """
 
 from __future__ import annotations
@@ -16,55 +17,44 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from ... import annotation
 from ...spool import SPOOL_ENV, SpoolWriter
 from ..capture_range import CAPTURE_ENV, CaptureSpec
-from ..collectors import Collector
-from ..cupti.activity import CollectorUnavailable, CuptiCollector, explain
-from ..python import hook_cost as calibrate
+from ..collectors import RECORDERS, STOP_THREAD, Collector, Recorder
 from ..python import imports
-from ..python.forks import ForkWatch
-from ..python.ranges import RangeRecorder
-from ..python.ranks import RankRecorder
 from ..python.stacks import StackTable
 from .control import CaptureControl
 
+if TYPE_CHECKING:
+    from ..python.ranges import RangeRecorder
+
 TRACE_ENV = "GPUSCOPE_TRACE"
-SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
-SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites (for measuring their cost)
 LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spool
 # Signals whose default action ends the process: the agent delivers everything first (if the program
 # left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-MEMORY_ENTRIES_ENV = "GPUSCOPE_MEMORY_ENTRIES"  # the CUDA allocator's ring of actions (cuda_memory.py)
-DEFAULT_SAMPLE_HZ = 250  # 1 kHz cost 1.27x on a small CPU training loop, 250 Hz 1.09x (bench/RESULTS.md)
 FLUSH_INTERVAL_S = 0.5
 
 _agent: Agent | None = None
 
 
 class Agent:
-    """Owns the spool writer and the collectors of one process."""
+    """Owns the spool writer and the collectors of one process (the ``Context`` they start with)."""
 
-    def __init__(self, spool_dir: str, trace: set[str], capture: CaptureSpec | None = None) -> None:
+    def __init__(self, spool_dir: str, trace: set[str], capture: CaptureSpec | None = None,
+                 recorders: list[Recorder] | None = None) -> None:
         self.trace = trace
         self.spool = SpoolWriter(spool_dir)
-        self.cupti: CuptiCollector | None = None
-        self.callbacks: Any = None  # the CUPTI callback subscriber (cupti_callbacks.CallbackHub)
-        self.sync_sites: Any = None
-        self.graph_launches: Any = None
-        self.launch_anchors: Any = None
-        self._anchor_cost: dict[str, int] = {}
+        self.recorders = RECORDERS if recorders is None else recorders
         self.stacks = StackTable()
-        self.ranges = RangeRecorder()
-        self.ranks = RankRecorder()
-        self.torch_hooks: Any = None
-        self.torch_ops: Any = None  # torch_ops.TorchOps, with --trace torch-ops or torch-shapes
-        self.sampler: Any = None
-        self.memory: list[Any] = []  # the memory recorders (torch_memory, cuda_memory), with --trace memory
-        self.collectors: list[Collector] = []  # every recorder started, in the order started
+        self.collectors: list[Collector] = []  # every collector started, in the order started
+        self._started: list[tuple[Recorder, Collector]] = []
+        self._by_name: dict[str, Collector] = {}
+        self._stopped_names: set[str] = set()
+        self._import_hooks: dict[str, list[Callable[[ModuleType], None]]] | None = None
         self.clock = "monotonic"
         self.clock_offset_ns = 0
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -76,24 +66,15 @@ class Agent:
         self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
         self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
+        self._capture_started = False
         self.capture = CaptureControl(self, capture or CaptureSpec())
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the collectors and the flush thread, and hook process exit."""
-        if self.trace & {"cuda", "cuda-api", "nvtx"}:
-            self._start_cupti()
-        self.ranges.offset = self.clock_offset_ns
-        self.collectors.append(self.ranges)
-        self.collectors.append(self.ranks)
-        self.forks = ForkWatch(self.now_ns)  # forked children are not recorded: say so
-        self.forks.install()
-        self.collectors.append(self.forks)
-        annotation.use_recorder(self.ranges)
-        self._hook_libraries()
-        if "cpu" in self.trace:
-            self._start_sampler()
+        self._start_recorders()
         self.capture.start()
+        self._capture_started = True
         self._add_row("process", self._process_row())
         self.flush()
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
@@ -102,9 +83,30 @@ class Agent:
         self._hook_ending_signals()
         os.register_at_fork(after_in_child=_forget_in_child)
 
+    @property
+    def ranges(self) -> RangeRecorder:
+        """The range recorder (python/ranges.py): annotations, step marks and capture triggers go through it."""
+        return self.collector("ranges")
+
+    def collector(self, name: str) -> Any:
+        """Return the collector of the recorder named ``name`` if it has started, else None."""
+        return self._by_name.get(name)
+
     def now_ns(self) -> int:
         """Return the current time on the session clock."""
         return time.monotonic_ns() + self.clock_offset_ns
+
+    def use_clock(self, name: str, now: Callable[[], int]) -> None:
+        """Make ``now`` the session clock (CUPTI's): collectors started from now on use its offset."""
+        self.clock = name
+        self.clock_offset_ns = _offset(now)
+
+    def when_imported(self, module: str, hook: Callable[[ModuleType], None]) -> None:
+        """Call ``hook(module)`` once the program has imported ``module`` (now, if it has)."""
+        if self._import_hooks is not None:  # while the recorders start: after theirs, in one finder
+            self._import_hooks.setdefault(module, []).append(hook)
+        else:
+            imports.when_imported({module: [hook]}, self._hook_failed)
 
     def diag(self, level: str, message: str) -> None:
         """Record a one-line diagnostic; the launcher prints it and stores it in the report."""
@@ -112,13 +114,16 @@ class Agent:
         if level == "error":
             self.flush_rows()
 
+    def add_row(self, table: str, row: tuple[Any, ...]) -> None:
+        """Add one row of a report table to the next flush."""
+        self._add_row(table, row)
+
     def flush(self) -> None:
         """Hand every record collected so far to the spool."""
-        if self.cupti is not None:
-            try:
-                self.cupti.flush()
-            except Exception as exc:  # noqa: BLE001
-                self._add_row("diagnostic", (self.now_ns(), "warning", f"CUPTI flush failed: {exc}"))
+        for recorder, collector in list(self._started):
+            flush = getattr(collector, "flush", None)
+            if flush is not None:
+                self._guarded(recorder, "flush", flush)
         self.flush_rows()
 
     def flush_rows(self) -> None:
@@ -147,218 +152,91 @@ class Agent:
         finally:
             _release_sigint(held)
 
+    def uninstall(self) -> None:
+        """Put back what the collectors installed in the process, and drop the import hooks still
+        waiting (a profiled block ends; after :meth:`stop`)."""
+        for recorder, collector in reversed(self._started):
+            uninstall = getattr(collector, "uninstall", None)
+            if uninstall is not None:
+                self._guarded(recorder, "uninstall", uninstall)
+        imports.forget_all()
+
     def _deliver(self) -> None:
-        if self.torch_ops is not None:
-            self.torch_ops.end_sample()  # a sample window still open ends at the process's end
+        for recorder, collector in list(self._started):
+            ending = getattr(collector, "ending", None)
+            if ending is not None:
+                self._guarded(recorder, "ending", ending)
         self.capture.finish()
         self._stop_event.set()
         self.capture.flush_soon.set()
-        if self.sampler is not None:
-            self.sampler.stop()
-            detail = {"hz": round(1.0 / self.sampler.interval, 3), "held_ns": self.sampler.held_ns,
-                      "interval_ns": int(self.sampler.interval * 1e9)}
-            self._add_row("collector", ("sampler", self.sampler.samples, 0, self.sampler.busy_ns, 0,
-                                        json.dumps(detail, sort_keys=True)))
+        self._shutdown(lambda phase: phase <= STOP_THREAD)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)  # no flush may race CUPTI's detaching
         if self.flush_thread_ns:  # its CPU time while the program ran: it holds the GIL while it works
             self._add_row("collector", ("flush", 0, 0, self.flush_thread_ns, 0, ""))
-        self._calibrate_anchors()
-        if self.callbacks is not None:
-            try:
-                self.callbacks.stop()
-            except Exception as exc:  # noqa: BLE001
-                self._add_row("diagnostic", (self.now_ns(), "warning", f"CUPTI callbacks did not stop: {exc}"))
-        if self.cupti is not None:
-            try:
-                self.cupti.stop()
-            except Exception as exc:  # noqa: BLE001
-                self._add_row("diagnostic", (self.now_ns(), "error", f"CUPTI stop failed: {exc}"))
-            self._add_row("collector", self._collector_row())
-        for row in self.ranges.close_open():
-            self._add_row("range", row)
-        if self.torch_ops is not None:
-            self._add_row("collector", self._operator_row(self.torch_ops.stop()))
-        for recorder in self.memory:
-            recorder.finish()
-            self._add_row("collector", recorder.summary())
-        self._report_range_counts()
+        self._shutdown(lambda phase: True)
         self._add_row("process_end", (self.now_ns(),))
         self.flush_rows()
 
     # -- internals --------------------------------------------------------------------------
-    def _start_cupti(self) -> None:
-        collector = CuptiCollector(self.spool, self.trace, self.diag)
+    def _start_recorders(self) -> None:
+        """Start the recorders the trace asks for, in registry order: those of process start now, the
+        others once the program imports their module (their hooks first, then the ones collectors
+        asked for with :meth:`when_imported`)."""
+        self._import_hooks = {}
+        asked: dict[str, list[Callable[[ModuleType], None]]] = {}
+        for recorder in self.recorders:
+            if not recorder.wanted(self.trace):
+                continue
+            if recorder.when is None:
+                self._start_one(recorder, None)
+            else:
+                asked.setdefault(recorder.when, []).append(
+                    lambda module, recorder=recorder: self._start_one(recorder, module, raise_errors=True))
+        for module, hooks in self._import_hooks.items():
+            asked.setdefault(module, []).extend(hooks)
+        self._import_hooks = None
+        if asked:
+            imports.when_imported(asked, self._hook_failed)
+
+    def _start_one(self, recorder: Recorder, module: ModuleType | None, raise_errors: bool = False) -> None:
         try:
-            collector.start()
-        except CollectorUnavailable as exc:
-            self.diag("warning", f"{exc}: GPU activity is not recorded; the program runs as usual")
+            collector = recorder.start_function()(self, module)
+        except Exception as exc:  # noqa: BLE001  (a collector that fails to start leaves the program as it is)
+            if raise_errors:
+                raise  # said by the import hook: "gpuscope could not hook into <module>"
+            self.diag("warning", f"the {recorder.name} collector did not start: {type(exc).__name__}: {exc}")
             return
-        self.cupti = collector
+        if collector is None:
+            return
+        self._started.append((recorder, collector))
+        self._by_name[recorder.name] = collector
         self.collectors.append(collector)
-        self.clock = "cupti"
-        self.clock_offset_ns = _offset(collector.now)
-        self._start_callbacks(collector)
+        if self._capture_started:  # started later (at an import): the capture window's current state
+            self.capture.apply_to(collector)
 
-    def _start_callbacks(self, collector: CuptiCollector) -> None:
-        """Subscribe to CUPTI's callback API, and record synchronization sites with ``cuda``."""
-        from ..cupti.callbacks import CallbackHub  # noqa: PLC0415
+    def _hook_failed(self, name: str, exc: BaseException) -> None:
+        self.diag("warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}")
 
-        hub = CallbackHub(collector.cupti_module, self.diag)
+    def _shutdown(self, phases: Callable[[int], bool]) -> None:
+        """Shut down the collectors of the ``phases`` not yet shut down: by phase, and within one in
+        the reverse of the order they started."""
+        started = list(enumerate(self._started))
+        for _, (recorder, collector) in sorted(started, key=lambda item: (item[1][0].stops, -item[0])):
+            if not phases(recorder.stops) or recorder.name in self._stopped_names:
+                continue
+            self._stopped_names.add(recorder.name)
+            shutdown = getattr(collector, "shutdown", None)
+            if shutdown is not None:
+                self._guarded(recorder, "stop", lambda: shutdown(self))
+
+    def _guarded(self, recorder: Recorder, what: str, call: Callable[[], Any]) -> None:
+        """Run one lifecycle call of a collector; what escapes it is said, never raised."""
         try:
-            hub.start()
-        except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
-            self.diag("warning", f"synchronization sites are not recorded: {explain(exc)}")
-            return
-        self.callbacks = hub
-        if "cuda" in self.trace and os.environ.get(SYNC_SITES_ENV) != "0":
-            from ..cupti.sync_sites import SyncSites  # noqa: PLC0415
-
-            self.sync_sites = SyncSites(hub, self.stacks, self.clock_offset_ns)
-            self.collectors.append(self.sync_sites)
-            from ..cupti.graph_launches import GraphLaunches  # noqa: PLC0415
-
-            self.graph_launches = GraphLaunches(hub, self.clock_offset_ns)
-            self.collectors.append(self.graph_launches)
-        if "cuda" in self.trace and "cuda-api" not in self.trace:
-            self._start_anchors(hub)
-
-    def _start_anchors(self, hub: Any) -> None:
-        """Mark the ends of recorded ranges among CUDA calls (launch_anchors.py)."""
-        from ..cupti import launch_anchors  # noqa: PLC0415
-
-        if os.environ.get(launch_anchors.ANCHORS_ENV) == "0":
-            return
-        try:
-            call = launch_anchors.anchor_call()
-        except (OSError, AttributeError) as exc:
-            self.diag("warning", f"GPU work is placed in ranges by its GPU start only: {exc}")
-            return
-        anchors = launch_anchors.CallbackAnchors(hub, self.clock_offset_ns)
-        if anchors.missing:
-            self.diag("warning", "GPU work is placed in ranges by its GPU start only: no CUPTI "
-                      f"callback for {launch_anchors.ANCHOR_API}")
-            return
-        self.launch_anchors = anchors
-        self.collectors.append(anchors)
-        self.ranges.anchor = call
-
-    def _calibrate_anchors(self) -> None:
-        """Measure what one launch anchor costs, while CUPTI still calls back (hook_cost.py)."""
-        anchors = self.launch_anchors
-        if anchors is None or self.ranges.anchor is None:
-            return
-        kept = anchors.pending()
-        try:
-            self._anchor_cost = {"ns_per_anchor": calibrate.anchor_cost_ns(self.ranges.anchor)}
+            call()
         except Exception as exc:  # noqa: BLE001
-            self.diag("info", f"the cost of launch anchors was not measured: {type(exc).__name__}: {exc}")
-        anchors.forget_since(kept)
-
-    def _start_sampler(self) -> None:
-        from ..python.sampler import Sampler  # noqa: PLC0415
-
-        try:
-            hz = float(os.environ.get(SAMPLE_RATE_ENV, DEFAULT_SAMPLE_HZ))
-        except ValueError:
-            hz = DEFAULT_SAMPLE_HZ
-        self.sampler = Sampler(1.0 / max(hz, 1.0), self.clock_offset_ns, self.stacks)
-        self.sampler.start()
-        self.collectors.append(self.sampler)
-
-    def _hook_libraries(self) -> None:
-        hooks: dict[str, list[Any]] = {}
-        if "nvtx" in self.trace:
-            hooks["nvtx"] = [self._install_nvtx_python]
-        if "torch" in self.trace:
-            hooks["torch"] = [self._install_torch]
-        if "torch-ops" in self.trace or "torch-shapes" in self.trace:  # every operator wins over samples
-            hooks.setdefault("torch", []).append(self._install_torch_ops)
-        if "memory" in self.trace:
-            hooks.setdefault("torch", []).append(self._install_memory)
-        hooks.setdefault("torch", []).append(lambda torch: self.ranks.install(torch, self.diag))
-        imports.when_imported(hooks, lambda name, exc: self.diag(
-            "warning", f"gpuscope could not hook into {name}: {type(exc).__name__}: {exc}"))
-
-    def _install_nvtx_python(self, module: Any) -> None:
-        from ..python import nvtx_python  # noqa: PLC0415
-
-        nvtx_python.install(module, self.ranges)
-
-    def _install_torch(self, module: Any) -> None:
-        from ..python.torch_hooks import TorchHooks  # noqa: PLC0415
-
-        hooks = TorchHooks(self.ranges, self.diag, backward="torch-backward" in self.trace)
-        self.capture.apply_to(hooks)
-        hooks.install(module)
-        self.torch_hooks = hooks
-        self.collectors.append(hooks)
-
-    def _install_torch_ops(self, module: Any) -> None:
-        from ..python.op_sample import policy_from_env  # noqa: PLC0415
-        from ..python.torch_ops import TorchOps  # noqa: PLC0415
-
-        policy = None if "torch-ops" in self.trace else policy_from_env(self.diag)  # every operator wins
-        ops = TorchOps(self.clock_offset_ns, self.diag, policy, lambda *row: self._add_row("torch_op_window", row),
-                       self.ranges.anchor)
-        ops.install(module)
-        self.capture.apply_to(ops)
-        self.torch_ops = ops
-        self.collectors.append(ops)
-
-    def _install_memory(self, module: Any) -> None:
-        """CUDA: the caching allocator's history; without CUDA: the CPU tensors PyTorch operators create."""
-        from ..python import cuda_memory  # noqa: PLC0415
-        from ..python.torch_memory import TorchMemory  # noqa: PLC0415
-
-        entries = int(os.environ.get(MEMORY_ENTRIES_ENV) or cuda_memory.MAX_ENTRIES)
-        cuda = cuda_memory.CudaMemory(self.clock_offset_ns, self.stacks, self.diag, entries)
-        recorder: Any = cuda
-        if not cuda.install(module):
-            recorder = TorchMemory(self.clock_offset_ns, self.stacks, self.diag)
-            recorder.install(module)
-        self.memory.append(recorder)
-        self.capture.apply_to(recorder)
-        self.collectors.append(recorder)
-
-    def _operator_row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The operator recorder's ``collector`` row, with the per-operator costs measured now
-        (hook_cost.py) in its detail, for the overhead estimate."""
-        try:
-            info = json.loads(row[5])
-            if info.get("ops") or info.get("waited_ops"):
-                recorded, passed = calibrate.operator_costs_ns(sys.modules["torch"])
-                info.update(ns_per_op_recorded=recorded, ns_per_op_passed=passed)
-        except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)
-            self.diag("info", f"the cost of recording PyTorch operators was not measured: {type(exc).__name__}: {exc}")
-            return row
-        return (*row[:5], json.dumps(info, sort_keys=True))
-
-    def _report_range_counts(self) -> None:
-        counts = dict(self.ranges.counts)
-        if self.torch_hooks is not None:
-            counts.update(self.torch_hooks.counts)
-        if counts["ranges"]:  # per-call costs, for the overhead estimate (hook_cost.py)
-            counts.update(calibrate.costs(self.torch_hooks, self.diag))
-            counts.update(self._anchor_cost)
-        self._add_row("collector", ("ranges", counts["ranges"], 0, 0, counts["hook_errors"] if
-                                    "hook_errors" in counts else 0, json.dumps(counts, sort_keys=True)))
-        said = {
-            "unbalanced_pops": "range pops without an open range (ignored)",
-            "unknown_ends": "range ends of unknown or already ended ranges (ignored)",
-            "open_at_exit": "ranges still open when the process ended (kept without an end)",
-            "ended_on_other_thread": "ranges ended on another thread than the one that started them",
-            "reentrant_calls": "re-entrant calls of a module already running (ranges nested)",
-            "modules_with_own_hooks": "modules that already had hooks (theirs run as before)",
-            "backward_closed_at_pass_end": ("module backward ranges got no end from PyTorch (no gradient flowed back through "
-                                            "the module's inputs, so its backward hook never fired): each was ended with "
-                                            "the backward pass, and its backward time in layer_sum runs to that end"),
-        }
-        closed = self.torch_hooks.closed_at_pass_end() if self.torch_hooks is not None else None
-        for key, text in said.items():
-            if counts.get(key):
-                line = closed if key == "backward_closed_at_pass_end" and closed else f"{counts[key]} {text}"
-                self._add_row("diagnostic", (self.now_ns(), "info", line))
+            self._add_row("diagnostic", (self.now_ns(), "warning",
+                                         f"the {recorder.name} collector failed to {what}: {type(exc).__name__}: {exc}"))
 
     def _process_row(self) -> tuple[Any, ...]:
         return (
@@ -371,17 +249,6 @@ class Agent:
             self.clock,
             self.clock_offset_ns,
         )
-
-    def _collector_row(self) -> tuple[Any, ...]:
-        c = self.cupti
-        assert c is not None
-        detail = f"kinds={','.join(c.enabled)} copied_buffers={c.copied_buffers}"
-        if c.raw is not None:
-            detail += f" raw_buffers={c.raw.buffers_allocated} failed_buffers={c.failed_buffers}"
-        detail += f" anchors={'on' if self.launch_anchors is not None else 'off'}"
-        if c.verify_walk:
-            detail += f" walk_checked={c.walk_checked} walk_mismatches={c.walk_mismatches}"
-        return ("cupti", c.records, c.buffers, c.callback_ns, c.failed_records, detail)
 
     def _add_row(self, table: str, row: tuple[Any, ...]) -> None:
         with self._rows_lock:
@@ -402,11 +269,11 @@ class Agent:
 
     def _orphaned(self) -> None:
         """The launcher died (SIGKILL, out of memory): nobody reads the spool any more. Stop writing
-        to it, remove it, and stop the sampler; the program runs on untraced."""
+        to it, remove it, and stop the collectors' own threads (the sampler); the program runs on
+        untraced."""
         self.spool.closed = True
         self._launcher = None
-        if self.sampler is not None:
-            self.sampler.stop()
+        self._shutdown(lambda phase: phase <= STOP_THREAD)
         import shutil  # noqa: PLC0415
 
         shutil.rmtree(self.spool.directory, ignore_errors=True)

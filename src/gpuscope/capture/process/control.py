@@ -34,9 +34,9 @@ class Agent(Protocol):
     """What the capture control uses of the process's agent (agent.py)."""
 
     ranges: RangeRecorder
-    callbacks: Any  # the CUPTI callback subscriber, or None
-    torch_ops: Any  # the operator recorder, or None
     collectors: list[Collector]
+
+    def collector(self, name: str) -> Any: ...
 
     def now_ns(self) -> int: ...
 
@@ -68,7 +68,7 @@ class CaptureControl:
             imports.when_imported({"torch": [self._watch_torch_nvtx]}, lambda name, exc: agent.diag(
                 "warning", f"--capture-range=nvtx cannot watch torch.cuda.nvtx: {type(exc).__name__}: {exc}"))
         if self.spec.range == "cudaProfilerApi":
-            hub = agent.callbacks
+            hub = agent.collector("cuda-callbacks")
             if hub is None:
                 agent.diag("warning", "--capture-range=cudaProfilerApi needs CUPTI's callback API, which is not "
                            "available in this process: nothing is recorded")
@@ -90,7 +90,7 @@ class CaptureControl:
         """A step mark: to the capture window, then, where step_sum counts it, to the operator samples."""
         window = self.window
         window.step_mark(source, t)
-        ops = getattr(self.agent, "torch_ops", None)
+        ops = self.agent.collector("torch-ops")
         if ops is not None and source == window.step_source:
             ops.step_mark(t)
 

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .stacks import StackTable
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 MAX_ENTRIES = 1_000_000  # GPUSCOPE_MEMORY_ENTRIES: the allocator's ring of actions
 STACK_BYTES = 1 << 20  # allocations from this size on keep their Python stack
@@ -172,6 +175,11 @@ class CudaMemory:
                 code = self._codes[key] = _Code(*key)
             node = self.stacks.child(node, self.stacks.frame(code, int(f.get("line", 0))))
         return node
+
+    def shutdown(self, ctx: Context) -> None:
+        """Read what is left (:meth:`finish`) and add the ``collector`` row (:meth:`summary`)."""
+        self.finish()
+        ctx.add_row("collector", self.summary())
 
     def summary(self) -> tuple[Any, ...]:
         """Return the ``collector`` row (name, records, buffers, callback_ns, failed_records, detail)."""

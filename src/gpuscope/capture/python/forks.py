@@ -81,3 +81,14 @@ class ForkWatch:
         with self._lock:
             rows, self._pending = self._pending, []
         return {"diagnostic": rows} if rows else {}
+
+    def shutdown(self, ctx: Any) -> None:
+        """Stop counting at the end (collector protocol)."""
+        self.stop()
+
+
+def start(ctx: Any, module: Any = None) -> ForkWatch:
+    """Watch the process's forks (every run: the children are missing whatever is traced)."""
+    watch = ForkWatch(ctx.now_ns)
+    watch.install()
+    return watch

@@ -24,8 +24,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from .ranges import RangeRecorder
-
 ROUNDS = 3
 RANGE_CALLS = 300
 MODULE_CALLS = 30
@@ -42,9 +40,8 @@ def _fastest(run: Callable[[], None], calls: int, rounds: int = ROUNDS) -> float
     return best / calls
 
 
-def range_cost_ns() -> int:
-    """Return the cost of one range (push and pop) on a recorder, in ns."""
-    r = RangeRecorder()
+def range_cost_ns(r: Any) -> int:
+    """Return the cost of one range (push and pop) on ``r``, a scratch range recorder, in ns."""
 
     def run() -> None:
         for _ in range(RANGE_CALLS):
@@ -56,12 +53,9 @@ def range_cost_ns() -> int:
     return int(cost)
 
 
-def module_call_costs_ns(torch: Any) -> tuple[int, int]:
+def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
     """Return what the PyTorch hooks add to one module call, in ns: forward only, and forward
-    followed by its backward."""
-    from .torch_hooks import TorchHooks  # noqa: PLC0415
-
-    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    followed by its backward. ``hooks``: scratch hooks (torch_hooks.TorchHooks) on a scratch recorder."""
     hooks._torch = torch
     module_cls = torch.nn.Module
     plain = getattr(module_cls.__call__, "__wrapped__", module_cls.__call__)
@@ -104,18 +98,18 @@ def anchor_cost_ns(anchor: Callable[[], None]) -> int:
     return int(_fastest(run, ANCHOR_CALLS))
 
 
-def operator_costs_ns(torch: Any, ops: int = OPERATOR_CALLS) -> tuple[int, int]:
+def operator_costs_ns(torch: Any, recorder: Callable[..., Any], ops: int = OPERATOR_CALLS) -> tuple[int, int]:
     """Return what the operator recorder adds to one PyTorch operator, in ns: recording it (the
     ``torch-ops`` path), and passing it through (the mode on the stack, not recording: operators
     before and between ``torch-shapes`` sample windows). Measured on small CPU operators (an
-    addition, a product, a matrix product, a sum) under a scratch recorder's dispatch mode."""
+    addition, a product, a matrix product, a sum) under the dispatch mode of a scratch ``recorder``
+    (the class torch_ops.TorchOps)."""
     from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC0415
 
     from .dispatch_stack import dynamo_skips  # noqa: PLC0415
-    from .torch_ops import TorchOps  # noqa: PLC0415
 
     def mode(recording: bool) -> Any:
-        scratch = TorchOps(0, lambda level, message: None)
+        scratch = recorder(0, lambda level, message: None)
         scratch._on = recording
         scratch._waiting = False
         handler = scratch._handler(torch)
@@ -155,14 +149,16 @@ def operator_costs_ns(torch: Any, ops: int = OPERATOR_CALLS) -> tuple[int, int]:
     return max(int(recorded), 0), max(int(passed), 0)
 
 
-def costs(torch_hooks: Any, diag: Callable[[str, str], None]) -> dict[str, int]:
-    """Return the measured per-call costs for the ``ranges`` collector row (empty where not measured)."""
+def costs(ranges: Callable[[], Any], torch_hooks: Any, diag: Callable[[str, str], None]) -> dict[str, int]:
+    """Return the measured per-call costs for the ``ranges`` collector row (empty where not measured).
+    ``ranges`` makes a scratch range recorder; ``torch_hooks`` are the process's PyTorch hooks, or None."""
     out: dict[str, int] = {}
     try:
-        out["ns_per_range"] = range_cost_ns()
+        out["ns_per_range"] = range_cost_ns(ranges())
         torch = getattr(torch_hooks, "_torch", None)
         if torch is not None and not torch_hooks._disabled:
-            fwd, both = module_call_costs_ns(torch)
+            scratch = type(torch_hooks)(ranges(), lambda level, message: None)
+            fwd, both = module_call_costs_ns(torch, scratch)
             out["ns_per_module_call"] = fwd
             out["ns_per_module_call_with_backward"] = both
     except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)

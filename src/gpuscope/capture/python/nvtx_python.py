@@ -10,8 +10,13 @@ nothing is lost by not calling NVTX itself.
 from __future__ import annotations
 
 import types
+from typing import TYPE_CHECKING, Any
+
 from ... import annotation
 from .ranges import RangeRecorder
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 SOURCE = "nvtx-python"
 
@@ -40,3 +45,25 @@ def uninstall() -> None:
         module, name, original = _replaced.pop()
         setattr(module, name, original)
 
+
+
+class NvtxPackage:
+    """The nvtx package pointed at the range recorder: a collector with no rows of its own (its
+    ranges are the range recorder's) that gives the package back its functions at :meth:`uninstall`."""
+
+    def set_collecting(self, on: bool) -> None:
+        """Nothing: the range recorder follows the capture window."""
+
+    def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Nothing: the range recorder delivers the ranges."""
+        return {}
+
+    def uninstall(self) -> None:
+        """Give the nvtx package back its own functions."""
+        uninstall()
+
+
+def start(ctx: Context, module: Any = None) -> NvtxPackage:
+    """Point the imported nvtx package (``module``) at the process's range recorder."""
+    install(module, ctx.collector("ranges"))
+    return NvtxPackage()

@@ -24,10 +24,17 @@ list operations per range, and two anchor calls where anchors are on).
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections import deque
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ... import annotation
+from . import hook_cost
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 # start_ns, end_ns, tid, id, domain, name, kind, source, category, color: the nvtx_range columns
 # (strings not yet interned, pid left out)
@@ -154,6 +161,27 @@ class RangeRecorder:
         rows = self.take()
         return {"range": rows} if rows else {}
 
+    def shutdown(self, ctx: Context) -> None:
+        """Deliver the ranges still open, and the ``ranges`` collector row: the counts of this recorder
+        and of the PyTorch hooks, with the per-call costs measured now (hook_cost.py) for the overhead
+        estimate; what went wrong is said as an ``info`` diagnostic."""
+        for row in self.close_open():
+            ctx.add_row("range", row)
+        hooks = ctx.collector("torch")
+        counts = dict(self.counts)
+        if hooks is not None:
+            counts.update(hooks.counts)
+        if counts["ranges"]:
+            counts.update(hook_cost.costs(RangeRecorder, hooks, ctx.diag))
+            counts.update(getattr(ctx.collector("launch-anchors"), "cost", {}))
+        ctx.add_row("collector", ("ranges", counts["ranges"], 0, 0, counts.get("hook_errors", 0),
+                                  json.dumps(counts, sort_keys=True)))
+        closed = hooks.closed_at_pass_end() if hooks is not None else None  # the modules, by name
+        for key, text in _SAID.items():
+            if counts.get(key):
+                line = closed if key == "backward_closed_at_pass_end" and closed else f"{counts[key]} {text}"
+                ctx.add_row("diagnostic", (ctx.now_ns(), "info", line))
+
     def take(self) -> list[Row]:
         """Return the finished rows recorded since the last call."""
         rows = self.rows
@@ -179,3 +207,26 @@ class RangeRecorder:
         self.counts["open_at_exit"] += len(rows)
         return rows
 
+
+
+# What the ``ranges`` row's counts mean, said at the end where they are not zero.
+_SAID = {
+    "unbalanced_pops": "range pops without an open range (ignored)",
+    "unknown_ends": "range ends of unknown or already ended ranges (ignored)",
+    "open_at_exit": "ranges still open when the process ended (kept without an end)",
+    "ended_on_other_thread": "ranges ended on another thread than the one that started them",
+    "reentrant_calls": "re-entrant calls of a module already running (ranges nested)",
+    "modules_with_own_hooks": "modules that already had hooks (theirs run as before)",
+    "backward_closed_at_pass_end": ("module backward ranges got no end from PyTorch (no gradient flowed back through "
+                                    "the module's inputs, so its backward hook never fired): each was ended with "
+                                    "the backward pass, and its backward time in layer_sum runs to that end"),
+}
+
+
+def start(ctx: Context, module: Any = None) -> RangeRecorder:
+    """Return the process's range recorder, which gpuscope's annotations (gpuscope.range, step, mark)
+    now record into; its boundaries make launch anchors where those started."""
+    recorder = RangeRecorder(ctx.clock_offset_ns)
+    recorder.anchor = getattr(ctx.collector("launch-anchors"), "call", None)
+    annotation.use_recorder(recorder)
+    return recorder

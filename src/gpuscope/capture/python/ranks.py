@@ -15,7 +15,10 @@ import functools
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 # rank, local rank, world size, node rank: the variables of each launcher, first found wins
 LAUNCHERS: tuple[tuple[str, str, str, str, str], ...] = (
@@ -100,3 +103,11 @@ class RankRecorder:
             c10d.init_process_group = init_process_group
         if dist.is_initialized():  # imported after the group was made
             self.from_torch(dist)
+
+
+def start(ctx: Context, module: Any = None) -> RankRecorder:
+    """Return the rank recorder, with the rank the environment names; once the program imports
+    torch, ``init_process_group`` updates it."""
+    recorder = RankRecorder()
+    ctx.when_imported("torch", lambda torch: recorder.install(torch, ctx.diag))
+    return recorder

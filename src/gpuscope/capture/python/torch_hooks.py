@@ -22,9 +22,12 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .ranges import RangeRecorder
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 SOURCE = "torch"
 
@@ -318,3 +321,11 @@ class TorchHooks:
             self._step_optimizer = id(optimizer)
         if id(optimizer) == self._step_optimizer:  # with several optimizers, the first one's steps count
             self.r.mark("step", "", SOURCE, "step")
+
+
+def start(ctx: Context, torch: Any = None) -> TorchHooks:
+    """Install the PyTorch hooks in the imported ``torch``, recording into the process's range
+    recorder (module backward ranges with ``torch-backward``); return them."""
+    hooks = TorchHooks(ctx.collector("ranges"), ctx.diag, backward="torch-backward" in ctx.trace)
+    hooks.install(torch)
+    return hooks

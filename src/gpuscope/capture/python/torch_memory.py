@@ -25,9 +25,12 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .stacks import StackTable
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 CPU_DEVICE = -1  # device_id of host memory in ``memory_event``
 KEEP_BYTES = 64 * 1024
@@ -222,6 +225,11 @@ class TorchMemory:
 
     def finish(self) -> None:
         """Nothing to read at the end: every event was recorded as it happened."""
+
+    def shutdown(self, ctx: Context) -> None:
+        """Read what is left (:meth:`finish`) and add the ``collector`` row (:meth:`summary`)."""
+        self.finish()
+        ctx.add_row("collector", self.summary())
 
     def summary(self) -> tuple[Any, ...]:
         """Return the ``collector`` row (name, records, buffers, callback_ns, failed_records, detail)."""

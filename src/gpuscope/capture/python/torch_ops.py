@@ -35,11 +35,15 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from . import hook_cost
 from .dispatch_stack import MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
-from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy
+from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy, policy_from_env
 from .op_signature import SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
+
+if TYPE_CHECKING:
+    from ..collectors import Context
 
 # start_ns, end_ns, tid, name, seq, shapes, dtypes, out_shapes, scalars: the torch_op columns (name
 # not yet interned, pid left out)
@@ -401,6 +405,24 @@ class TorchOps:
         plan, shapes, dtypes, scalars = self._input_keys[input_id] if type(input_id) is int else input_id
         return self._texts.encode(plan, shapes, dtypes, scalars, outs)
 
+    def ending(self) -> None:
+        """The process ends (before the capture window's last close): :meth:`end_sample`."""
+        self.end_sample()
+
+    def shutdown(self, ctx: Context) -> None:
+        """Stop, and add the ``collector`` row with the per-operator costs measured now (hook_cost.py)
+        in its detail, for the overhead estimate."""
+        row = self.stop()
+        try:
+            info = json.loads(row[5])
+            if info.get("ops") or info.get("waited_ops"):
+                recorded, passed = hook_cost.operator_costs_ns(sys.modules["torch"], TorchOps)
+                info.update(ns_per_op_recorded=recorded, ns_per_op_passed=passed)
+            row = (*row[:5], json.dumps(info, sort_keys=True))
+        except Exception as exc:  # noqa: BLE001  (at exit; the overhead line says it was not measured)
+            ctx.diag("info", f"the cost of recording PyTorch operators was not measured: {type(exc).__name__}: {exc}")
+        ctx.add_row("collector", row)
+
     def stop(self) -> tuple[Any, ...]:
         """Stop recording; return the ``collector`` row (name, records, buffers, callback_ns,
         failed_records, detail): ``torch-ops``, or ``torch-shapes`` with what the sample did."""
@@ -415,3 +437,13 @@ class TorchOps:
         detail = json.dumps(info, sort_keys=True)
         name = "torch-ops" if self.sample is None else "torch-shapes"
         return (name, self.counts["ops"], 0, 0, self.counts["failed"], detail)
+
+
+def start(ctx: Context, torch: Any = None) -> TorchOps:
+    """Record the operators of the imported ``torch``: every one (``torch-ops``), or those of sample
+    windows (``torch-shapes``; op_sample.py); return the recorder."""
+    policy = None if "torch-ops" in ctx.trace else policy_from_env(ctx.diag)  # every operator wins
+    ops = TorchOps(ctx.clock_offset_ns, ctx.diag, policy, lambda *row: ctx.add_row("torch_op_window", row),
+                   ctx.collector("ranges").anchor)
+    ops.install(torch)
+    return ops
