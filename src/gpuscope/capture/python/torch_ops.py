@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 from .dispatch_stack import MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
 from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy
-from .op_signature import SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
+from .groups import group_info
+from .op_signature import GROUP, SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
 
 # start_ns, end_ns, tid, name, seq, shapes, dtypes, out_shapes, scalars: the torch_op columns (name
 # not yet interned, pid left out)
@@ -254,6 +255,8 @@ class TorchOps:
                         dtypes.append(None)
                         if kind == SCALAR and a is not None:
                             scalars.append((names[i], tuple(a) if type(a) is list else a))
+                        elif kind == GROUP and a is not None:
+                            scalars.append((names[i], group_info(a)))
                 if kwargs:
                     keyword_kinds = plan.keyword_kinds
                     for name, a in kwargs.items():
