@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gpuscope.analysis.collectives import bus_bandwidth, collectives, data_bytes, group_of
@@ -139,3 +140,15 @@ def test_layer_time_per_rank_names_the_slowest_rank(tmp_path: Path) -> None:
     assert loader["Ranks"] == 4 and loader["Max Rank"] == 3 and loader["Min"] == pytest.approx(0.5 * MS)
     assert loader["Max"] == pytest.approx(3.9 * MS)
     assert loader["Spread"] == pytest.approx(100 * 3.4 / ((3 * 0.5 + 3.9) / 4))
+
+
+def test_kernels_take_the_group_of_their_operator_only_where_every_kernel_has_one(tmp_path: Path) -> None:
+    [path] = nccl_nodes(tmp_path, offsets_ns=(0,))
+    con = duckdb.connect(str(path))  # pid 100 lost its first operator (as outside a sample window)
+    con.execute("DELETE FROM torch_op WHERE pid = 100 AND start_ns = (SELECT min(start_ns) FROM torch_op WHERE pid = 100)")
+    con.close()
+    with Report.open(path) as r:
+        coll = collectives(r)
+    by_pid = {pid: f for pid, f in coll.groupby("pid")}
+    assert by_pid[100]["group"].isna().all() and by_pid[100]["bytes"].isna().all()
+    assert set(by_pid[101]["group"]) == {"0"} and set(by_pid[101]["bytes"]) == {4 * 2**20}

@@ -241,7 +241,7 @@ def group_key(coll: pd.DataFrame) -> pd.Series:
 
 def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """Give NCCL kernels the bytes and process group of the c10d operator of the same kind and
-    number in their process."""
+    number in their process, where the process has as many operators of that kind as kernels."""
     if not len(ops) or not (found["source"] == "kernel").any():
         return found
     ops = ops.dropna(subset=["kind"]).copy()
@@ -250,7 +250,13 @@ def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
           zip(ops["pid"], ops["kind"], ops["seq"], ops["bytes"], ops["group"], ops["group_desc"], ops["group_size"])}
     found = found.copy()
     seq = found.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
-    is_kernel = found["source"] == "kernel"
+    # only where each kernel has its operator: operators recorded in sample windows would be matched
+    # to the wrong kernels by their number
+    calls = ops.groupby(["pid", "kind"]).size()
+    launched = found[found["source"] == "kernel"].groupby(["pid", "kind"]).size()
+    whole = {key for key, n in launched.items() if calls.get(key) == n}
+    is_kernel = (found["source"] == "kernel") & pd.Series([(p, k) in whole for p, k in zip(found["pid"], found["kind"])],
+                                                          index=found.index, dtype=bool)
     got = [by.get((int(p), k, int(s)), (None, None, None, None)) for p, k, s in
            zip(found.loc[is_kernel, "pid"], found.loc[is_kernel, "kind"], seq[is_kernel])]
     for i, column in enumerate(("bytes", "group", "group_desc", "group_size")):
