@@ -95,7 +95,7 @@ def test_two_nodes_of_a_torchrun_job_profiled_one_report_each(gs: Gpuscope) -> N
              "--master_addr", "127.0.0.1", "--master_port", port, "--monitor_interval", "0.2", "ddp.py"],
             cwd=gs.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
-        out, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-3000:]
     reports = [str(gs.cwd / "node0.gpuscope"), str(gs.cwd / "node1.gpuscope")]
     stats = gs.run("stats", *reports, "-r", "rank_sum", "-r", "collective_sum", "-f", "json")

@@ -130,7 +130,7 @@ def clock_offsets(reports: list[Report]) -> list[ClockFix]:
             d = ref_ends[common].to_numpy(np.float64) - ends[common].to_numpy(np.float64)
             offset = float(np.median(d))
             spread = float(np.median(np.abs(d - offset)))
-            out.append(ClockFix(int(round(offset)), "collectives", int(round(spread)), len(common)))
+            out.append(ClockFix(round(offset), "collectives", round(spread), len(common)))
             continue
         real = _session_realtime(report)
         if real is not None and ref_real is not None:

@@ -71,9 +71,9 @@ def rank_layer_sum(report: Report) -> Table:
         rows.append((layer, None if pd.isna(kind) else kind, what.upper(), int((per > 0).sum()), mean, float(per[lo]),
                      int(lo), float(per[hi]), int(hi), gap, 100.0 * gap / mean if mean else 0.0))
     rows.sort(key=lambda r: (-r[9], -r[4], r[0]))
-    notes = [f"Per step of each rank, over {len(all_ranks)} ranks. GPU: GPU time of the operations a layer launched "
-             "itself within steps (layer_sum's GPU Self); CPU: the time of its PyTorch ranges. Spread: (Max - Min) / "
-             "Mean; a rank that never ran a layer counts as 0. The largest gaps between ranks first."]
+    notes = [(f"Per step of each rank, over {len(all_ranks)} ranks. GPU: GPU time of the operations a layer "
+              "launched itself within steps (layer_sum's GPU Self); CPU: the time of its PyTorch ranges. Spread: "
+              "(Max - Min) / Mean; a rank that never ran a layer counts as 0. The largest gaps between ranks first.")]
     return Table(name, title, COLUMNS, rows, notes)
 
 
