@@ -53,6 +53,8 @@ for step in range(int(os.environ.get("STEPS", "12"))):
     opt.zero_grad()
     loss.backward()
     opt.step()
+pair = dist.new_group(list(range(dist.get_world_size())), group_desc="pair")  # a second process group
+dist.all_reduce(torch.ones(16), group=pair)
 dist.destroy_process_group()
 print("rank", rank, "done")
 """
@@ -84,6 +86,12 @@ def test_every_rank_is_recorded_and_the_straggler_is_the_top_finding(gs: Gpuscop
     rows = json.loads(stats.stdout)["rank_sum"]["rows"]
     by_rank = {r["Rank"]: r for r in rows}
     assert by_rank[1]["Arrived Last (%)"] > 80 and by_rank[0]["Wait/Step (ns)"] > 8e6, rows
+    # each collective with its process group: DDP's on the default group, the last all-reduce on the second one
+    kinds = json.loads(gs.run("stats", "job.gpuscope", "-r", "collective_sum", "-f", "json").stdout)
+    groups = {(r["Kind"], r["Group"], r["Group Size"]) for r in kinds["collective_sum"]["rows"]}
+    assert ("all_reduce", "default_pg (0)", 2) in groups and ("all_reduce", "pair (1)", 2) in groups, groups
+    pair = [r for r in kinds["collective_sum"]["rows"] if r["Group"] == "pair (1)"]
+    assert [(r["Calls"], r["Bytes (B)"]) for r in pair] == [(1, 64.0), (1, 64.0)], pair
 
 
 def test_a_rank_that_dies_leaves_its_data_and_the_others(gs: Gpuscope) -> None:

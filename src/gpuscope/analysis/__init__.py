@@ -34,6 +34,7 @@ STATS_REPORTS = (
     "memory_sum",
     "rank_sum",
     "collective_sum",
+    "rank_layer_sum",
 )
 
 
@@ -47,7 +48,8 @@ def stats_reports() -> dict[str, Callable[[Report], Table]]:
     from .launch_sites import REPORTS as LAUNCHES
     from .sync import REPORTS as SYNC
     from .torch_ops import REPORTS as TORCH_OPS
+    from .rank_layers import REPORTS as RANK_LAYERS
     from .rank_summaries import REPORTS as RANKS
 
-    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY, **RANKS}
+    found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY, **RANKS, **RANK_LAYERS}
     return {name: found[name] for name in STATS_REPORTS}

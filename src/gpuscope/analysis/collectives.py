@@ -10,8 +10,11 @@ A collective is found in three kinds of records, the first that a process has:
    backend (gloo, NCCL), with their shapes, so bytes;
 3. ``record_function`` ranges the backends make (``gloo:all_reduce``, ``nccl:all_reduce``).
 
-Ranks are matched call by call: the *n*-th collective of a kind on one rank is the *n*-th of that
-kind on every other (a collective is entered by every rank of its group in the same order). Its
+Ranks are matched call by call: the *n*-th collective of a kind and process group on one rank is
+the *n*-th of that kind and group on every other (a collective is entered by every rank of its
+group in the same order). The group is known from the c10d operator (its process group's name,
+description and member ranks, recorded with the call); NCCL kernels take the group of the operator
+of the same kind and number in their process; without operators all calls are of one group. Its
 *arrival* on a rank is the start of its call; no rank can leave before the last one arrived, so a
 rank waits ``last arrival - own arrival`` for the slowest (arrival skew), and the last to arrive is
 the one the others wait for. Times of processes of one host share one clock; across hosts they are
@@ -49,7 +52,19 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
             "float8_e5m2": 1}
 COLUMNS = ["pid", "rank", "host", "kind", "name", "source", "start_ns", "end_ns", "bytes", "algorithm",
-           "protocol", "seq"]
+           "protocol", "group", "group_desc", "group_size", "seq"]
+# NCCL's bus bandwidth factor per kind (nccl-tests, doc/PERFORMANCE.md), for a group of n ranks:
+# busBw = algBw * factor, so that every kind reads against the hardware's link bandwidth
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+              "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
+              "reduce": lambda n: 1.0, "send": lambda n: 1.0, "recv": lambda n: 1.0, "send_recv": lambda n: 1.0}
+# operators whose first argument is one rank's shard of the collective's buffer (nccl-tests counts
+# all_gather and reduce_scatter by the whole, gathered buffer)
+_SHARD_FIRST = {("c10d::reduce_scatter_", "reduce_scatter"), ("c10d::_reduce_scatter_base_", "reduce_scatter"),
+                ("c10d::reduce_scatter_tensor_coalesced_", "reduce_scatter"),
+                ("_c10d_functional::all_gather_into_tensor", "all_gather"),
+                ("_c10d_functional::all_gather_into_tensor_coalesced", "all_gather")}
 
 
 def _kind(word: str) -> str | None:
@@ -106,6 +121,44 @@ def tensor_bytes(shapes: str | None, dtypes: str | None) -> int | None:
     return total
 
 
+def group_of(scalars: str | None) -> tuple[str | None, str | None, int | None]:
+    """(name, description, size) of the process group of a c10d operator, from its ``torch_op`` row's
+    JSON ``scalars``: ``process_group`` ([name, description, global ranks], as recorded), or the
+    ``group_name`` and ``group_size`` arguments of the functional collectives; Nones where absent."""
+    try:
+        values = json.loads(scalars or "{}")
+    except ValueError:
+        return None, None, None
+    if not isinstance(values, dict):
+        return None, None, None
+    group = values.get("process_group")
+    if isinstance(group, list) and len(group) == 3:
+        ranks = group[2] if isinstance(group[2], list) else None
+        return (None if group[0] is None else str(group[0]), None if group[1] is None else str(group[1]),
+                len(ranks) if ranks else None)
+    name, size = values.get("group_name"), values.get("group_size")
+    return (None if name is None else str(name), None, size if isinstance(size, int) else None)
+
+
+def bus_bandwidth(kind: str, data_bytes: float | None, seconds: float, n: int | None) -> float | None:
+    """NCCL's bus bandwidth (B/s) of a collective of ``kind`` moving ``data_bytes`` in ``seconds``
+    among ``n`` ranks; None where any is unknown (barriers move no data)."""
+    factor = BUS_FACTOR.get(kind)
+    if factor is None or not data_bytes or seconds <= 0 or not n or n < 1:
+        return None
+    return data_bytes / seconds * factor(n)
+
+
+def data_bytes(name: str, kind: str, first_bytes: float | None, n: int | None) -> float | None:
+    """The collective's buffer as nccl-tests counts it, from the bytes of the operator's first
+    argument: the whole gathered buffer for all_gather and reduce_scatter (``n`` times a shard)."""
+    if first_bytes is None or pd.isna(first_bytes):
+        return None
+    if (name, kind) in _SHARD_FIRST:
+        return float(first_bytes) * n if n else None
+    return float(first_bytes)
+
+
 def _from_kernels(report: Report) -> pd.DataFrame:
     if not report.count("kernel"):
         return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns"])
@@ -117,9 +170,9 @@ def _from_kernels(report: Report) -> pd.DataFrame:
 
 def _from_ops(report: Report) -> pd.DataFrame:
     if not report.count("torch_op"):
-        return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns", "shapes", "dtypes"])
+        return pd.DataFrame(columns=["pid", "name", "start_ns", "end_ns", "shapes", "dtypes", "scalars"])
     return report.df(
-        """SELECT o.pid, n.value AS name, o.start_ns, o.end_ns, o.shapes, o.dtypes FROM torch_op o
+        """SELECT o.pid, n.value AS name, o.start_ns, o.end_ns, o.shapes, o.dtypes, o.scalars FROM torch_op o
            JOIN string n ON n.id = o.name_id WHERE n.value LIKE '%c10d%' ORDER BY o.pid, o.start_ns""")
 
 
@@ -135,28 +188,36 @@ def collectives(report: Report) -> pd.DataFrame:
     """Every collective call of every process, from its best source (NCCL kernels, then c10d
     operators, then backend ranges): ``pid``, ``rank`` (None without a rank row), ``host``, ``kind``,
     ``name``, ``source`` (``kernel``, ``torch_op``, ``range``), ``start_ns``, ``end_ns``, ``bytes``
-    (None where not recorded), ``algorithm``, ``protocol`` (NCCL kernels), ``seq`` (its number among
-    the process's collectives of its kind, from 0), in start order per process."""
+    (the collective's buffer as nccl-tests counts it, :func:`data_bytes`; None where not recorded), ``algorithm``, ``protocol`` (NCCL kernels), ``group``,
+    ``group_desc``, ``group_size`` (the process group, from the c10d operator; None where not
+    recorded), ``seq`` (its number among the process's collectives of its kind and group, from 0),
+    in start order per process."""
     frames = []
     kernels = _from_kernels(report)
     if len(kernels):
         parsed = [parse_kernel(n) for n in kernels["name"]]
         keep = np.array([p is not None for p in parsed], bool)
         kernels = kernels[keep].assign(kind=[p[0] for p in parsed if p], algorithm=[p[1] for p in parsed if p],
-                                       protocol=[p[2] for p in parsed if p], source="kernel", bytes=None)
+                                       protocol=[p[2] for p in parsed if p], source="kernel", bytes=None,
+                                       group=None, group_desc=None, group_size=None)
         frames.append(kernels)
     ops = _from_ops(report)
     if len(ops):
         kinds = [parse_op(n) for n in ops["name"]]
         keep = np.array([k is not None for k in kinds], bool)
         sizes = [tensor_bytes(s, d) for s, d in zip(ops["shapes"], ops["dtypes"])]
-        ops = ops.assign(kind=kinds, bytes=sizes, source="torch_op", algorithm=None, protocol=None)[keep]
-        frames.append(ops.drop(columns=["shapes", "dtypes"]))
+        groups = [group_of(x) for x in ops["scalars"]]
+        sizes = [data_bytes(n, k, b, g[2]) if k else None for n, k, b, g in zip(ops["name"], kinds, sizes, groups)]
+        ops = ops.assign(kind=kinds, bytes=sizes, source="torch_op", algorithm=None, protocol=None,
+                         group=[g[0] for g in groups], group_desc=[g[1] for g in groups],
+                         group_size=[g[2] for g in groups])[keep]
+        frames.append(ops.drop(columns=["shapes", "dtypes", "scalars"]))
     ranges = _from_ranges(report)
     if len(ranges):
         kinds = [parse_range(n) for n in ranges["name"]]
         keep = np.array([k is not None for k in kinds], bool)
-        frames.append(ranges.assign(kind=kinds, bytes=None, source="range", algorithm=None, protocol=None)[keep])
+        frames.append(ranges.assign(kind=kinds, bytes=None, source="range", algorithm=None, protocol=None, group=None,
+                                    group_desc=None, group_size=None)[keep])
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     found = pd.concat(frames, ignore_index=True)
@@ -165,7 +226,7 @@ def collectives(report: Report) -> pd.DataFrame:
     found = found[found["source"] == found["pid"].map(best)]
     found = _bytes_from_ops(found, ops)
     found = found.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
-    found["seq"] = found.groupby(["pid", "kind"]).cumcount()
+    found["seq"] = found.groupby(["pid", group_key(found), "kind"]).cumcount()
     ranks = rank_table(report).set_index("pid")
     found["rank"] = found["pid"].map(ranks["rank"]) if len(ranks) else None
     found["host"] = found["pid"].map(ranks["host"]) if len(ranks) else None
@@ -173,18 +234,34 @@ def collectives(report: Report) -> pd.DataFrame:
     return found[COLUMNS]
 
 
+def group_key(coll: pd.DataFrame) -> pd.Series:
+    """The process group of each collective as a key to group by ("" where not recorded)."""
+    return coll["group"].astype(object).where(coll["group"].notna(), "").astype(str).rename("group_key")
+
+
 def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """Give NCCL kernels the bytes of the c10d operator of the same kind and number in their process."""
+    """Give NCCL kernels the bytes and process group of the c10d operator of the same kind and
+    number in their process, where the process has as many operators of that kind as kernels."""
     if not len(ops) or not (found["source"] == "kernel").any():
         return found
     ops = ops.dropna(subset=["kind"]).copy()
     ops["seq"] = ops.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
-    sizes = {(int(p), k, int(s)): b for p, k, s, b in zip(ops["pid"], ops["kind"], ops["seq"], ops["bytes"])}
+    by = {(int(p), k, int(s)): (b, g, d, n) for p, k, s, b, g, d, n in
+          zip(ops["pid"], ops["kind"], ops["seq"], ops["bytes"], ops["group"], ops["group_desc"], ops["group_size"])}
     found = found.copy()
     seq = found.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
-    is_kernel = found["source"] == "kernel"
-    found.loc[is_kernel, "bytes"] = [sizes.get((int(p), k, int(s))) for p, k, s in
-                                     zip(found.loc[is_kernel, "pid"], found.loc[is_kernel, "kind"], seq[is_kernel])]
+    # only where each kernel has its operator: operators recorded in sample windows would be matched
+    # to the wrong kernels by their number
+    calls = ops.groupby(["pid", "kind"]).size()
+    launched = found[found["source"] == "kernel"].groupby(["pid", "kind"]).size()
+    whole = {key for key, n in launched.items() if calls.get(key) == n}
+    is_kernel = (found["source"] == "kernel") & pd.Series([(p, k) in whole for p, k in zip(found["pid"], found["kind"])],
+                                                          index=found.index, dtype=bool)
+    got = [by.get((int(p), k, int(s)), (None, None, None, None)) for p, k, s in
+           zip(found.loc[is_kernel, "pid"], found.loc[is_kernel, "kind"], seq[is_kernel])]
+    for i, column in enumerate(("bytes", "group", "group_desc", "group_size")):
+        found[column] = found[column].astype(object)
+        found.loc[is_kernel, column] = pd.Series([g[i] for g in got], index=found.index[is_kernel], dtype=object)
     return found
 
 
@@ -196,11 +273,13 @@ def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     made are kept with ``wait_ns`` 0."""
     if not len(coll):
         return coll.assign(ranks=[], last_pid=[], wait_ns=[], transfer_ns=[])
-    g = coll.groupby(["kind", "seq"])["start_ns"]
+    coll = coll.assign(group_key=group_key(coll))
+    keys = ["group_key", "kind", "seq"]
+    g = coll.groupby(keys)["start_ns"]
     last = g.transform("max")
-    idx = coll.loc[g.idxmax().to_numpy(), ["kind", "seq", "pid"]].rename(columns={"pid": "last_pid"})
-    out = coll.merge(idx, on=["kind", "seq"], how="left")
-    out["ranks"] = out.groupby(["kind", "seq"])["pid"].transform("nunique").to_numpy()
+    idx = coll.loc[g.idxmax().to_numpy(), keys + ["pid"]].rename(columns={"pid": "last_pid"})
+    out = coll.merge(idx, on=keys, how="left")
+    out["ranks"] = out.groupby(keys)["pid"].transform("nunique").to_numpy()
     out["wait_ns"] = (last.to_numpy() - coll["start_ns"].to_numpy()).astype(np.int64)
     gpu = out["source"] == "kernel"
     out["transfer_ns"] = np.where(gpu, np.maximum(out["end_ns"] - last.to_numpy(), 0), 0).astype(np.int64)

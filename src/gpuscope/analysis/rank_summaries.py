@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .collectives import arrivals, collectives, overlap_ns
+from .collectives import arrivals, bus_bandwidth, collectives, overlap_ns
 from .ranks import rank_table
 from .steps import step_source, step_windows
 from .table import Column, Table
@@ -117,30 +117,55 @@ def rank_sum(report: Report) -> Table:
     return Table(name, title, cols, rows, notes)
 
 
+def _group_label(name: object, desc: object) -> str | None:
+    if name is None or pd.isna(name):
+        return None
+    return f"{desc} ({name})" if desc is not None and not pd.isna(desc) else str(name)
+
+
 def collective_sum(report: Report) -> Table:
-    """Per collective kind and rank: calls, bytes, time, algorithm bandwidth (NCCL kernels), and the
-    wait for the slowest rank."""
-    cols = [Column("Kind"), Column("Rank", "id"), Column("PID", "id"), Column("Source"), Column("Calls", "count"),
-            Column("Bytes", "bytes"), Column("Time", "ns"), Column("Algorithm BW", "bytes_per_s"),
-            Column("Wait", "ns"), Column("Algorithm")]
-    name, title = "collective_sum", "Collectives by Kind and Rank"
+    """Per process group, collective kind and rank: calls, bytes, time, algorithm and bus bandwidth
+    (NCCL kernels), and the wait for the slowest rank."""
+    cols = [Column("Kind"), Column("Group"), Column("Group Size", "count"), Column("Rank", "id"), Column("PID", "id"),
+            Column("Source"), Column("Calls", "count"), Column("Bytes", "bytes"), Column("Time", "ns"),
+            Column("Algorithm BW", "bytes_per_s"), Column("Bus BW", "bytes_per_s"), Column("Wait", "ns"),
+            Column("Algorithm")]
+    name, title = "collective_sum", "Collectives by Group, Kind and Rank"
     coll = timed_collectives(report)
     if not len(coll):
         return Table(name, title, cols, [], ["No collectives in this report (NCCL kernels, c10d operators with "
                                              "--trace torch-ops, or gloo/nccl record_function ranges)."])
+    world = rank_table(report)["world_size"].dropna()
     rows = []
-    for (kind, pid), f in coll.groupby(["kind", "pid"], sort=True):
+    for (_, kind, pid), f in coll.groupby(["group_key", "kind", "pid"], sort=True):
         t = int((f["end_ns"] - f["start_ns"]).sum())
-        b = f["bytes"].dropna()
         gpu = f["source"].iloc[0] == "kernel"
-        bw = float(b.sum()) / (t / 1e9) if gpu and len(b) and t else None
+        size = f["group_size"].dropna()
+        n = int(size.max()) if len(size) else (int(f["ranks"].max()) if f["ranks"].max() > 1 else
+                                               (int(world.max()) if len(world) else None))
+        # bandwidth over the time after the last rank arrived (nccl-tests times ranks that start together)
+        moved = f["transfer_ns"].where(f["ranks"] > 1, f["end_ns"] - f["start_ns"])
+        known = f["bytes"].notna() & (moved > 0)
+        b = float(f.loc[known, "bytes"].astype(float).sum())
+        secs = float(moved[known].sum()) / 1e9
+        algbw = b / secs if gpu and known.any() and secs > 0 else None
+        busbw = bus_bandwidth(kind, b, secs, n) if algbw is not None else None
         algos = ", ".join(sorted({f"{a}/{p}" if p else str(a) for a, p in zip(f["algorithm"], f["protocol"]) if a}))
         rank = f["rank"].iloc[0]
-        rows.append((kind, None if pd.isna(rank) else int(rank), int(pid), f["source"].iloc[0], len(f),
-                     float(b.sum()) if len(b) else None, t, bw, int(f["wait_ns"].sum()), algos or None))
+        total = f["bytes"].dropna()
+        rows.append((kind, _group_label(f["group"].iloc[0], f["group_desc"].iloc[0]), n,
+                     None if pd.isna(rank) else int(rank), int(pid), f["source"].iloc[0], len(f),
+                     float(total.astype(float).sum()) if len(total) else None, t, algbw, busbw,
+                     int(f["wait_ns"].sum()), algos or None))
+    rows.sort(key=lambda r: (r[0], r[1] or "", r[3] if r[3] is not None else -1, r[4]))
     notes = ["Time: NCCL kernels' GPU time (waiting for peers included), or the c10d calls' own time on the CPU "
              "(gloo runs the transfer on its own threads). Wait: arrival skew, the time this rank entered each "
-             "call before the last rank did. Algorithm BW: bytes over kernel time."]
+             "call before the last rank did. Group: the process group's description and name (from the c10d "
+             "operator; NCCL's own communicator ids are not recorded). Bytes: the collective's buffer as "
+             "nccl-tests counts it (all_gather and reduce_scatter: the whole gathered buffer). Algorithm BW: bytes "
+             "over the kernels' time after the last rank arrived; Bus BW: that times NCCL's factor for the kind "
+             "and group size (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, "
+             "reduce, send/recv 1), comparable with the links' bandwidth."]
     return Table(name, title, cols, rows, notes)
 
 

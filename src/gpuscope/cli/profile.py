@@ -16,7 +16,8 @@ HELP = "Run a program and record its GPU (and CPU) activity into a report file."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", help="report file (default: report1.gpuscope, report2, ...)")
+    p.add_argument("-o", "--output", help="report file (default: report1.gpuscope, report2, ...); %%h: the host's "
+                   "name, %%q{NAME}: environment variable NAME (one report per node of a multi-node run)")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing report file")
     p.add_argument(
         "-t", "--trace",

@@ -14,7 +14,8 @@ HELP = ("Serve the report's page on 127.0.0.1, with a timeline that loads the wi
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("report", nargs="+", help="a .gpuscope report file (or the per-node reports of one multi-node "
+                   "run, shown as one with their clocks aligned)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address without opening a browser")
 
@@ -24,6 +25,22 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.report) == 1:
+        args.report = args.report[0]
+        return _view(args)
+    from ..errors import GpuscopeError
+    from .nodes import merged, nodes_of_one_run
+
+    nodes = nodes_of_one_run(args.report)
+    if nodes is None:
+        raise GpuscopeError("view shows one report, or the per-node reports of one run (each holding ranks of one "
+                            "world size, none twice); these are not: view them one at a time")
+    with merged(nodes) as path:
+        args.report = str(path)
+        return _view(args)
+
+
+def _view(args: argparse.Namespace) -> int:
     from ..analysis.timeline_tracks import build_index
     from ..reporters.html import FILE_EVENT_CAP, server_page
     from ..reporters.html.server import Viewer, serve, url_of

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 from pathlib import Path
 
 from ..errors import GpuscopeError
@@ -18,6 +20,28 @@ def default_output(directory: Path) -> Path:
     return directory / f"report{n}{FILE_SUFFIX}"
 
 
+_PLACEHOLDER = re.compile(r"%(h|q\{([A-Za-z_][A-Za-z0-9_]*)\}|%)")
+
+
+def expand(requested: str, env: dict[str, str] | None = None, host: str | None = None) -> str:
+    """``requested`` with ``%h`` replaced by the host's name and ``%q{NAME}`` by the environment
+    variable NAME (``%%``: a percent sign), as Nsight Systems names the reports of a multi-node run.
+    Raises GpuscopeError for a variable that is not set."""
+    env = dict(os.environ) if env is None else env
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) == "h":
+            return (host or socket.gethostname()).replace("/", "_")
+        if m.group(1) == "%":
+            return "%"
+        name = m.group(2)
+        if name not in env:
+            raise GpuscopeError(f"-o {requested}: environment variable {name} is not set")
+        return env[name].replace("/", "_")
+
+    return _PLACEHOLDER.sub(one, requested)
+
+
 def output_path(requested: str | None, force: bool, cwd: Path | None = None) -> Path:
     """Return where the report goes, checking that it can be written there.
 
@@ -28,7 +52,7 @@ def output_path(requested: str | None, force: bool, cwd: Path | None = None) -> 
     if requested is None:
         path = default_output(base)
     else:
-        path = Path(requested)
+        path = Path(expand(requested))
         if not path.is_absolute():
             path = base / path
         if path.suffix != FILE_SUFFIX:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ...trace.report import Report
+from ..collectives import group_key
 from ..ranks import label, rank_of
 from .context import data_dict, fmt_ns
 from .cpu_frames import frame_text, load_stacks
@@ -34,16 +35,25 @@ def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
     ranked = set(rank_of(report)) & set(coll["pid"].astype(int))
     if len(ranked) < 2:
         return []
-    made = coll.groupby(["kind", "seq"])["pid"].agg(lambda s: set(s.astype(int)))
-    first = coll.groupby(["kind", "seq"])["start_ns"].min()
+    coll = coll.assign(group_key=group_key(coll))
+    keys = ["group_key", "kind", "seq"]
+    made = coll.groupby(keys)["pid"].agg(lambda s: set(s.astype(int)))
+    first = coll.groupby(keys)["start_ns"].min()
+    # a rank outside a smaller group misses none of its calls; a group of unknown size, or of every rank, has them all
+    members = coll.groupby("group_key")["pid"].agg(lambda s: set(s.astype(int))).to_dict()
+    sizes = coll.groupby("group_key")["group_size"].max()
+    for g, size in sizes.items():
+        if pd.isna(size) or int(size) >= len(ranked):
+            members[g] = set(ranked)
     ends = dict(report.sql("SELECT pid, max(end_ns) FROM process GROUP BY pid"))
     out = []
     for pid in sorted(ranked):
-        lacking = [(int(first[key]), key) for key, pids in made.items() if pid not in pids and pids & ranked]
+        lacking = [(int(first[key]), key) for key, pids in made.items()
+                   if pid not in pids and pids & ranked and pid in members[key[0]]]
         if not lacking:
             continue
-        t, (kind, seq) = min(lacking)
-        waiting = sorted(made[(kind, seq)] & ranked)
+        t, (group, kind, seq) = min(lacking)
+        waiting = sorted(made[(group, kind, seq)] & ranked)
         stop = max((int(ends[p]) for p in waiting if ends.get(p) is not None), default=None)
         if stop is None:
             stop = int(coll.loc[coll["pid"].isin(waiting), "end_ns"].max())

@@ -14,8 +14,9 @@ from typing import Any
 
 # What an argument is, from the operator's schema: a tensor (or none), a list of tensors, a value
 # that decides the work (recorded in ``scalars``), something else (a generator, a storage: left out),
-# or not known (a higher-order operator has no schema: tensors are recognized by their type).
-TENSOR, TENSOR_LIST, SCALAR, IGNORED, UNKNOWN = 0, 1, 2, 3, 4
+# or not known (a higher-order operator has no schema: tensors are recognized by their type), or the
+# process group of a c10d operator (recorded in ``scalars`` by its name and ranks, groups.py).
+TENSOR, TENSOR_LIST, SCALAR, IGNORED, UNKNOWN, GROUP = 0, 1, 2, 3, 4, 5
 _SCALAR_TYPES = {"int", "float", "bool", "number", "complex", "str", "Device", "SymInt", "SymFloat", "SymBool"}
 
 
@@ -41,6 +42,8 @@ class Plan:
 
 def kind_of(type_name: str) -> int:
     """Return the kind of a schema argument type (``Optional[List[int]]``, ``Tensor``, ...)."""
+    if type_name.endswith("c10d.ProcessGroup"):
+        return GROUP
     if "Tensor" in type_name:
         return TENSOR_LIST if type_name.startswith(("List[", "Optional[List[")) else TENSOR
     while type_name.startswith(("Optional[", "List[")):

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import hook_cost
 from .dispatch_stack import MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
+from .groups import group_info
 from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy, policy_from_env
-from .op_signature import SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
+from .op_signature import GROUP, SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
 
 if TYPE_CHECKING:
     from ..collectors import Context
@@ -258,6 +259,8 @@ class TorchOps:
                         dtypes.append(None)
                         if kind == SCALAR and a is not None:
                             scalars.append((names[i], tuple(a) if type(a) is list else a))
+                        elif kind == GROUP and a is not None:
+                            scalars.append((names[i], group_info(a)))
                 if kwargs:
                     keyword_kinds = plan.keyword_kinds
                     for name, a in kwargs.items():
