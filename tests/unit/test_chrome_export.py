@@ -125,7 +125,7 @@ def test_operators_and_python_samples_are_in_the_trace(recorded) -> None:
 
 def test_export_memory_does_not_grow_with_the_report(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The slices are streamed from one sorted query: exporting 39,000 operators in batches of 2,000
-    holds a batch, not every slice (held as dicts, as they once were, they take about 25 MB)."""
+    holds a batch, not every slice (held as dicts, as they once were, they peaked at 35 MB)."""
     import tracemalloc
 
     import duckdb
