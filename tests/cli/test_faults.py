@@ -116,6 +116,11 @@ SIGNALS = [
     ("launcher", [signal.SIGHUP]),
     ("group", [signal.SIGINT]),
     ("group", [signal.SIGINT, signal.SIGINT]),
+    ("target", [signal.SIGINT]),
+    ("target", [signal.SIGHUP]),
+    ("launcher", [signal.SIGTERM, signal.SIGTERM]),
+    ("group", [signal.SIGHUP, signal.SIGHUP]),
+    ("group", [signal.SIGTERM, signal.SIGINT]),
 ]
 
 

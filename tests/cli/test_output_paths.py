@@ -62,7 +62,7 @@ def test_export_ignores_a_planted_partial_link(gs: Gpuscope, report: Path, tmp_p
 
 
 @pytest.mark.parametrize("command", [
-    ("stats", "--output"), ("analyze", "--output"), ("export", "-o"), ("roofline", "-o")])
+    ("stats", "--output"), ("analyze", "--output"), ("export", "-o"), ("roofline", "-o"), ("report", "-o")])
 def test_outputs_never_overwrite_or_follow_links(gs: Gpuscope, report: Path, tmp_path: Path,
                                                  command: tuple[str, str]) -> None:
     name, option = command
@@ -93,3 +93,18 @@ def test_two_runs_started_together_get_two_reports(gs: Gpuscope, tmp_path: Path)
     assert names == ["report1.gpuscope", "report2.gpuscope", "report3.gpuscope"]
     wrote = sorted(line.split("wrote ")[1].split(" ")[0] for r in results for line in r.lines_mentioning("wrote "))
     assert [Path(w).name for w in wrote] == names
+
+
+def test_import_never_follows_a_link(gs: Gpuscope, tmp_path: Path) -> None:
+    from conftest import FIXTURES
+
+    trace = str(FIXTURES / "gpt_eager.torch_trace.json.gz")
+    victim = tmp_path / "victim.gpuscope"
+    link = tmp_path / "out.gpuscope"
+    link.symlink_to(victim)  # dangling: the old check (exists()) let it through
+    res = gs.run("import", trace, "-o", str(link))
+    assert res.returncode == 2 and "symbolic link" in res.errors[0], res.describe()
+    assert not victim.exists()
+    res = gs.run("import", trace, "-o", str(link), "--force-overwrite")
+    assert res.returncode == 0, res.describe()
+    assert not victim.exists() and not link.is_symlink() and link.stat().st_size > 0

@@ -223,3 +223,35 @@ def test_ncu_never_runs_what_the_report_names(gs: Gpuscope, report: Path, tmp_pa
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "args.json").exists()
     res = gs.run("kernels", str(report), "--", "python", "x.py", env=_env(tmp_path))
     assert res.returncode == 2 and "only run with --ncu" in res.errors[0], res.describe()
+
+
+def test_ncu_csv_is_written_as_every_output_is(gs: Gpuscope, report: Path, tmp_path: Path) -> None:
+    """ncu's CSV never goes through a planted link nor over an existing file without --force-overwrite,
+    and ncu itself writes it in a private directory, not beside the report."""
+    ncu = _fake_ncu(tmp_path)
+    record = tmp_path / "args.json"
+    env = _env(tmp_path, GPUSCOPE_NCU=str(ncu), FAKE_NCU_RECORD=str(record))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    csv = tmp_path / "train.ncu.csv"
+    csv.symlink_to(victim)
+    program = ["--", sys.executable, "train.py"]
+    res = gs.run("kernels", str(report), "--ncu", *program, env=env)
+    assert res.returncode == 2 and "symbolic link" in res.errors[0] and "--force-overwrite" in res.errors[0], \
+        res.describe()
+    assert not record.exists()  # refused before the program ran
+    res = gs.run("kernels", str(report), "--ncu", "--force-overwrite", *program, env=env)
+    assert res.returncode == 0, res.describe()
+    assert victim.read_text() == "precious\n" and not csv.is_symlink()
+    assert csv.read_text() == (FIXTURES / "ncu_raw_sample.csv").read_text()
+    args = json.loads(record.read_text())["args"]
+    log = Path(args[args.index("--log-file") + 1])
+    assert log.parent != tmp_path and not log.exists()  # ncu's own file was private and is gone
+    record.unlink()
+    res = gs.run("kernels", str(report), "--ncu", *program, env=env)  # exists now: a plain file
+    assert res.returncode == 2 and "exists" in res.errors[0] and "--force-overwrite" in res.errors[0], res.describe()
+    assert not record.exists()
+    res = gs.run("kernels", str(report), "--ncu", "-o", "mine.csv", *program, env=env)
+    assert res.returncode == 0 and (tmp_path / "mine.csv").read_text() == csv.read_text(), res.describe()
+    res = gs.run("kernels", str(report), "-o", "x.csv", env=env)
+    assert res.returncode == 2 and "only used with --ncu" in res.errors[0], res.describe()

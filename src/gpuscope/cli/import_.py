@@ -31,6 +31,7 @@ def default_output(trace: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from ..trace.importers import import_trace
+    from ..trace.outputs import check
 
     source = Path(args.trace)
     if not source.is_file():
@@ -38,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(source)
     if out.suffix != FILE_SUFFIX and not args.output:
         out = out.with_suffix(FILE_SUFFIX)
-    if out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    check(out, args.force_overwrite)  # a symbolic link counts as existing; with force it is replaced, not followed
     done = import_trace(source, out)
     c = done.counts
     print(f"gpuscope: wrote {out} ({c.get('kernel', 0):,} kernels, {c.get('memcpy', 0) + c.get('memset', 0):,} "

@@ -2,8 +2,10 @@
 
 ``--ncu`` runs a program under ncu for the chosen kernels: the program the user gives after ``--``
 (never the one the report names: a report is data someone may have sent, and opening it must not
-run anything it holds); ``--import`` reads a CSV that ncu wrote. Either way the metrics are stored in the report (table ``kernel_metric``) and
-ncu's CSV is kept beside it (``REPORT.ncu.csv``), so later commands (``roofline``) use them.
+run anything it holds); ``--import`` reads a CSV that ncu wrote. Either way the metrics are stored in
+the report (table ``kernel_metric``), so later commands (``roofline``) use them; with ``--ncu``, ncu's
+CSV is kept beside the report (``REPORT.ncu.csv``, or ``-o``) as every output is written: never
+through a symbolic link, never over an existing file without ``--force-overwrite``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--launch-count", type=int, metavar="N", help="launches to profile in all (default: enough "
                    "for --per-kernel of each chosen kernel)")
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
+    p.add_argument("-o", "--output", metavar="CSV",
+                   help="with --ncu: where to keep ncu's CSV (default: the report's name with .ncu.csv)")
+    p.add_argument("--force-overwrite", action="store_true", help="replace an existing CSV file")
     p.set_defaults(program=[])  # with --ncu: the program after --, as it was profiled (cli.main splits it off)
 
 
@@ -82,10 +87,13 @@ def shlex_quote(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.kernel_metrics import kernel_metrics_table, profile_selection
     from ..trace import ncu_import as ncu
+    from ..trace.outputs import check, write_output
     from ..trace.report import Report
 
     path = Path(args.report)
     text = None
+    if args.output and not args.ncu:
+        raise GpuscopeError("-o names where --ncu keeps ncu's CSV; it is only used with --ncu")
     if args.ncu:
         from ..capture.process import ncu_replay as runner
 
@@ -97,10 +105,12 @@ def run(args: argparse.Namespace) -> int:
             else:
                 regex, base, count = profile_selection(report, args.top, args.kernel, args.per_kernel)
         count = args.launch_count or count
-        log = path.with_suffix(".ncu.csv")
+        log = Path(args.output) if args.output else path.with_suffix(".ncu.csv")
+        check(log, args.force_overwrite)  # before the program runs, not after minutes of replay
         _say(f"running {shlex_quote(' '.join(program))} under ncu for {count} kernel launches "
              "(each is replayed to read its counters)")
-        text = runner.run(program, None, log, regex=regex, name_base=base, count=count, nvtx=args.nvtx)
+        text = runner.run(program, None, regex=regex, name_base=base, count=count, nvtx=args.nvtx)
+        write_output(log, text, args.force_overwrite)
         _say(f"ncu's CSV: {log}")
     elif args.import_csv:
         try:

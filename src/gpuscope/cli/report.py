@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 
 NAME = "report"
 HELP = ("Write one self-contained HTML file (no network needed) with the run, breakdown, findings, "
@@ -27,11 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.timeline_tracks import build_index
     from ..reporters.html import file_page
+    from ..trace.outputs import check, write_output
     from ..trace.report import Report
 
     out = Path(args.output) if args.output else Path(Path(args.report).name).with_suffix(".html")
-    if out.exists() and not args.force_overwrite:
-        raise GpuscopeError(f"output {out} exists; use --force-overwrite or choose another -o")
+    check(out, args.force_overwrite)  # before the report is read
     with Report.open(args.report) as report:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
@@ -42,9 +43,6 @@ def run(args: argparse.Namespace) -> int:
             raise GpuscopeError(f"{args.report} has {events:,} timeline slices, more than one HTML file holds "
                                 f"(--max-events {args.max_events:,}): open it with gpuscope view {args.report}")
         text = file_page(report, index)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise GpuscopeError(f"cannot write {out}: {exc.strerror}") from None
-    print(f"gpuscope: wrote {out} ({len(text.encode()) / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
+    write_output(out, text.encode("utf-8"), args.force_overwrite)
+    print(f"gpuscope: wrote {terminal(str(out))} ({len(text.encode()) / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
     return 0

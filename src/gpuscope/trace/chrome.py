@@ -10,14 +10,15 @@ tracks. Times are microseconds from the start of the first profiled process (or 
 Trace viewers draw the slices of one row as a stack, each inside the one before: a slice that
 starts inside another and ends after it (a range ended on another thread, a module's forward
 that outlives its caller) would be drawn wrongly. Such a slice goes to an extra row of its thread
-(``THREAD (overlapping 1)``), so that on every row slices nest or follow each other; the slices are
-held in memory to lay them out.
+(``THREAD (overlapping 1)``), so that on every row slices nest or follow each other. The slices are
+read sorted by thread and time, so laying them out holds only the open ones: memory does not grow
+with the report.
 """
 
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 
 from .report import DAMAGED, Report
@@ -49,11 +50,14 @@ def _gpu_pid(device_id: int) -> int:
     return GPU_PID_BASE + int(device_id)
 
 
-def _batches(report: Report, query: str, size: int = 100_000) -> Iterator[tuple[Any, ...]]:
+BATCH = 100_000  # rows fetched at a time
+
+
+def _batches(report: Report, query: str) -> Iterator[tuple[Any, ...]]:
     try:
         cur = report.con.execute(query)
         while True:
-            rows = cur.fetchmany(size)
+            rows = cur.fetchmany(BATCH)
             if not rows:
                 return
             yield from rows
@@ -72,11 +76,10 @@ def origin_ns(report: Report) -> int:
     return int(row[0][0] or 0)
 
 
-def _lanes(slices: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Yield ``slices`` (``X`` events with their ``_s`` and ``_e`` in ns) with each one moved to the
-    first row of its thread where it nests in or follows the slices before it, then a name for each
-    extra row."""
-    slices.sort(key=lambda e: (e["pid"], e["tid"], e["_s"], -e["_e"]))
+def _lanes(slices: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Yield ``slices`` (``X`` events with their ``_s`` and ``_e`` in ns, sorted by process, thread,
+    start and longest first) with each one moved to the first row of its thread where it nests in or
+    follows the slices before it, then a name for each extra row. Only the open slices' ends are held."""
     rows: dict[tuple[int, int], list[list[int]]] = {}
     extra: set[tuple[int, int, int]] = set()
     for ev in slices:
@@ -101,37 +104,36 @@ def _lanes(slices: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 def events(report: Report) -> Iterator[dict[str, Any]]:
     """Yield the trace events of ``report``: metadata, counters and instants as they come, then the
-    slices laid out in rows (:func:`_lanes`), then the launch arrows."""
-    slices: list[dict[str, Any]] = []
-    flows: list[dict[str, Any]] = []
-    for ev in _events(report):
-        if ev["ph"] == "X":
-            slices.append(ev)
-        elif ev["ph"] in ("s", "f"):
-            flows.append(ev)
-        else:
-            yield ev
+    slices laid out in rows (:func:`_lanes`), then the launch arrows.
+
+    The slices are read from DuckDB sorted by thread and time, so memory stays bounded whatever the
+    report's size (a fetch batch, the open slices of each row, the API calls that moved to an extra
+    row).
+    """
+    t0 = origin_ns(report)
+    yield from _others(report, t0)
     moved: dict[tuple[int, int, float], int] = {}
-    for ev in _lanes(slices):
+    for ev in _lanes(_slices(report, t0)):
         if ev.get("cat") == "cuda_api" and ev["tid"] >= LANE_BASE:
             moved[(ev["pid"], ev["tid"] % LANE_BASE, ev["ts"])] = ev["tid"]
         yield ev
-    for ev in flows:  # an arrow starts on the row its API call went to
+    for ev in _flows(report, t0):  # an arrow starts on the row its API call went to
         if ev["ph"] == "s":
             ev["tid"] = moved.get((ev["pid"], ev["tid"], ev["ts"]), ev["tid"])
         yield ev
 
 
-def _events(report: Report) -> Iterator[dict[str, Any]]:
-    """Yield the trace events of ``report``, slices with their times in ns (``_s``, ``_e``)."""
-    t0 = origin_ns(report)
+def _us(t0: int) -> Callable[[int], float]:
+    return lambda ns: round((ns - t0) / 1000.0, 3)
 
-    def us(ns: int) -> float:
-        return round((ns - t0) / 1000.0, 3)
 
-    def span(s: int, e: int) -> dict[str, Any]:
-        return {"ts": us(s), "dur": round(us(e) - us(s), 3), "_s": int(s), "_e": int(e)}
+def _span(us: Callable[[int], float], s: int, e: int) -> dict[str, Any]:
+    return {"ts": us(s), "dur": round(us(e) - us(s), 3), "_s": int(s), "_e": int(e)}
 
+
+def _others(report: Report, t0: int) -> Iterator[dict[str, Any]]:
+    """Yield the events of ``report`` that are not slices nor arrows: names, marks, counters, samples."""
+    us = _us(t0)
     procs = report.sql("SELECT pid, executable, argv FROM process ORDER BY start_ns")
     first_pid = procs[0][0] if procs else None
     for pid, exe, argv in procs:
@@ -151,44 +153,12 @@ def _events(report: Report) -> Iterator[dict[str, Any]]:
         yield {"ph": "M", "name": "thread_name", "pid": _gpu_pid(dev), "tid": stream,
                "args": {"name": f"Stream {stream}"}}
 
-    for pid, tid, s, e, name, corr in _batches(
+    for s, pid, tid, name in _batches(
         report,
-        """SELECT a.pid, a.tid, a.start_ns, a.end_ns, s.value, a.correlation_id
-           FROM api_call a JOIN string s ON s.id = a.name_id ORDER BY a.start_ns""",
+        """SELECT r.start_ns, r.pid, r.tid, n.value FROM nvtx_range r JOIN string n ON n.id = r.name_id
+           WHERE r.kind = 'mark' ORDER BY r.start_ns""",
     ):
-        yield {"ph": "X", "cat": "cuda_api", "name": name, "pid": pid, "tid": tid, **span(s, e),
-               "args": {"correlation": corr}}
-
-    for (pid, dev, stream, s, e, name, corr, cat, gx, gy, gz, bx, by, bz, regs, smem,
-         nbytes) in _batches(report, _GPU_OPS + " ORDER BY 4"):
-        args: dict[str, Any] = {"correlation": corr, "pid": pid}
-        if cat == "kernel":
-            args.update(grid=[gx, gy, gz], block=[bx, by, bz], registers=regs, shared_memory=smem)
-        else:
-            args["bytes"] = nbytes
-        yield {"ph": "X", "cat": cat, "name": name, "pid": _gpu_pid(dev), "tid": stream, **span(s, e),
-               "args": args}
-
-    flows = f"""
-        SELECT a.pid, a.tid, a.start_ns, g.device_id, g.stream_id, g.start_ns
-        FROM api_call a JOIN ({_GPU_OPS}) g
-          ON g.pid = a.pid AND g.correlation_id = a.correlation_id
-        ORDER BY a.start_ns"""
-    for n, (pid, tid, api_s, dev, stream, op_s) in enumerate(_batches(report, flows)):
-        yield {"ph": "s", "cat": "launch", "name": "launch", "id": n, "pid": pid, "tid": tid,
-               "ts": us(api_s)}
-        yield {"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": n,
-               "pid": _gpu_pid(dev), "tid": stream, "ts": us(op_s)}
-
-    for s, e, pid, tid, name, kind in _batches(
-        report,
-        """SELECT r.start_ns, r.end_ns, r.pid, r.tid, n.value, r.kind
-           FROM nvtx_range r JOIN string n ON n.id = r.name_id ORDER BY r.start_ns""",
-    ):
-        if kind == "mark":
-            yield {"ph": "i", "s": "t", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s)}
-        elif e is not None:
-            yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, **span(s, e)}
+        yield {"ph": "i", "s": "t", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s)}
 
     for ts, pid, name, value in _batches(
         report, "SELECT ts_ns, pid, name, value FROM host_counter ORDER BY ts_ns"
@@ -208,36 +178,95 @@ def _events(report: Report) -> Iterator[dict[str, Any]]:
     for (pid,) in report.sql("SELECT DISTINCT pid FROM sync ORDER BY pid"):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID,
                "args": {"name": "CUDA synchronization"}}
-    for pid, s, e, kind, stream in _batches(
-        report, "SELECT pid, start_ns, end_ns, type, stream_id FROM sync ORDER BY start_ns"
-    ):
-        yield {"ph": "X", "cat": "sync", "name": kind, "pid": pid, "tid": SYNC_TID, **span(s, e),
-               "args": {"stream": stream}}
-
-    if report.count("sync_site"):  # host waits, on the thread that waited, with the line that made them
-        rows = report.sql("SELECT s.pid, s.tid, s.start_ns, s.end_ns, n.value, s.stack_id FROM sync_site s "
-                          "JOIN string n ON n.id = s.api_name_id ORDER BY s.start_ns")
-        sites = stack_sites(report, {(r[0], r[5]) for r in rows})
-        for pid, tid, s, e, api, stack in rows:
-            yield {"ph": "X", "cat": "sync", "name": api, "pid": pid, "tid": tid, **span(s, e),
-                   "args": {"source": sites[(pid, stack)].location}}
-
-    for s, e, pid, tid, name, shapes, dtypes in _batches(
-        report,
-        """SELECT o.start_ns, o.end_ns, o.pid, o.tid, n.value, o.shapes, o.dtypes
-           FROM torch_op o JOIN string n ON n.id = o.name_id WHERE o.end_ns IS NOT NULL ORDER BY o.start_ns""",
-    ):
-        yield {"ph": "X", "cat": "torch_op", "name": name, "pid": pid, "tid": tid, **span(s, e),
-               "args": {"shapes": shapes, "dtypes": dtypes}}
 
     if report.count("cpu_sample"):  # one instant per sample, named by the program's line it was in
-        samples = report.sql("SELECT pid, tid, ts_ns, stack_id, weight_ns FROM cpu_sample ORDER BY ts_ns")
-        places = stack_sites(report, {(r[0], r[3]) for r in samples})
-        for pid, tid, ts, stack, weight in samples:
+        places = stack_sites(report, {(p, st) for p, st in report.sql("SELECT DISTINCT pid, stack_id FROM cpu_sample")})
+        for pid, tid, ts, stack, weight in _batches(
+                report, "SELECT pid, tid, ts_ns, stack_id, weight_ns FROM cpu_sample ORDER BY ts_ns"):
             site = places[(pid, stack)]
             yield {"ph": "i", "s": "t", "cat": "python", "name": site.function or site.location, "pid": pid,
                    "tid": tid, "ts": us(ts), "args": {"line": site.location, "innermost": site.innermost,
                                                       "weight_us": round(weight / 1000.0, 3)}}
+
+
+# Every kind of slice in one layout (kind, pid, tid, start, end, name, then each kind's own
+# arguments), so that one query returns them all sorted by row and time; at equal times the longer
+# first, then in this order of kinds.
+_SLICE_COLUMNS = ("k, pid, tid, s, e, name, corr, op_pid, cat, g_x, g_y, g_z, b_x, b_y, b_z, regs, smem, nbytes, "
+                  "stream, stack, shapes, dtypes")
+_NONE = ", ".join(["NULL"] * 15)  # the 15 columns after corr
+_SLICES = f"""
+    SELECT 0, a.pid, a.tid, a.start_ns, a.end_ns, s.value, a.correlation_id, {_NONE}
+    FROM api_call a JOIN string s ON s.id = a.name_id
+    UNION ALL
+    SELECT 1, {GPU_PID_BASE} + device_id, stream_id, start_ns, end_ns, name, correlation_id, pid, cat,
+           grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, smem, bytes,
+           NULL, NULL, NULL, NULL
+    FROM ({_GPU_OPS})
+    UNION ALL
+    SELECT 2, r.pid, r.tid, r.start_ns, r.end_ns, n.value, NULL, {_NONE}
+    FROM nvtx_range r JOIN string n ON n.id = r.name_id
+    WHERE r.kind IS DISTINCT FROM 'mark' AND r.end_ns IS NOT NULL
+    UNION ALL
+    SELECT 3, pid, {SYNC_TID}, start_ns, end_ns, type, NULL, NULL, 'sync', NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, stream_id, NULL, NULL, NULL
+    FROM sync
+    UNION ALL
+    SELECT 4, s.pid, s.tid, s.start_ns, s.end_ns, n.value, NULL, NULL, 'sync', NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL, s.stack_id, NULL, NULL
+    FROM sync_site s JOIN string n ON n.id = s.api_name_id
+    UNION ALL
+    SELECT 5, o.pid, o.tid, o.start_ns, o.end_ns, n.value, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL, NULL, o.shapes, o.dtypes
+    FROM torch_op o JOIN string n ON n.id = o.name_id WHERE o.end_ns IS NOT NULL"""
+
+
+def _slices(report: Report, t0: int) -> Iterator[dict[str, Any]]:
+    """Yield every slice of ``report`` (times in ns as ``_s`` and ``_e``), sorted by process, thread,
+    start and the longer first: read from one sorted query in batches, never all held at once."""
+    us = _us(t0)
+    sites = {}
+    if report.count("sync_site"):  # host waits carry the line that made them
+        sites = stack_sites(report, {(p, st) for p, st in report.sql("SELECT DISTINCT pid, stack_id FROM sync_site")})
+    query = f"SELECT * FROM ({_SLICES}) t({_SLICE_COLUMNS}) ORDER BY pid, tid, s, e DESC, k"
+    for (k, pid, tid, s, e, name, corr, op_pid, cat, gx, gy, gz, bx, by, bz, regs, smem, nbytes, stream, stack,
+         shapes, dtypes) in _batches(report, query):
+        ev: dict[str, Any] = {"ph": "X", "cat": _CATS[k] or cat, "name": name, "pid": pid, "tid": tid,
+                              **_span(us, s, e)}
+        if k == 0:
+            ev["args"] = {"correlation": corr}
+        elif k == 1:
+            args: dict[str, Any] = {"correlation": corr, "pid": op_pid}
+            if cat == "kernel":
+                args.update(grid=[gx, gy, gz], block=[bx, by, bz], registers=regs, shared_memory=smem)
+            else:
+                args["bytes"] = nbytes
+            ev["args"] = args
+        elif k == 3:
+            ev["args"] = {"stream": stream}
+        elif k == 4:
+            ev["args"] = {"source": sites[(pid, stack)].location}
+        elif k == 5:
+            ev["args"] = {"shapes": shapes, "dtypes": dtypes}
+        yield ev
+
+
+_CATS = ["cuda_api", None, "nvtx", "sync", "sync", "torch_op"]
+
+
+def _flows(report: Report, t0: int) -> Iterator[dict[str, Any]]:
+    """Yield the arrows from each launching API call to its GPU operation."""
+    us = _us(t0)
+    flows = f"""
+        SELECT a.pid, a.tid, a.start_ns, g.device_id, g.stream_id, g.start_ns
+        FROM api_call a JOIN ({_GPU_OPS}) g
+          ON g.pid = a.pid AND g.correlation_id = a.correlation_id
+        ORDER BY a.start_ns"""
+    for n, (pid, tid, api_s, dev, stream, op_s) in enumerate(_batches(report, flows)):
+        yield {"ph": "s", "cat": "launch", "name": "launch", "id": n, "pid": pid, "tid": tid,
+               "ts": us(api_s)}
+        yield {"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": n,
+               "pid": _gpu_pid(dev), "tid": stream, "ts": us(op_s)}
 
 
 def write(report: Report, out: IO[str]) -> int:

@@ -25,6 +25,12 @@ from .ranges import RangeBuilder
 
 Diagnostic = tuple[int, str, str]  # pid, level, message
 
+# DuckDB keeps every block it has written in its cache, up to its memory limit (80% of RAM by
+# default), so without a limit the launcher's memory grows with the report over a long run (about
+# one byte per byte of report). Appending needs only the blocks being filled: the cache is held to
+# this while chunks are ingested, and released for the finishing queries (trimming, the checkpoint).
+INGEST_MEMORY = "64MB"
+
 # Rows that collectors in the program send with text where the table holds a string id: the
 # positions (in the row as sent, without ``pid``) of the values to intern.
 INTERNED_FIELDS: dict[str, tuple[int, ...]] = {
@@ -47,9 +53,11 @@ class _Process:
 class ReportWriter:
     """Creates a report file and fills it from spool chunks."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, memory_limit: str | None = INGEST_MEMORY) -> None:
         self.path = path
         self.con = duckdb.connect(str(path))
+        if memory_limit:
+            self.con.execute(f"SET memory_limit = '{memory_limit}'")
         for stmt in schema.create_statements():
             self.con.execute(stmt)
         self._strings: dict[str, int] = {}
@@ -281,7 +289,12 @@ class ReportWriter:
         self.con.register("_incoming", frame)
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
-            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+            try:
+                self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+            except duckdb.OutOfMemoryException:
+                # the cache limit is a bound on what is kept, never a reason to lose records
+                self.con.execute("RESET memory_limit")
+                self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
         finally:
             self.con.unregister("_incoming")
 
@@ -307,6 +320,7 @@ class ReportWriter:
             pass
 
     def _finish(self, meta: dict[str, Any]) -> None:
+        self.con.execute("RESET memory_limit")  # the joins below may need more than appending did
         self._insert_ranges(self._ranges.unfinished())
         self._store_strings()
         # host counters were taken on CLOCK_MONOTONIC: move them to the session clock

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,21 +115,25 @@ def failure(log_text: str, returncode: int) -> str | None:
     return f"ncu wrote no results (exit status {returncode})"
 
 
-def run(program: Sequence[str], cwd: str | None, log: Path, *, regex: str | None, name_base: str = "mangled",
+def run(program: Sequence[str], cwd: str | None, *, regex: str | None, name_base: str = "mangled",
         count: int | None = None, nvtx: Sequence[str] = ()) -> str:
-    """Run ``program`` under ncu (its output passes through); return the CSV text ncu wrote to ``log``.
+    """Run ``program`` under ncu (its output passes through); return the CSV text ncu wrote.
 
+    ncu writes its log into a private directory of its own (created fresh, mode 0700), never beside
+    the report where a planted link could redirect it; the caller keeps the text where the user asked.
     Raises GpuscopeError with the fix when ncu is missing, counters are not permitted, or nothing
     was profiled.
     """
     ncu = find_ncu()
     metrics = select_metrics(available_metrics(ncu))
-    cmd = command(ncu, program, log, metrics, regex=regex, name_base=name_base, count=count, nvtx=nvtx)
-    try:
-        proc = subprocess.run(cmd, cwd=cwd or None, stdin=subprocess.DEVNULL, capture_output=False)
-    except OSError as exc:
-        raise GpuscopeError(f"cannot run {ncu}: {exc.strerror}", exit_code=3) from None
-    text = log.read_text(errors="replace") if log.exists() else ""
+    with tempfile.TemporaryDirectory(prefix="gpuscope-ncu-") as private:
+        log = Path(private) / "ncu.csv"
+        cmd = command(ncu, program, log, metrics, regex=regex, name_base=name_base, count=count, nvtx=nvtx)
+        try:
+            proc = subprocess.run(cmd, cwd=cwd or None, stdin=subprocess.DEVNULL, capture_output=False)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot run {ncu}: {exc.strerror}", exit_code=3) from None
+        text = log.read_text(errors="replace") if log.is_file() else ""
     reason = failure(text, proc.returncode)
     if reason:
         raise GpuscopeError(reason, exit_code=3)

@@ -56,7 +56,8 @@ class ReportSink:
         self.partial = output.with_name(f".{output.name}.partial")
         for p in (self.partial, Path(f"{self.partial}.wal")):
             p.unlink(missing_ok=True)
-        self.writer = ReportWriter(self.partial)
+        # a one-shot conversion with whole-table updates, not a launcher that runs for hours: no cache limit
+        self.writer = ReportWriter(self.partial, memory_limit=None)
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
         self._columns: dict[str, list[str]] = {}
         self.counts: dict[str, int] = {}
