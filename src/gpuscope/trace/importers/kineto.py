@@ -17,30 +17,32 @@ GPU events carry the device as their pid; every row gets the pid of the profiled
 
 from __future__ import annotations
 
-import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from ...errors import GpuscopeError
 from . import kineto_stream
-from .kineto_args import op_columns
-from .sink import ReportSink
+from .kineto_args import SYNC_APIS, copy_kind, op_columns, set_kind
+
+try:  # the bulk decoding; without msgspec the trace is parsed event by event
+    import msgspec
+
+    from . import kineto_chunks, kineto_columns
+    from .kineto_columns import ChunkColumns
+except ImportError:  # pragma: no cover
+    kineto_columns = None  # type: ignore[assignment]
+from .sink import ReportSink  # noqa: E402
 
 PENDING_PID = -1  # pid of GPU rows until the profiled process is known (set when the import ends)
 GPU_TABLES = ("kernel", "memcpy", "memset", "sync", "overhead")
 
-_MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
-_MEMSET = re.compile(r"Memset \((\w+)\)")
 _SYNC_KIND = {"Stream Sync": "StreamSynchronize", "Event Sync": "EventSynchronize",
               "Context Sync": "ContextSynchronize", "Stream Wait Event": "StreamWaitEvent",
               "Device Sync": "ContextSynchronize"}
-SYNC_APIS = frozenset({
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH",
-    "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
-})  # fmt: skip
 MODULE_PREFIX = "nn.Module: "
 
 
@@ -97,16 +99,61 @@ class KinetoImporter:
         """Map one trace event (ignoring kinds gpuscope has no table for: flows, GPU-side copies of
         CPU annotations)."""
         cat = ev.get("cat")
+        if cat is not None:
+            self.cats[cat] += 1
+        self.dispatch(ev)
+
+    def dispatch(self, ev: dict[str, Any]) -> None:
+        """Map one event whose category is already counted."""
+        cat = ev.get("cat")
         if cat is None:
             if ev.get("ph") == "M" and ev.get("name") == "process_name":
                 pid = ev.get("pid")
                 if isinstance(pid, int):
                     self.process_names[pid] = str((ev.get("args") or {}).get("name", ""))
             return
-        self.cats[cat] += 1
         handler = self.handlers.get(cat)
         if handler is not None and "ts" in ev:
             handler(ev)
+
+    def apply(self, chunk: ChunkColumns) -> None:
+        """Add the rows of a chunk mapped in bulk (kineto_columns), as :meth:`event` would have
+        added them event by event."""
+        self.cats.update(chunk.cats)
+        for pid, n in chunk.pid_counts:
+            self.cpu_pids[pid] += n
+        if chunk.first_ns is not None:
+            self.first_ns = chunk.first_ns if self.first_ns is None else min(self.first_ns, chunk.first_ns)
+            self.last_ns = max(self.last_ns, chunk.last_ns)
+        for table, block in chunk.blocks.items():
+            cols = dict(block.columns)
+            if table == "kernel":
+                cols["config_id"] = self._config_ids(chunk.config_keys)[chunk.config_codes]
+            name_col = {"api_call": "name_id", "torch_op": "name_id", "sync_site": "api_name_id"}.get(table)
+            if name_col is not None:
+                ids = np.array([self._name(n) for n in chunk.names[table]], dtype=np.int64)
+                cols[name_col] = ids[cols[name_col]]
+            if table in GPU_TABLES:
+                cols["pid"] = PENDING_PID
+            if table == "sync_site":
+                cols["stack_id"] = 0
+            self.sink.add_block(table, cols, block.rows)
+        self.modules += chunk.modules
+        for ev in chunk.rare:
+            self.dispatch(ev)
+
+    def _config_ids(self, keys: list[tuple[Any, ...]]) -> np.ndarray:
+        """The kernel_config id of each launch configuration, adding the new ones."""
+        ids = []
+        for key in keys:
+            cid = self.configs.get(key)
+            if cid is None:
+                cid = self.configs[key] = len(self.configs)
+                name = self._name(key[0])
+                self.sink.add("kernel_config", (cid, name, name, *key[1:7], None, None, None, key[7], key[8],
+                                                0, None, None, None, None))
+            ids.append(cid)
+        return np.array(ids, dtype=np.int64)
 
     def kernel(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
@@ -125,17 +172,15 @@ class KinetoImporter:
     def memcpy(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
         start, end = self._times(ev)
-        m = _MEMCPY.match(ev.get("name", ""))
-        kind, src, dst = m.groups() if m else (None, None, None)
+        kind, src, dst = copy_kind(ev.get("name", ""))
         self.sink.add("memcpy", (start, end, PENDING_PID, _device(ev, a), a.get("context"), _stream(ev, a),
                                  a.get("correlation"), kind, src, dst, a.get("bytes"), None, None, None))
 
     def memset(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
         start, end = self._times(ev)
-        m = _MEMSET.match(ev.get("name", ""))
         self.sink.add("memset", (start, end, PENDING_PID, _device(ev, a), a.get("context"), _stream(ev, a),
-                                 a.get("correlation"), m.group(1) if m else None, a.get("bytes"), None, None,
+                                 a.get("correlation"), set_kind(ev.get("name", "")), a.get("bytes"), None, None,
                                  None, None))
 
     def api(self, ev: dict[str, Any]) -> None:
@@ -318,10 +363,51 @@ def import_kineto(path: Path, sink: ReportSink) -> dict[str, Any]:
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (a JSON object without traceEvents)")
     importer = KinetoImporter(sink, header)
     counter = [0]
-    for ev in kineto_stream.events(path, counter):
-        importer.event(ev)
+    started = kineto_chunks.events_start(path, header) if kineto_columns is not None else None
+    if started is None:
+        _per_event(importer, kineto_stream.events(path, counter))
+    else:
+        _in_runs(path, importer, counter, *started)
     if not ("schemaVersion" in header or "deviceProperties" in header or importer.cats.keys() & {
             "kernel", "Kernel", "cpu_op", "Operator", "cuda_runtime", "Runtime"}):
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (its {counter[0]:,} events have no kernels, "
                             "operators or CUDA calls)")
     return importer.finish(path, counter[0])
+
+
+def _per_event(importer: KinetoImporter, events: Iterable[dict[str, Any]]) -> None:
+    for ev in events:
+        importer.event(ev)
+
+
+def _in_runs(path: Path, importer: KinetoImporter, counter: list[int], stream: IO[bytes], first: bytes) -> None:
+    """Map the events in runs, decoded in bulk; a run that does not decode as events (damaged, or cut
+    at a false boundary) and what follows it are parsed event by event, as the file's JSON text."""
+    assert kineto_columns is not None
+    runs = kineto_chunks.EventRuns(stream, first)
+    with stream:
+        for run in runs:
+            try:
+                chunk = kineto_columns.map_chunk(run.text, importer.base, run.tail)
+            except (msgspec.DecodeError, kineto_columns.Unusual) as exc:
+                events = _plain(run) if isinstance(exc, (msgspec.ValidationError, kineto_columns.Unusual)) else None
+                if events is None:
+                    _per_event(importer, kineto_stream.events(path, counter, runs.rest([run])))
+                    return
+                _per_event(importer, events)
+                counter[0] += len(events)
+                continue
+            importer.apply(chunk)
+            counter[0] += chunk.events
+        if runs.error is not None or runs.stuck:  # what was read before a gzip error, then the error
+            _per_event(importer, kineto_stream.events(path, counter, runs.rest([])))
+
+
+def _plain(run: kineto_chunks.Run) -> list[dict[str, Any]] | None:
+    """The run's events as plain JSON objects, or None where its text is not JSON."""
+    try:
+        if run.tail:
+            return msgspec.json.decode(kineto_columns.TAIL_PREFIX + run.text)["traceEvents"]  # type: ignore[no-any-return]
+        return msgspec.json.decode(b"[" + run.text + b"]")  # type: ignore[no-any-return]
+    except msgspec.DecodeError:
+        return None
