@@ -139,6 +139,7 @@ class KinetoImporter:
                 cols["stack_id"] = 0
             self.sink.add_block(table, cols, block.rows)
         self.modules += chunk.modules
+        self.with_shapes = self.with_shapes or chunk.with_shapes
         for ev in chunk.rare:
             self.dispatch(ev)
 

@@ -42,11 +42,11 @@ class Args(msgspec.Struct, gc=False):
     bytes: Union[int, None] = None
     cbid: Union[int, None] = None
     sequence: Union[int, None] = msgspec.field(default=None, name="Sequence number")
-    input_dims: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Input Dims")
-    input_dims_old: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Input dims")
-    input_type: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Input type")
-    input_types_old: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Input types")
-    concrete: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Concrete Inputs")
+    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
+    input_dims_old: msgspec.Raw = msgspec.field(default=None, name="Input dims")
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
+    input_types_old: msgspec.Raw = msgspec.field(default=None, name="Input types")
+    concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
     # read only by the per-event mapping of rare events
     name: Any = None
     cuda_sync_kind: Any = None
@@ -68,8 +68,8 @@ class Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Union[str, None] = None
     name: Union[str, None] = None
-    pid: Union[int, None] = None
-    tid: Union[int, None] = None
+    pid: Any = None  # metadata events name theirs ("Spans"); table columns take the numbers as the per-event mapping does
+    tid: Any = None
     ts: Union[int, float, None] = None
     dur: Union[int, float, None] = None
     args: Union[Args, None] = None
@@ -108,6 +108,7 @@ class ChunkColumns:
     modules: list[tuple[Any, ...]] = field(default_factory=list)
     pid_counts: list[tuple[Any, int]] = field(default_factory=list)  # CPU pids, first seen first
     rare: list[dict[str, Any]] = field(default_factory=list)
+    with_shapes: bool = False
     first_ns: int | None = None
     last_ns: int = 0
 
@@ -138,20 +139,20 @@ def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
     whose values the bulk mapping does not take."""
     events = decode(text, tail)
     out = ChunkColumns(len(events))
-    api: list[Event] = []
-    buckets: dict[Any, list[Event]] = {"cuda_runtime": api, "cuda_driver": api}
+    api: list[Event] = []  # runtime and driver calls together, in event order (one api_call table)
+    buckets: dict[Any, list[Event]] = {}
     for e in events:
         c = e.cat
         bucket = buckets.get(c)
         if bucket is None:
-            bucket = buckets[c] = []
+            bucket = buckets[c] = api if c in API else []
         bucket.append(e)
-    del buckets["cuda_driver"]
-    for cat, bucket in buckets.items():
-        if cat is not None and cat not in API:
-            out.cats[cat] = len(bucket)
-    if api:
-        out.cats.update(e.cat for e in api)
+    api_counts = Counter(e.cat for e in api) if "cuda_driver" in buckets else {"cuda_runtime": len(api)}
+    for cat, bucket in buckets.items():  # categories in the order they first appear, as counted event by event
+        if cat is not None:
+            out.cats[cat] = api_counts[cat] if cat in API else len(bucket)
+    buckets.pop("cuda_driver", None)
+    buckets["cuda_runtime"] = api
     try:
         rare = _map(buckets, base, out)
         out.pid_counts = _pid_counts(events, buckets)
@@ -380,6 +381,7 @@ def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray,
             given = {k: msgspec.json.decode(r) for (_, k), r in zip(_OP_KEYS, raws) if r is not None}
             cols = cache[key] = op_columns(names[i], given)
         shapes[i], dtypes[i], outs[i], scalars[i] = cols
+        out.with_shapes = out.with_shapes or cols[0] is not None
     _add(out, "torch_op", {
         "start_ns": start, "end_ns": end, "pid": _ints([e.pid for e in evs]), "tid": _ints([e.tid for e in evs]),
         "name_id": codes, "seq": _ints([a.sequence for a in args]),
