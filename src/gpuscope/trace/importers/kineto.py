@@ -18,9 +18,8 @@ GPU events carry the device as their pid; every row gets the pid of the profiled
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -29,12 +28,10 @@ from . import kineto_stream
 from .kineto_args import SYNC_APIS, copy_kind, op_columns, set_kind
 
 try:  # the bulk decoding; without msgspec the trace is parsed event by event
-    import msgspec
-
-    from . import kineto_chunks, kineto_columns
+    from . import kineto_read
     from .kineto_columns import ChunkColumns
 except ImportError:  # pragma: no cover
-    kineto_columns = None  # type: ignore[assignment]
+    kineto_read = None  # type: ignore[assignment]
 from .sink import ReportSink  # noqa: E402
 
 PENDING_PID = -1  # pid of GPU rows until the profiled process is known (set when the import ends)
@@ -364,51 +361,13 @@ def import_kineto(path: Path, sink: ReportSink) -> dict[str, Any]:
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (a JSON object without traceEvents)")
     importer = KinetoImporter(sink, header)
     counter = [0]
-    started = kineto_chunks.events_start(path, header) if kineto_columns is not None else None
-    if started is None:
-        _per_event(importer, kineto_stream.events(path, counter))
+    if kineto_read is None:
+        for ev in kineto_stream.events(path, counter):
+            importer.event(ev)
     else:
-        _in_runs(path, importer, counter, *started)
+        kineto_read.read_events(path, importer, counter, header)
     if not ("schemaVersion" in header or "deviceProperties" in header or importer.cats.keys() & {
             "kernel", "Kernel", "cpu_op", "Operator", "cuda_runtime", "Runtime"}):
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (its {counter[0]:,} events have no kernels, "
                             "operators or CUDA calls)")
     return importer.finish(path, counter[0])
-
-
-def _per_event(importer: KinetoImporter, events: Iterable[dict[str, Any]]) -> None:
-    for ev in events:
-        importer.event(ev)
-
-
-def _in_runs(path: Path, importer: KinetoImporter, counter: list[int], stream: IO[bytes], first: bytes) -> None:
-    """Map the events in runs, decoded in bulk; a run that does not decode as events (damaged, or cut
-    at a false boundary) and what follows it are parsed event by event, as the file's JSON text."""
-    assert kineto_columns is not None
-    runs = kineto_chunks.EventRuns(stream, first)
-    with stream:
-        for run in runs:
-            try:
-                chunk = kineto_columns.map_chunk(run.text, importer.base, run.tail)
-            except (msgspec.DecodeError, kineto_columns.Unusual) as exc:
-                events = _plain(run) if isinstance(exc, (msgspec.ValidationError, kineto_columns.Unusual)) else None
-                if events is None:
-                    _per_event(importer, kineto_stream.events(path, counter, runs.rest([run])))
-                    return
-                _per_event(importer, events)
-                counter[0] += len(events)
-                continue
-            importer.apply(chunk)
-            counter[0] += chunk.events
-        if runs.error is not None or runs.stuck:  # what was read before a gzip error, then the error
-            _per_event(importer, kineto_stream.events(path, counter, runs.rest([])))
-
-
-def _plain(run: kineto_chunks.Run) -> list[dict[str, Any]] | None:
-    """The run's events as plain JSON objects, or None where its text is not JSON."""
-    try:
-        if run.tail:
-            return msgspec.json.decode(kineto_columns.TAIL_PREFIX + run.text)["traceEvents"]  # type: ignore[no-any-return]
-        return msgspec.json.decode(b"[" + run.text + b"]")  # type: ignore[no-any-return]
-    except msgspec.DecodeError:
-        return None

@@ -35,24 +35,71 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 @dataclass
 class Run:
-    """Text of whole events (``tail``: from an event to the end of the file) and the bytes between
-    it and the next run."""
+    """Whole events (``tail``: from an event to the end of the file), as ``text`` or as the bytes
+    ``offset`` to ``offset + length`` of a plain file; ``gap``: the bytes between it and the next run."""
 
-    text: bytes
+    text: bytes | None
     tail: bool
     gap: bytes = b""
+    offset: int = 0
+    length: int = 0
+
+    def load(self, path: Path) -> bytes:
+        """Return the run's text (read from ``path`` where it is a part of the file)."""
+        if self.text is not None:
+            return self.text
+        with open(path, "rb") as fh:
+            fh.seek(self.offset)
+            return fh.read(self.length)
 
 
 class EventRuns:
-    """The runs of a trace's ``traceEvents``, read from ``stream`` (already past the ``[``)."""
+    """The runs of a trace's ``traceEvents``, read from ``stream`` (already past the ``[``, with
+    ``first`` the bytes read after it). A plain file is not read whole here: each cut is looked for
+    near a multiple of :data:`CHUNK` and the runs are parts of the file (``at`` is the file offset of
+    ``first``); a gzip is read through and the runs carry their text."""
 
-    def __init__(self, stream: IO[bytes], first: bytes) -> None:
+    def __init__(self, stream: IO[bytes], first: bytes, path: Path, at: int | None) -> None:
         self.stream = stream
         self.buffer = first
+        self.path = path
+        self.at = at
         self.error: BaseException | None = None
         self.stuck = False
 
     def __iter__(self) -> Iterator[Run]:
+        return self._in_file() if self.at is not None else self._in_stream()
+
+    def _in_file(self) -> Iterator[Run]:
+        assert self.at is not None
+        fh = self.stream
+        size = fh.seek(0, 2)
+        start = self.at
+        while True:
+            cut = None
+            nominal = start + CHUNK
+            window = _LOOK_BACK
+            while nominal < size and cut is None:
+                fh.seek(nominal)
+                data = fh.read(window)
+                cut = _first_cut(data)
+                if cut is None:
+                    if nominal + len(data) >= size:  # the rest of the file is the last run
+                        break
+                    if window >= _STUCK:
+                        self.stuck, self.at = True, start
+                        return
+                    window *= 4
+            if cut is None:
+                yield Run(None, True, offset=start, length=size - start)
+                return
+            end, nxt = nominal + cut[0], nominal + cut[1]
+            fh.seek(end)
+            gap = fh.read(nxt - end)
+            yield Run(None, False, gap, start, end - start)
+            start = nxt
+
+    def _in_stream(self) -> Iterator[Run]:
         while True:
             try:
                 data = _read(self.stream, CHUNK)
@@ -78,9 +125,14 @@ class EventRuns:
     def rest(self, runs: list[Run]) -> Resumed:
         """The JSON text from ``runs`` (read, not mapped) on to the end of the file, as a trace of
         its own; with no runs, from what was read after the last run on."""
-        parts = [b'{"traceEvents": [']
+        head = b'{"traceEvents": ['
+        if self.at is not None:  # a part of the file: read it again from there
+            fh = open(self.path, "rb")
+            fh.seek(runs[0].offset if runs else self.at)
+            return Resumed(head, fh, None)
+        parts = [head]
         for run in runs:
-            parts += [run.text, run.gap]
+            parts += [run.text or b"", run.gap]
         if not runs or not runs[-1].tail:
             parts.append(self.buffer)
         return Resumed(b"".join(parts), self.stream, self.error)
@@ -96,6 +148,15 @@ def _read(stream: IO[bytes], size: int) -> bytes:
         parts.append(data)
         got += len(data)
     return b"".join(parts)
+
+
+def _first_cut(data: bytes) -> tuple[int, int] | None:
+    """Return (end of a run, start of the next) at the first likely event boundary of ``data``."""
+    for pattern in (_BREAK_BOUNDARY, _BOUNDARY):
+        m = pattern.search(data)
+        if m is not None:
+            return m.start() + 1, m.end() - 1
+    return None
 
 
 def _cut(buf: bytes) -> tuple[int, int] | None:
@@ -133,10 +194,10 @@ class Resumed:
         return self.stream.read(size)
 
 
-def events_start(path: Path, header: dict[str, Any]) -> tuple[IO[bytes], bytes] | None:
-    """Open the trace and return it with the bytes after the ``[`` of ``traceEvents`` read so far;
-    None where that key is not found at the top of the document in its first blocks (a very large
-    header: the caller parses the file event by event)."""
+def event_runs(path: Path, header: dict[str, Any]) -> EventRuns | None:
+    """The runs of the trace at ``path``; None where the ``traceEvents`` key is not found at the top
+    of the document in its first blocks (a very large header: the caller parses it event by event)."""
+    plain = not kineto_stream.is_gzip(path)
     stream = kineto_stream.open_trace(path)
     head = b""
     try:
@@ -145,7 +206,7 @@ def events_start(path: Path, header: dict[str, Any]) -> tuple[IO[bytes], bytes] 
             head += data
             for m in _EVENTS_KEY.finditer(head):
                 if _is_top_level(head[:m.start()], header):
-                    return stream, head[m.end():]
+                    return EventRuns(stream, head[m.end():], path, m.end() if plain else None)
             if not data:
                 break
     except (OSError, EOFError):

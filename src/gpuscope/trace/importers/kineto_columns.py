@@ -155,16 +155,30 @@ def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
     buckets["cuda_runtime"] = api
     try:
         rare = _map(buckets, base, out)
-        out.pid_counts = _pid_counts(events, buckets)
     except (TypeError, AttributeError, ValueError, OverflowError) as exc:
         raise Unusual(str(exc)) from None
-    if rare or None in buckets:
-        out.rare = [as_dict(e) for e in events if e.cat is None or e.cat in RARE or _is_step(e)]
+    if rare:
+        out.rare = [as_dict(e) for e in _rare_events(events, buckets, rare)]
+    if len(out.pid_counts) > 1:  # several processes: count them in the order they first appear
+        first: dict[Any, int] = {}
+        for i, e in enumerate(events):
+            if e.pid not in first and (e.cat in API or e.cat == "cpu_op" and not e.name.startswith("ProfilerStep#")) \
+                    and e.ts is not None:
+                first[e.pid] = i
+        out.pid_counts.sort(key=lambda item: first[item[0]])
     return out
 
 
-def _is_step(e: Event) -> bool:
-    return e.cat == "cpu_op" and e.name is not None and e.name.startswith("ProfilerStep#")
+def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: list[Event]) -> list[Event]:
+    """The events mapped one by one (rare kinds, ProfilerStep operators), in event order where it
+    matters: ranges are numbered in the order their events come."""
+    parts = [buckets[c] for c in (None, *RARE) if c in buckets]
+    steps = [e for e in steps if e.cat == "cpu_op"]
+    if steps and "user_annotation" in buckets:  # both make ranges: merge them in event order
+        wanted = {id(e) for e in steps} | {id(e) for e in buckets["user_annotation"]}
+        merged = [e for e in events if id(e) in wanted]
+        return [e for p in parts if p is not buckets["user_annotation"] for e in p] + merged
+    return [e for p in parts for e in p] + steps
 
 
 def as_dict(e: Event) -> dict[str, Any]:
@@ -181,71 +195,75 @@ def as_dict(e: Event) -> dict[str, Any]:
     return ev
 
 
-def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> bool:
-    """Fill ``out`` from the events of the bulk categories; return whether rare events remain."""
+def _timed(evs: list[Event], base: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
+    """The events that have a time (the per-event mapping skips the others), with their start and
+    end in ns."""
+    start = _scaled([e.ts for e in evs], base)
+    if start is None:
+        evs = [e for e in evs if e.ts is not None]
+        start = _scaled([e.ts for e in evs], base)
+        if start is None:
+            raise Unusual("times that are not numbers")
+    end = _scaled([e.dur or 0 for e in evs], 0)
+    if end is None:
+        raise Unusual("durations that are not numbers")
+    return evs, start, start + end
+
+
+def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[Event]:
+    """Fill ``out`` from the events of the bulk categories; return the ProfilerStep operators, plus
+    an event of each rare category present (empty: nothing left to map one by one)."""
     starts: list[int] = []
     ends: list[int] = []
-    rare = any(cat in buckets for cat in RARE)
-
-    def times(evs: list[Event]) -> tuple[np.ndarray, np.ndarray]:
-        start = _scaled([e.ts for e in evs], base)
-        end = start + _scaled([e.dur or 0 for e in evs], 0)
-        if len(start):
-            starts.append(int(start.min()))
-            ends.append(int(end.max()))
-        return start, end
-
+    left: list[Event] = [buckets[c][0] for c in (None, *RARE) if c in buckets]
+    pids: Counter[Any] = Counter()
     for cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "python_function"):
         evs = buckets.get(cat)
         if not evs:
             continue
-        if any(e.ts is None for e in evs):  # the per-event mapping skips events without a time
-            evs = [e for e in evs if e.ts is not None]
         if cat == "python_function":
-            mods = [e for e in evs if e.name.startswith(MODULE_PREFIX)]
-            if mods:
-                start, end = times(mods)
-                n = len(MODULE_PREFIX)
-                out.modules = [(e.pid, e.tid, s, t, e.name[n:]) for e, s, t in zip(mods, start.tolist(),
-                                                                                     end.tolist())]
-            continue
-        if cat == "cpu_op":
-            if any(e.name.startswith("ProfilerStep#") for e in evs):
-                rare = True
-                evs = [e for e in evs if not e.name.startswith("ProfilerStep#")]
+            evs = [e for e in evs if e.name.startswith(MODULE_PREFIX)]
             if not evs:
                 continue
+        elif cat == "cpu_op":
+            names = [e.name for e in evs]
+            codes, distinct = _codes(names)
+            step = [n.startswith("ProfilerStep#") for n in distinct]
+            if any(step):
+                is_step = np.array(step)[codes]
+                left += [e for e, s in zip(evs, is_step.tolist()) if s]
+                evs = [e for e, s in zip(evs, is_step.tolist()) if not s]
+                if not evs:
+                    continue
+        evs, start, end = _timed(evs, base)
+        if not evs:
+            continue
+        starts.append(int(start.min()))
+        ends.append(int(end.max()))
+        if cat == "python_function":
+            n = len(MODULE_PREFIX)
+            out.modules = [(e.pid, e.tid, s, t, e.name[n:]) for e, s, t in zip(evs, start.tolist(), end.tolist())]
+            continue
         args = [e.args or _EMPTY_ARGS for e in evs]
-        start, end = times(evs)
         if cat == "kernel":
             _kernels(evs, args, start, end, out)
         elif cat in ("gpu_memcpy", "gpu_memset"):
             _copies(cat, evs, args, start, end, out)
-        elif cat == "cpu_op":
-            _ops(evs, args, start, end, out)
         else:
-            _api(evs, args, start, end, out)
+            if cat == "cpu_op":
+                _ops(evs, args, start, end, out)
+            else:
+                _api(evs, args, start, end, out)
+            pids.update([e.pid for e in evs])
     if starts:
         out.first_ns, out.last_ns = min(starts), max(0, max(ends))
-    return rare
+    out.pid_counts = list(pids.items())
+    return left
 
 
-def _pid_counts(events: list[Event], buckets: dict[Any, list[Event]]) -> list[tuple[Any, int]]:
-    """CPU pids of API calls and operators with their counts, in the order they first appear."""
-    counted = [e for cat in ("cuda_runtime", "cpu_op") for e in buckets.get(cat, ())
-               if e.ts is not None and not _is_step(e)]
-    counts = Counter(e.pid for e in counted)
-    if len(counts) > 1:  # several processes: first appearance in event order, as the per-event mapping counts
-        first: dict[Any, int] = {}
-        for i, e in enumerate(events):
-            if e.pid not in first and (e.cat in API or e.cat == "cpu_op") and e.ts is not None and not _is_step(e):
-                first[e.pid] = i
-        return [(pid, counts[pid]) for pid in sorted(counts, key=first.__getitem__)]
-    return list(counts.items())
-
-
-def _scaled(values: list[Any], base: int) -> np.ndarray:
-    """``base + round(v * 1000)`` for each value, exactly as Python computes it (int64)."""
+def _scaled(values: list[Any], base: int) -> np.ndarray | None:
+    """``base + round(v * 1000)`` for each value, exactly as Python computes it (int64); None where
+    a value is None."""
     if not values:
         return np.zeros(0, dtype=np.int64)
     arr = np.array(values)
@@ -255,6 +273,8 @@ def _scaled(values: list[Any], base: int) -> np.ndarray:
             raise Unusual("times out of range")
         return arr * 1000 + base
     if arr.dtype != np.float64:
+        if any(v is None for v in values):
+            return None
         raise Unusual("times that are not numbers")
     top = float(np.abs(arr).max())
     if not top * 1000 + abs(base) < _INT64_SAFE:
@@ -278,9 +298,10 @@ def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
     """Each value's index into the list of distinct values (first seen first), and that list."""
-    index: dict[str, int] = {}
-    codes = [index.setdefault(v, len(index)) for v in values]
-    return np.array(codes, dtype=np.int64), list(index)
+    index: dict[str, Any] = dict.fromkeys(values)
+    for i, key in enumerate(index):
+        index[key] = i
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), list(index)
 
 
 def _objects(values: list[Any]) -> np.ndarray:
