@@ -108,8 +108,8 @@ def read_header(path: Path) -> dict[str, Any]:
     True when present); raise GpuscopeError when the file is not a JSON object."""
     header: dict[str, Any] = {}
     with open_trace(path) as fh:
-        tokens = ijson.parse(fh, use_float=True)
         try:
+            tokens = ijson.parse(fh, use_float=True)  # reads its first block already
             first = next(tokens, None)
             if first is None or first[1] != "start_map":
                 what = "empty" if first is None else f"a JSON {first[1].replace('start_', '')}"
