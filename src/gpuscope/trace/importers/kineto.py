@@ -314,6 +314,8 @@ class KinetoImporter:
             lacks["torch_ops"] = ("operator input shapes (op_sum, FLOPs, roofline): the trace was recorded without "
                                   "record_shapes=True")
             lacks["torch-ops"] = lacks["torch_ops"]
+        if not self.header.get("deviceProperties"):
+            lacks["device"] = "device properties (the GPU's name and roofline ceilings): the trace has none"
         if not self.modules:
             lacks["torch"] = "PyTorch module ranges (layer_sum): the trace was recorded without with_modules=True"
         if not (self.cats["cuda_runtime"] or self.cats["Runtime"] or self.cats["cuda_driver"]):
