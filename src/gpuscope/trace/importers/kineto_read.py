@@ -17,16 +17,24 @@ import pickle
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from . import kineto_chunks, kineto_columns, kineto_stream
 from .kineto_chunks import Run
-from .kineto_worker import Worker
+from .kineto_worker import Worker, map_run
 
-if TYPE_CHECKING:
-    from .kineto import KinetoImporter
+
+
+class KinetoImporter(Protocol):
+    """What this module needs of kineto.KinetoImporter (named here: kineto imports this module)."""
+
+    base: int
+
+    def event(self, ev: dict[str, Any]) -> None: ...
+
+    def apply(self, chunk: kineto_columns.ChunkColumns) -> None: ...
 
 MAX_WORKERS = 2
 PARALLEL_BYTES = 64 << 20  # smaller traces are mapped in this process (a worker takes ~0.3 s to start)
@@ -57,16 +65,6 @@ def read_events(path: Path, importer: KinetoImporter, counter: list[int], header
     finally:
         for worker in pool:
             worker.close()
-
-
-def map_run(run: Run, path: Path, base: int) -> kineto_columns.ChunkColumns | tuple[str, str]:
-    """Map one run; return its columns, or (``values`` or ``syntax``, message) where it cannot."""
-    try:
-        return kineto_columns.map_chunk(run.load(path), base, run.tail)
-    except (msgspec.ValidationError, kineto_columns.Unusual) as exc:
-        return "values", str(exc)
-    except msgspec.DecodeError as exc:
-        return "syntax", str(exc)
 
 
 class _Sent:

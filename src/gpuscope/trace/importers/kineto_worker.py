@@ -1,6 +1,7 @@
-"""A worker process of a parallel Kineto import: maps the runs it is sent and sends back their columns.
+"""Mapping one run of a Kineto trace (:func:`map_run`), and the worker processes of a parallel import
+that map the runs they are sent and send back their columns.
 
-Started by :class:`Workers` as ``python -c`` with this module (not through multiprocessing, which
+A worker is started by :class:`Worker` as ``python -c`` with this module (not through multiprocessing, which
 would import the importing program's main module again in each worker). Requests and answers are
 pickles, each preceded by its length, on the worker's stdin and stdout; the worker ends at the end of
 its stdin. Only the importing process writes to the worker, and only what it pickled itself.
@@ -14,6 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
+
+from . import kineto_columns
+from .kineto_chunks import Run
 
 _START = "from gpuscope.trace.importers.kineto_worker import serve; serve()"
 
@@ -36,10 +42,18 @@ def _receive(fh: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
-def serve() -> None:
-    """Answer requests ``(run, path, base)`` with ``map_run``'s result until stdin ends."""
-    from .kineto_read import map_run
+def map_run(run: Run, path: Path, base: int) -> kineto_columns.ChunkColumns | tuple[str, str]:
+    """Map one run; return its columns, or (``values`` or ``syntax``, message) where it cannot."""
+    try:
+        return kineto_columns.map_chunk(run.load(path), base, run.tail)
+    except (msgspec.ValidationError, kineto_columns.Unusual) as exc:
+        return "values", str(exc)
+    except msgspec.DecodeError as exc:
+        return "syntax", str(exc)
 
+
+def serve() -> None:
+    """Answer requests ``(run, path, base)`` with :func:`map_run`'s result until stdin ends."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
