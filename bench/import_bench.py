@@ -1,12 +1,15 @@
-"""Import speed and memory of ``gpuscope import`` on a large synthetic PyTorch profiler trace.
+"""Import speed and memory of ``gpuscope import`` on PyTorch profiler traces, small and large.
 
-The trace is the recorded GPT trace (tests/fixtures/gpt_eager.torch_trace.json.gz, 25,087 events)
-repeated ``--copies`` times, each copy shifted in time and in correlation and external ids, written
-in Kineto's own layout (plain JSON, and gzip with ``--gzip``). Each repeat imports it in a fresh
-process (``python -m gpuscope import``) and reads that process's peak RSS from ``getrusage``; the
-plain and gzip imports are interleaved. Prints events per second and peak RSS as median and spread.
+Traces: the largest shared sample trace (``--shared``, read where it is), and a synthetic trace of
+``--size-gb`` gigabytes: the recorded GPT trace (tests/fixtures/gpt_eager.torch_trace.json.gz, 25,087
+events) repeated, each copy shifted in time and in correlation and external ids, written in Kineto's
+own layout (one event a paragraph), plain and, with ``--gzip``, gzip (level 6). Each repeat imports
+each input in a fresh process (``python -m gpuscope import``), the inputs interleaved; ``--reference``
+adds the event-by-event import (``GPUSCOPE_IMPORT_BULK=0``) of each input once. Measured: wall time,
+CPU time of the importing process and its workers together (``getrusage``), and the peak of their
+summed resident memory (sampled every 20 ms with psutil). The synthetic trace is deleted at the end.
 
-    PYTHONPATH=src python bench/import_bench.py --copies 48 --repeats 3 --gzip
+    PYTHONPATH=src python bench/import_bench.py --size-gb 2 --repeats 3 --gzip --reference
 """
 
 from __future__ import annotations
@@ -15,99 +18,177 @@ import argparse
 import gzip
 import json
 import os
+import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpt_eager.torch_trace.json.gz"
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "gpt_eager.torch_trace.json.gz"
+SHARED = ROOT.parent / "shared" / "traces" / "kineto"
 
 
-def make_trace(out: Path, copies: int) -> int:
-    """Write the synthetic trace; return its number of events."""
+def _kineto_text(ev: dict) -> str:
+    """One event as Kineto writes it: a paragraph, args on lines of their own."""
+    head = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in ev.items() if k != "args")
+    if "args" not in ev:
+        return "  {\n    " + head + "\n  }"
+    args = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in ev["args"].items())
+    return "  {\n    " + head + ",\n    \"args\": {\n      " + args + "\n    }\n  }"
+
+
+def make_trace(out: Path, size_bytes: int) -> int:
+    """Write the synthetic trace (about ``size_bytes``); return its number of events."""
     with gzip.open(FIXTURE, "rt") as fh:
         doc = json.load(fh)
     events = doc.pop("traceEvents")
     ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(ts) - min(ts) + 1000.0
+    # each event as a %-template: its time and ids are filled in per copy
+    templates = []
+    for ev in events:
+        e = json.loads(json.dumps(ev))
+        values = []
+        if isinstance(e.get("ts"), (int, float)):
+            values.append(("ts", e["ts"]))
+            e["ts"] = "\x00TS\x00"
+        for key in ("correlation", "External id"):
+            if isinstance((e.get("args") or {}).get(key), int):
+                values.append(("id", e["args"][key]))
+                e["args"][key] = f"\x00ID{key}\x00"
+        text = _kineto_text(e).replace("%", "%%")
+        text = text.replace('"\\u0000TS\\u0000"', "%.3f")
+        for key in ("correlation", "External id"):
+            text = text.replace(f'"\\u0000ID{key}\\u0000"', "%d")
+        templates.append((text, values))
     n = 0
     with open(out, "w") as fh:
         fh.write("{\n" + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in doc.items()) + ',\n  "traceEvents": [\n')
-        for c in range(copies):
-            shift, ids = c * span, c * 10_000_000
-            for ev in events:
-                e = dict(ev)
-                if isinstance(e.get("ts"), (int, float)):
-                    e["ts"] = round(e["ts"] + shift, 3)
-                args = e.get("args")
-                if isinstance(args, dict) and ("correlation" in args or "External id" in args):
-                    args = dict(args)
-                    for key in ("correlation", "External id"):
-                        if isinstance(args.get(key), int):
-                            args[key] += ids
-                    e["args"] = args
-                fh.write(("" if n == 0 else ",\n") + "  " + json.dumps(e))
-                n += 1
+        copy = 0
+        while fh.tell() < size_bytes:
+            shift, ids = copy * span, copy * 10_000_000
+            parts = []
+            for text, values in templates:
+                parts.append(text % tuple(v + shift if k == "ts" else v + ids for k, v in values))
+            fh.write(("" if copy == 0 else ",\n") + ",\n".join(parts))
+            n += len(templates)
+            copy += 1
         fh.write("\n  ]\n}\n")
     return n
 
 
-def import_once(trace: Path, out: Path) -> tuple[float, float]:
-    """Import ``trace`` in a fresh process; return (seconds, peak RSS in MiB of that process)."""
+def count_events(path: Path) -> int:
+    """The number of events of a shared trace (read whole with the standard library)."""
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
+        return len(json.load(fh)["traceEvents"])
+
+
+def import_once(trace: Path, out: Path, env_extra: dict[str, str]) -> tuple[float, float, float]:
+    """Import ``trace`` in a fresh process; return (wall s, CPU s of it and its workers, peak summed RSS MiB)."""
     out.unlink(missing_ok=True)
-    code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-            "r = subprocess.run([sys.executable, '-m', 'gpuscope', 'import', sys.argv[1], '-o', sys.argv[2]]); "
-            "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-            "sys.exit(r.returncode)")
-    res = subprocess.run([sys.executable, "-c", code, str(trace), str(out)], capture_output=True, text=True,
-                         check=True)
-    seconds, rss_kib = res.stdout.split()
-    return float(seconds), float(rss_kib) / 1024
+    env = dict(os.environ, **env_extra)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuscope", "import", str(trace), "-o", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        try:
+            p = psutil.Process(proc.pid)
+        except psutil.Error:
+            return
+        while not stop.is_set():
+            try:
+                total = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+                peak[0] = max(peak[0], total)
+            except psutil.Error:
+                pass
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"import of {trace} failed: {err.decode()[-400:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, cpu, peak[0] / 2**20
+
+
+def _summary(events: int, runs: list[tuple[float, float, float]]) -> str:
+    walls = [w for w, _, _ in runs]
+    cpus = [c for _, c, _ in runs]
+    rss = [m for _, _, m in runs]
+    rate = [events / w for w in walls]
+    return (f"{statistics.median(walls):.1f} s ({min(walls):.1f} / {max(walls):.1f}) | "
+            f"{statistics.median(rate) / 1e6:.2f} M ({min(rate) / 1e6:.2f} / {max(rate) / 1e6:.2f}) | "
+            f"{statistics.median(cpus):.1f} s = {events / statistics.median(cpus) / 1e6:.2f} M events per CPU-s | "
+            f"{statistics.median(rss):.0f} MiB (max {max(rss):.0f})")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--copies", type=int, default=48)
+    p.add_argument("--size-gb", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--gzip", action="store_true", help="also import the gzip of the trace")
+    p.add_argument("--gzip", action="store_true", help="also import the gzip of the synthetic trace")
+    p.add_argument("--reference", action="store_true", help="also the event-by-event import, once per input")
     p.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
     args = p.parse_args()
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="gpuscope-import-bench-"))
-    trace = scratch / "synthetic.json"
-    t = time.perf_counter()
-    events = make_trace(trace, args.copies)
-    inputs = {"json": trace}
-    if args.gzip:
-        gz = scratch / "synthetic.json.gz"
-        with open(trace, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
-            while chunk := src.read(1 << 24):
-                dst.write(chunk)
-        inputs["json.gz"] = gz
-    print(f"trace: {events:,} events, {trace.stat().st_size / 1e6:.0f} MB JSON"
-          + (f", {inputs['json.gz'].stat().st_size / 1e6:.0f} MB gzip" if args.gzip else "")
-          + f" (written in {time.perf_counter() - t:.0f} s)")
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in inputs}
-    for _ in range(args.repeats):
-        for kind, path in inputs.items():  # interleaved
-            results[kind].append(import_once(path, scratch / f"out-{kind}.gpuscope"))
-    for kind, runs in results.items():
-        secs = [s for s, _ in runs]
-        rss = [m for _, m in runs]
-        rates = [events / s for s in secs]
-        print(f"{kind:8s} time median {statistics.median(secs):.1f} s (min {min(secs):.1f}, max {max(secs):.1f}); "
-              f"{statistics.median(rates) / 1e3:.0f}k events/s (min {min(rates) / 1e3:.0f}k, max "
-              f"{max(rates) / 1e3:.0f}k); peak RSS median {statistics.median(rss):.0f} MiB (max {max(rss):.0f})")
-    report = scratch / "out-json.gpuscope"
-    print(f"report: {report.stat().st_size / 1e6:.0f} MB")
-    if not args.dir:
-        for f in scratch.iterdir():
-            f.unlink()
-        os.rmdir(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    inputs: dict[str, tuple[Path, int]] = {}
+    shared = sorted(SHARED.glob("*.json.gz"), key=lambda f: f.stat().st_size) if SHARED.is_dir() else []
+    if shared:
+        inputs[f"shared {shared[-1].name}"] = (shared[-1], count_events(shared[-1]))
+    try:
+        trace = scratch / "synthetic.json"
+        t = time.perf_counter()
+        events = make_trace(trace, int(args.size_gb * 1e9))
+        inputs[f"synthetic {trace.stat().st_size / 1e9:.2f} GB JSON"] = (trace, events)
+        if args.gzip:
+            gz = scratch / "synthetic.json.gz"
+            with open(gz, "wb") as dst:
+                subprocess.run(["gzip", "-6", "-c", str(trace)], stdout=dst, check=True)
+            inputs[f"same, {gz.stat().st_size / 1e6:.0f} MB gzip"] = (gz, events)
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+              f"{psutil.virtual_memory().total / 2**30:.1f} GiB; load average {os.getloadavg()[0]:.1f} at the start; "
+              f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC")
+        print(f"synthetic trace: {events:,} events written in {time.perf_counter() - t:.0f} s")
+        results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in inputs}
+        reference: dict[str, list[tuple[float, float, float]]] = {k: [] for k in inputs}
+        for r in range(args.repeats):
+            for name, (path, _) in inputs.items():  # interleaved
+                results[name].append(import_once(path, scratch / "out.gpuscope", {}))
+                if args.reference and r == 0:
+                    reference[name].append(import_once(path, scratch / "out.gpuscope", {"GPUSCOPE_IMPORT_BULK": "0"}))
+        print("| trace | events | wall median (min / max) | events/s median (min / max) | CPU (import + workers) "
+              "| peak RSS (import + workers) |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for name, (_, n) in inputs.items():
+            print(f"| {name} | {n:,} | {_summary(n, results[name])} |")
+            if reference[name]:
+                print(f"| {name}, event by event | {n:,} | {_summary(n, reference[name])} |")
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    finally:
+        if not args.dir:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            for f in ("synthetic.json", "synthetic.json.gz", "out.gpuscope"):
+                (scratch / f).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
-    _ = resource  # the child's peak RSS is read through getrusage in the measuring process
     main()

@@ -100,3 +100,22 @@ def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path) -> None:
 @pytest.mark.parametrize("missing", ["nothing.json"])
 def test_missing_file(tmp_path: Path, missing: str) -> None:
     _check_bad(tmp_path, tmp_path / missing, "no such trace file")
+
+
+def test_analyze_and_roofline_of_imports_say_what_the_source_lacks(tmp_path: Path) -> None:
+    """A trace without device properties: the roofline names no ceilings of this machine's CPU but
+    says the trace has none; an nsys export has no operators; analyze works on both."""
+    bert = shared("kineto/tracelens-h100--gaunernst_bert-small-uncased__1016001.json.gz")
+    assert gpuscope_cli("import", str(bert), "-o", "bert.gpuscope", cwd=tmp_path).returncode == 0
+    roof = gpuscope_cli("roofline", "bert.gpuscope", cwd=tmp_path)
+    assert roof.returncode == 0, roof.stderr
+    text = " ".join(roof.stdout.split())  # notes wrap at the terminal's width
+    assert "Ceilings of CPU" not in text and "its trace has no device properties" in text
+    assert "aten::addmm" in gpuscope_cli("stats", "bert.gpuscope", cwd=tmp_path).stdout
+    nsys = shared("nsys/nsys-ai--healthy_1pct.sqlite")
+    assert gpuscope_cli("import", str(nsys), "-o", "nsys.gpuscope", cwd=tmp_path).returncode == 0
+    for report in ("bert.gpuscope", "nsys.gpuscope"):
+        res = gpuscope_cli("analyze", report, cwd=tmp_path)
+        assert res.returncode == 0 and "Step-Time Breakdown" in res.stdout, res.stderr
+    roof = gpuscope_cli("roofline", "nsys.gpuscope", cwd=tmp_path)
+    assert roof.returncode == 0 and "an Nsight Systems export has none" in " ".join(roof.stdout.split())

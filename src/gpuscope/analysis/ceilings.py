@@ -166,6 +166,9 @@ def report_device(report: Report) -> tuple[str, float | None] | None:
     return str(name), (float(kbps) * 1000.0 if kbps else None)
 
 
+UNNAMED_GPU = "the GPU, not named in the report (its trace has no device properties)"
+
+
 def cpu_name() -> str:
     """Return this machine's CPU model (from /proc/cpuinfo where there is one)."""
     try:
@@ -184,6 +187,8 @@ def for_report(report: Report) -> Ceilings:
     (its cached calibration) when the report has no GPU."""
     found = report_device(report)
     if found is None:
+        if report.count("kernel"):  # GPU work of an unnamed GPU (an imported trace without device properties)
+            return Ceilings(UNNAMED_GPU)
         return for_device(cpu_name())
     return for_device(*found)
 

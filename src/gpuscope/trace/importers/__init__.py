@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import GpuscopeError
-from .sink import ReportSink
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -41,6 +40,8 @@ def import_trace(source: Path, output: Path) -> Imported:
 
     Raises GpuscopeError (one line) when the source is not a trace of a known format, is truncated,
     or holds no GPU work; no file is left at ``output`` then."""
+    from .sink import ReportSink  # here, not above: the import's worker processes need none of it
+
     fmt = source_format(source)
     sink = ReportSink(output)
     try:

@@ -17,30 +17,29 @@ GPU events carry the device as their pid; every row gets the pid of the profiled
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...errors import GpuscopeError
 from . import kineto_stream
-from .kineto_args import op_columns
-from .sink import ReportSink
+from .kineto_args import SYNC_APIS, copy_kind, op_columns, set_kind
+
+try:  # the bulk decoding; without msgspec the trace is parsed event by event
+    from . import kineto_read
+    from .kineto_columns import ChunkColumns
+except ImportError:  # pragma: no cover
+    kineto_read = None  # type: ignore[assignment]
+from .sink import ReportSink  # noqa: E402
 
 PENDING_PID = -1  # pid of GPU rows until the profiled process is known (set when the import ends)
 GPU_TABLES = ("kernel", "memcpy", "memset", "sync", "overhead")
 
-_MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
-_MEMSET = re.compile(r"Memset \((\w+)\)")
 _SYNC_KIND = {"Stream Sync": "StreamSynchronize", "Event Sync": "EventSynchronize",
               "Context Sync": "ContextSynchronize", "Stream Wait Event": "StreamWaitEvent",
               "Device Sync": "ContextSynchronize"}
-SYNC_APIS = frozenset({
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH",
-    "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
-})  # fmt: skip
 MODULE_PREFIX = "nn.Module: "
 
 
@@ -97,16 +96,62 @@ class KinetoImporter:
         """Map one trace event (ignoring kinds gpuscope has no table for: flows, GPU-side copies of
         CPU annotations)."""
         cat = ev.get("cat")
+        if cat is not None:
+            self.cats[cat] += 1
+        self.dispatch(ev)
+
+    def dispatch(self, ev: dict[str, Any]) -> None:
+        """Map one event whose category is already counted."""
+        cat = ev.get("cat")
         if cat is None:
             if ev.get("ph") == "M" and ev.get("name") == "process_name":
                 pid = ev.get("pid")
                 if isinstance(pid, int):
                     self.process_names[pid] = str((ev.get("args") or {}).get("name", ""))
             return
-        self.cats[cat] += 1
         handler = self.handlers.get(cat)
         if handler is not None and "ts" in ev:
             handler(ev)
+
+    def apply(self, chunk: ChunkColumns) -> None:
+        """Add the rows of a chunk mapped in bulk (kineto_columns), as :meth:`event` would have
+        added them event by event."""
+        self.cats.update(chunk.cats)
+        for pid, n in chunk.pid_counts:
+            self.cpu_pids[pid] += n
+        if chunk.first_ns is not None:
+            self.first_ns = chunk.first_ns if self.first_ns is None else min(self.first_ns, chunk.first_ns)
+            self.last_ns = max(self.last_ns, chunk.last_ns)
+        for table, block in chunk.blocks.items():
+            cols = dict(block.columns)
+            if table == "kernel":
+                cols["config_id"] = self._config_ids(chunk.config_keys)[chunk.config_codes]
+            name_col = {"api_call": "name_id", "torch_op": "name_id", "sync_site": "api_name_id"}.get(table)
+            if name_col is not None:
+                ids = np.array([self._name(n) for n in chunk.names[table]], dtype=np.int64)
+                cols[name_col] = ids[cols[name_col]]
+            if table in GPU_TABLES:
+                cols["pid"] = PENDING_PID
+            if table == "sync_site":
+                cols["stack_id"] = 0
+            self.sink.add_block(table, cols, block.rows)
+        self.modules += chunk.modules
+        self.with_shapes = self.with_shapes or chunk.with_shapes
+        for ev in chunk.rare:
+            self.dispatch(ev)
+
+    def _config_ids(self, keys: list[tuple[Any, ...]]) -> np.ndarray:
+        """The kernel_config id of each launch configuration, adding the new ones."""
+        ids = []
+        for key in keys:
+            cid = self.configs.get(key)
+            if cid is None:
+                cid = self.configs[key] = len(self.configs)
+                name = self._name(key[0])
+                self.sink.add("kernel_config", (cid, name, name, *key[1:7], None, None, None, key[7], key[8],
+                                                0, None, None, None, None))
+            ids.append(cid)
+        return np.array(ids, dtype=np.int64)
 
     def kernel(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
@@ -125,17 +170,15 @@ class KinetoImporter:
     def memcpy(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
         start, end = self._times(ev)
-        m = _MEMCPY.match(ev.get("name", ""))
-        kind, src, dst = m.groups() if m else (None, None, None)
+        kind, src, dst = copy_kind(ev.get("name", ""))
         self.sink.add("memcpy", (start, end, PENDING_PID, _device(ev, a), a.get("context"), _stream(ev, a),
                                  a.get("correlation"), kind, src, dst, a.get("bytes"), None, None, None))
 
     def memset(self, ev: dict[str, Any]) -> None:
         a = ev.get("args") or {}
         start, end = self._times(ev)
-        m = _MEMSET.match(ev.get("name", ""))
         self.sink.add("memset", (start, end, PENDING_PID, _device(ev, a), a.get("context"), _stream(ev, a),
-                                 a.get("correlation"), m.group(1) if m else None, a.get("bytes"), None, None,
+                                 a.get("correlation"), set_kind(ev.get("name", "")), a.get("bytes"), None, None,
                                  None, None))
 
     def api(self, ev: dict[str, Any]) -> None:
@@ -271,6 +314,8 @@ class KinetoImporter:
             lacks["torch_ops"] = ("operator input shapes (op_sum, FLOPs, roofline): the trace was recorded without "
                                   "record_shapes=True")
             lacks["torch-ops"] = lacks["torch_ops"]
+        if not self.header.get("deviceProperties"):
+            lacks["device"] = "device properties (the GPU's name and roofline ceilings): the trace has none"
         if not self.modules:
             lacks["torch"] = "PyTorch module ranges (layer_sum): the trace was recorded without with_modules=True"
         if not (self.cats["cuda_runtime"] or self.cats["Runtime"] or self.cats["cuda_driver"]):
@@ -318,8 +363,11 @@ def import_kineto(path: Path, sink: ReportSink) -> dict[str, Any]:
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (a JSON object without traceEvents)")
     importer = KinetoImporter(sink, header)
     counter = [0]
-    for ev in kineto_stream.events(path, counter):
-        importer.event(ev)
+    if kineto_read is None:
+        for ev in kineto_stream.events(path, counter):
+            importer.event(ev)
+    else:
+        kineto_read.read_events(path, importer, counter, header)
     if not ("schemaVersion" in header or "deviceProperties" in header or importer.cats.keys() & {
             "kernel", "Kernel", "cpu_op", "Operator", "cuda_runtime", "Runtime"}):
         raise GpuscopeError(f"{path}: not a PyTorch profiler trace (its {counter[0]:,} events have no kernels, "

@@ -12,6 +12,7 @@ the operator's ATen schema.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # C++ dtype names as the profiler writes them -> torch dtype names (as gpuscope's recorder stores).
@@ -87,3 +88,27 @@ def op_columns(name: str, args: dict[str, Any]) -> tuple[str | None, str | None,
             if value is not None:
                 scalars[arg] = value
     return json.dumps(shapes), json.dumps(dtypes), "[]", json.dumps(scalars)
+
+
+# What the names of copies and sets say, and the CUDA calls that wait for the device.
+_MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+_MEMSET = re.compile(r"Memset \((\w+)\)")
+SYNC_APIS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH",
+    "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
+})  # fmt: skip
+
+
+def copy_kind(name: str) -> tuple[str | None, str | None, str | None]:
+    """Return the copy kind and the source and destination memory kinds named by a copy's name
+    (``Memcpy HtoD (Pageable -> Device)``); Nones where the name says nothing."""
+    m = _MEMCPY.match(name)
+    return m.groups() if m else (None, None, None)  # type: ignore[return-value]
+
+
+def set_kind(name: str) -> str | None:
+    """Return the memory kind named by a set's name (``Memset (Device)``), or None."""
+    m = _MEMSET.match(name)
+    return m.group(1) if m else None

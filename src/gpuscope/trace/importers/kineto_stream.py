@@ -15,6 +15,7 @@ import queue
 import threading
 import zlib
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,8 +108,8 @@ def read_header(path: Path) -> dict[str, Any]:
     True when present); raise GpuscopeError when the file is not a JSON object."""
     header: dict[str, Any] = {}
     with open_trace(path) as fh:
-        tokens = ijson.parse(fh, use_float=True)
         try:
+            tokens = ijson.parse(fh, use_float=True)  # reads its first block already
             first = next(tokens, None)
             if first is None or first[1] != "start_map":
                 what = "empty" if first is None else f"a JSON {first[1].replace('start_', '')}"
@@ -139,10 +140,11 @@ def read_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def events(path: Path, counter: list[int]) -> Iterator[dict[str, Any]]:
-    """Yield every item of ``traceEvents``; ``counter[0]`` counts those yielded. A truncated or
-    damaged file raises GpuscopeError naming the event number where parsing stopped."""
-    with open_trace(path) as fh:
+def events(path: Path, counter: list[int], stream: IO[bytes] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield every item of ``traceEvents`` (of ``stream`` where given: the trace's JSON text from
+    some event on, see kineto_chunks); ``counter[0]`` counts those yielded. A truncated or damaged
+    file raises GpuscopeError naming the event number where parsing stopped."""
+    with (open_trace(path) if stream is None else nullcontext(stream)) as fh:
         try:
             for ev in ijson.items(fh, "traceEvents.item", use_float=True):
                 counter[0] += 1
