@@ -68,8 +68,8 @@ def markup_names_report(path: Path) -> Path:
 class View:
     """A ``gpuscope view REPORT --no-browser`` running in a subprocess, and its address."""
 
-    def __init__(self, gs: Gpuscope, report: Path) -> None:
-        self.proc = gs.start("view", str(report), "--no-browser")
+    def __init__(self, gs: Gpuscope, *reports: Path, flags: tuple[str, ...] = ()) -> None:
+        self.proc = gs.start("view", *map(str, reports), "--no-browser", *flags)
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
         reader.start()

@@ -178,6 +178,34 @@ def test_view_answers_a_window_with_the_reports_slices(adam: tuple[Path, str, di
         view.stop()
 
 
+def test_a_second_view_starts_from_what_the_first_kept(adam: tuple[Path, str, dict], tmp_path: Path) -> None:
+    import time
+
+    report = tmp_path / "r.gpuscope"
+    shutil.copyfile(adam[0], report)
+    kept = tmp_path / "r.gpuscope.cache"
+    answers, said = [], []
+    for flags in ((), (), ("--no-cache",)):
+        view = View(Gpuscope(tmp_path), report, flags=flags)
+        try:
+            tl = page_data(urllib_text(view.url))["timeline"]
+            span = tl["end_ns"] - tl["start_ns"]
+            answers.append((view.get(f"/api/window?t0=0&t1={span}&px=300"),
+                            view.get(f"/api/window?t0={span // 2}&t1={span // 2 + 200_000}&px=300"),
+                            view.get("/api/content")["tables"]))
+            deadline = time.monotonic() + 60
+            while not (kept / "timeline.bin").exists() and not flags and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            view.stop()
+        said.append(view.proc.stderr.read())  # type: ignore[union-attr]
+    assert "gpuscope: indexed " in said[0] and "read the kept timeline index of" in said[1]
+    assert "gpuscope: indexed " in said[2]
+    assert sorted(p.name for p in kept.iterdir()) == ["content.json", "timeline.bin"]
+    assert answers[0] == answers[1] == answers[2]
+    assert any(w["kind"] == "slices" for w in answers[0][1]["lanes"])
+
+
 def urllib_text(url: str) -> str:
     import urllib.request
 

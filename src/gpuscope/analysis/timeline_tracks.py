@@ -41,10 +41,12 @@ class Lane:
     end: np.ndarray
     name: np.ndarray
     src: np.ndarray
-    cum: np.ndarray = field(init=False)  # busy time before each slice: cum[i] = sum(end - start)[:i]
+    # busy time before each slice: cum[i] = sum(end - start)[:i] (computed unless given)
+    cum: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
-        self.cum = np.concatenate([[0], np.cumsum(self.end - self.start)]).astype(np.int64)
+        if len(self.cum) != len(self.start) + 1:
+            self.cum = np.concatenate([[0], np.cumsum(self.end - self.start)]).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.start)

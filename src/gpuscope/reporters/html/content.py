@@ -74,9 +74,10 @@ def run_info(report: Report) -> dict[str, Any]:
             "complete": report.complete}
 
 
-def diagnosis_data(report: Report, index: TimelineIndex | None) -> dict[str, Any]:
+def diagnosis_data(report: Report, origin: int) -> dict[str, Any]:
     """Return the step-time breakdown (table and chart series) and the findings, each with the time
-    span of the timeline it is about (the step it names, else its process's first steady step)."""
+    span of the timeline it is about (the step it names, else its process's first steady step), in
+    ns from ``origin``."""
     from ...analysis.diagnosis import diagnose
     from ..findings_json import as_dict
 
@@ -92,7 +93,7 @@ def diagnosis_data(report: Report, index: TimelineIndex | None) -> dict[str, Any
     for f in diag.findings:
         item = {k: _jsonable(v) for k, v in f.as_dict().items()}
         item["saving_text"] = duration(f.saving_ns)
-        item["target"] = _target(f, plain["processes"], index)
+        item["target"] = _target(f, plain["processes"], origin)
         findings.append(item)
     return {"breakdown": table_data(breakdown), "series": series, "findings": findings,
             "skipped": plain["skipped"], "notes": plain["notes"], "step_source": plain["step_source"]}
@@ -106,7 +107,7 @@ def _jsonable(v: Any) -> Any:
     return _plain(v)
 
 
-def _target(f: Any, processes: list[dict[str, Any]], index: TimelineIndex | None) -> dict[str, int] | None:
+def _target(f: Any, processes: list[dict[str, Any]], origin: int) -> dict[str, int] | None:
     """The span a finding is about (timeline times): the step its location names, else its
     process's first steady step."""
     import re
@@ -120,7 +121,6 @@ def _target(f: Any, processes: list[dict[str, Any]], index: TimelineIndex | None
     if named:
         chosen = next((s for s in steps if str(s["step"]) == named.group(1)), None)
     chosen = chosen or next((s for s in steps if not s["warmup"]), steps[0])
-    origin = index.start_ns if index is not None else 0
     return {"start": int(chosen["start_ns"]) - origin, "end": int(chosen["start_ns"] + chosen["duration_ns"]) - origin}
 
 

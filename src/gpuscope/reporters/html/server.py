@@ -27,29 +27,35 @@ from ...units import duration, human
 class Viewer:
     """What the server answers from: the report (one query at a time), its index, its page."""
 
-    def __init__(self, report: Report, index: TimelineIndex, page: str, content_cap: int) -> None:
+    def __init__(self, report: Report, index: TimelineIndex, page: str, content_cap: int,
+                 key: dict[str, int] | None = None) -> None:
         self.report, self.index, self.page = report, index, page
         self.lock = threading.Lock()
         self._content: dict[str, Any] | None = None
         self._ready = threading.Event()
         self.content_cap = content_cap
+        self.key = key  # the report's key when it was opened: derived files are kept under it (None: not kept)
 
     def start_content(self) -> None:
         """Compute the analyses' sections in the background (they take seconds on a large report)."""
         threading.Thread(target=self._compute, name="gpuscope-content", daemon=True).start()
 
     def _compute(self) -> None:
-        from . import sections
+        from . import content_job, sections
 
-        events = self.index.events()
+        path, origin = self.report.path, self.index.start_ns
         try:
-            if events > self.content_cap:
-                self._content = {"too_large": f"{events:,} timeline slices: the tables, findings and roofline of a "
-                                              f"report this large come from gpuscope stats, analyze and roofline "
-                                              f"(the viewer shows them up to {self.content_cap:,})."}
+            found = content_job.cached(path) if self.key is not None else None
+            if found is not None:
+                self._content = found
             else:
-                with Report.open(self.report.path) as own:  # a connection of this thread's own
-                    self._content = sections(own, self.index)
+                if self.index.events() > self.content_cap:  # minutes and gigabytes: a process of its own
+                    self._content = content_job.in_child(path, origin)
+                else:
+                    with Report.open(path) as own:  # a connection of this thread's own
+                        self._content = sections(own, origin)
+                if self.key is not None:
+                    content_job.keep(path, self.key, self._content)
         except GpuscopeError as exc:
             self._content = {"too_large": str(exc)}
         except Exception as exc:  # the page says what failed; the timeline keeps working

@@ -66,6 +66,10 @@
       return;
     }
     run(c.run); diagnosis(c.diagnosis); roofline(c.roofline); tables(c.tables);
+    if (c.steps && !tl.steps_found) {  // found with the analyses, where the index left them out
+      GS.timeline.meta.steps = c.steps; GS.timeline.draw();
+      $("tl-note").textContent = $("tl-note").textContent.replace(STEPS_LATER, "");
+    }
   }
 
   const tl = data.timeline;
@@ -75,7 +79,9 @@
     const sliced = tl.static.lanes.filter(l => l.kind === "buckets").length;
     $("tl-note").textContent = sliced ? `${sliced} of ${tl.lanes.length} lanes are drawn at a fixed level of detail in this file (one bucket per 1/${tl.static.px} of the run); gpuscope view shows every slice.` : "";
   }
-  if (!tl.steps_found) $("tl-note").textContent += " Steps are not marked: the report has too many GPU operations to look for them here.";
+  const STEPS_LATER = " Steps are marked once the analyses of this large report are done.";
+  if (!tl.steps_found) $("tl-note").textContent += data.mode === "server" ? STEPS_LATER
+    : " Steps are not marked: the report has too many GPU operations to look for them here.";
   GS.timeline = new GS.Timeline($("tl-view"), $("tl-canvas"), tl, source, panels);
   $("tl-search").addEventListener("keydown", e => { if (e.key === "Enter") GS.timeline.find(e.target.value.trim()); });
   $("tl-reset").addEventListener("click", () => GS.timeline.setView(0, GS.timeline.span));
