@@ -157,3 +157,55 @@ def test_names_that_are_html_stay_text_in_the_file_and_the_viewer(browser: Any, 
                 p.close()
     finally:
         view.stop()
+
+
+def test_two_runs_side_by_side_are_aligned_by_step_with_their_comparison(browser: Any, tmp_path: Path) -> None:
+    from .html_pages import training_run
+
+    base = training_run(tmp_path / "base.gpuscope", seed=1)
+    new = training_run(tmp_path / "new.gpuscope", seed=2, slow_ms=6)
+    view = View(Gpuscope(tmp_path), base, new)
+    p = Page(browser, "view-diff")
+    try:
+        p.page.goto(view.url)
+        p.page.wait_for_function("window.GS && GS.compared && GS.timelines.every(t => t.stats.updates >= 1)",
+                                 timeout=60_000)
+        head = p.page.locator("#diff-head").text_content()
+        assert "slower" in head and "Step time" in head
+        kernels = p.page.locator("#table-diff_kernel tbody tr").all_text_contents()
+        assert any(row.startswith(SCRIPT_NAME) and "new" in row for row in kernels), kernels
+        assert p.page.evaluate("window.__pwned") is None and p.page.locator("img").count() == 0
+        # both timelines show the first step after warm-up from its start, over the same span
+        sides = view.get("/api/diff")["sides"]
+        metas = p.page.evaluate("GS.timelines.map(t => t.meta.steps)")
+        first = [metas[k][sides[k]["warmup_steps"]]["start"] for k in (0, 1)]
+        views = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1])")
+        assert views[0][0] - first[0] == pytest.approx(views[1][0] - first[1], abs=1)
+        assert views[0][1] - views[0][0] == pytest.approx(views[1][1] - views[1][0], abs=1)
+        assert views[0][0] < first[0] < views[0][1]
+        # zooming and panning the new run moves the base run alike, each drawing its own window
+        updates = p.page.evaluate("GS.timelines.map(t => t.stats.updates)")
+        p.page.locator("#tl-view-1").focus()
+        for key in ("w", "w", "d"):
+            p.page.keyboard.press(key)
+        p.page.wait_for_function(f"GS.timelines[0].stats.updates > {updates[0]} && "
+                                 f"GS.timelines[1].stats.updates > {updates[1]} && GS.timelines.every(t => !t.inFlight)")
+        after = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1, t.data.t0, t.data.t1])")
+        assert after[1][1] - after[1][0] == pytest.approx((views[1][1] - views[1][0]) * 0.64, rel=1e-6)
+        assert after[0][0] - first[0] == pytest.approx(after[1][0] - first[1], abs=1)
+        assert after[0][1] - after[0][0] == pytest.approx(after[1][1] - after[1][0], abs=1)
+        assert [a[2] for a in after] == [int(a[0]) for a in after]  # each asked its server side for its own window
+        # step 3 after warm-up: each run's third steady step
+        p.page.locator("#diff-step").fill("3")
+        p.page.locator("#diff-step").dispatch_event("change")
+        third = [metas[k][sides[k]["warmup_steps"] + 2]["start"] for k in (0, 1)]
+        p.page.wait_for_function(f"GS.timelines[0].t0 < {third[0]} && {third[0]} < GS.timelines[0].t1")
+        views = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1])")
+        assert views[0][0] - third[0] == pytest.approx(views[1][0] - third[1], abs=1)
+        p.shot("aligned")
+        assert "timeline:" not in p.page.locator("#tl-note").text_content()  # no window failed
+        assert not p.errors, p.errors
+        assert all(u.startswith(view.url) for u in p.requests), p.requests
+    finally:
+        p.close()
+        view.stop()

@@ -211,3 +211,34 @@ def urllib_text(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=60) as r:
         return r.read().decode()
+
+
+def test_view_of_two_reports_answers_each_side_and_their_comparison(tmp_path: Path) -> None:
+    from .html_pages import training_run
+
+    base = training_run(tmp_path / "base.gpuscope", seed=1)
+    new = training_run(tmp_path / "new.gpuscope", seed=2, slow_ms=6)
+    res = Gpuscope(tmp_path).run("view", str(base), str(new), str(base), "--no-browser")
+    assert res.returncode == 2 and len(res.errors) == 1 and "give one report, or two" in res.errors[0], res.describe()
+    view = View(Gpuscope(tmp_path), base, new)
+    try:
+        page = page_data(urllib_text(view.url))
+        assert page["mode"] == "diff" and page["labels"] == ["base.gpuscope", "new.gpuscope"]
+        ends = []
+        for side in (0, 1):
+            tl = page["timelines"][side]
+            w = view.get(f"/api/window?side={side}&t0=0&t1={tl['end_ns'] - tl['start_ns']}&px=2000")
+            names = set(w["names"].values())
+            assert (SCRIPT_NAME in names) == (side == 1)
+            ends.append(tl["end_ns"] - tl["start_ns"])
+        assert ends[1] > ends[0]  # the new run is slower by 6 ms a step
+        with pytest.raises(Exception, match="400"):
+            view.get("/api/window?side=2&t0=0&t1=10&px=10")
+        c = view.get("/api/diff")
+        json_out = json.loads(Gpuscope(tmp_path).run("diff", str(base), str(new), "-f", "json").stdout)
+        assert c["step"] == json_out["step_time"] and c["sides"] == [json_out["base"][0], json_out["new"][0]]
+        assert c["attribution"] == json_out["attribution"]
+        [kernels] = [t for t in c["tables"] if t["name"] == "diff_kernel"]
+        assert [r[0][0] for r in kernels["rows"]] == [k["name"] for k in json_out["kernel"]]
+    finally:
+        view.stop()

@@ -1,4 +1,5 @@
-"""``gpuscope view``: a local server whose page asks the report for the window on screen."""
+"""``gpuscope view``: a local server whose page asks the report for the window on screen; with two
+reports, their timelines side by side, aligned by step, and their comparison."""
 
 from __future__ import annotations
 
@@ -7,19 +8,23 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GpuscopeError
 
 if TYPE_CHECKING:
     from ..analysis.timeline_tracks import TimelineIndex
+    from ..reporters.html.server import Viewer
 
 NAME = "view"
 INDEX_MEMORY = "256MB"
 HELP = ("Serve the report's page on 127.0.0.1, with a timeline that loads the window on screen "
-        "at the level of detail it needs (any report size).")
+        "at the level of detail it needs (any report size). With two reports (BASE NEW): both "
+        "timelines aligned by step, and what gpuscope diff finds between them.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", help="a .gpuscope report file")
+    p.add_argument("report", nargs="+", metavar="REPORT", help="a .gpuscope report file (or two: BASE NEW)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address without opening a browser")
     p.add_argument("--no-cache", action="store_true",
@@ -39,22 +44,20 @@ def _keep(path: Path, index: TimelineIndex, key: dict[str, int]) -> None:
              "the next view indexes the report again")
 
 
-def run(args: argparse.Namespace) -> int:
+def _open(path: str, no_cache: bool) -> Viewer:
+    """Return the viewer of the report at ``path``: its index read from beside it, else built (and
+    kept, in the background)."""
     from ..analysis import timeline_store
     from ..analysis.timeline_tracks import build_index
+    from ..reporters.html import FILE_EVENT_CAP
+    from ..reporters.html.server import Viewer
     from ..trace import sidecar
-    from ..reporters.html import FILE_EVENT_CAP, server_page
-    from ..reporters.html.server import Viewer, serve, url_of
     from ..trace.report import Report
 
-    if not 0 <= args.port <= 65535:
-        from ..errors import GpuscopeError
-
-        raise GpuscopeError(f"port {args.port} is not a port number (0 to 65535)")
-    report = Report.open(args.report)
+    report = Report.open(path)
     try:
         t0 = time.perf_counter()
-        key = None if args.no_cache else sidecar.report_key(report.path)
+        key = None if no_cache else sidecar.report_key(report.path)
         index = None if key is None else timeline_store.cached(report.path)
         how = "read the kept timeline index of"
         if index is None:
@@ -66,12 +69,54 @@ def run(args: argparse.Namespace) -> int:
                 threading.Thread(target=_keep, args=(report.path, index, key), daemon=True).start()
         if index.events() <= FILE_EVENT_CAP:  # the analyses of the page's other sections run at full width
             report.con.execute("RESET memory_limit")
-        viewer = Viewer(report, index, server_page(report.path, index), FILE_EVENT_CAP, key)
-        server = serve(viewer, args.port)
         _say(f"{how} {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s")
-        viewer.start_content()
+        return Viewer(report, index, FILE_EVENT_CAP, key)
+    except BaseException:
+        report.close()
+        raise
+
+
+def _comparison(paths: list[Path]) -> dict[str, Any]:
+    """Return the page's comparison of the two reports (as ``gpuscope diff BASE NEW`` finds it)."""
+    from ..analysis.diff import diff
+    from ..analysis.diff_data import run_data
+    from ..reporters.html.diff_page import diff_data
+    from ..trace.report import Report
+
+    runs = []
+    for path in paths:
+        with Report.open(path) as report:  # connections of this thread's own
+            runs.append(run_data(report, str(path)))
+    result = diff([runs[0]], [runs[1]])
+    for line in result.warnings:
+        _say(f"warning: {line}")
+    return diff_data(result)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..reporters.html import server_page
+    from ..reporters.html.diff_page import diff_page
+    from ..reporters.html.server import Once, serve, url_of
+
+    if not 0 <= args.port <= 65535:
+        raise GpuscopeError(f"port {args.port} is not a port number (0 to 65535)")
+    if len(args.report) > 2:
+        raise GpuscopeError(f"give one report, or two to compare (BASE NEW); {len(args.report)} given")
+    viewers: list[Viewer] = []
+    try:
+        for path in args.report:
+            viewers.append(_open(path, args.no_cache))
+        paths = [v.report.path for v in viewers]
+        if len(viewers) == 1:
+            server = serve(server_page(paths[0], viewers[0].index), viewers, args.port)
+            viewers[0].start_content()
+        else:
+            comparison = Once(lambda: _comparison(paths), "gpuscope-diff")
+            server = serve(diff_page(paths, [v.index for v in viewers]), viewers, args.port,
+                           {"/api/diff": lambda q: comparison.get()})
         url = url_of(server)
-        print(f"gpuscope: viewing {args.report} at {url} (Ctrl+C stops)", file=sys.stderr, flush=True)
+        what = " and ".join(args.report)
+        print(f"gpuscope: viewing {what} at {url} (Ctrl+C stops)", file=sys.stderr, flush=True)
         print(url, flush=True)
         if not args.no_browser:
             import webbrowser
@@ -84,6 +129,6 @@ def run(args: argparse.Namespace) -> int:
         finally:
             server.server_close()
     finally:
-        report.close()
+        for v in viewers:
+            v.report.close()
     return 0
-

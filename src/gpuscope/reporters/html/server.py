@@ -3,7 +3,9 @@
 Routes (GET, JSON but the page): ``/`` the page; ``/api/content`` the analyses' sections;
 ``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`);
 ``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
-Times are ns from the timeline's start. The server binds 127.0.0.1 only.
+Times are ns from the timeline's start. Serving two reports side by side (``gpuscope view BASE
+NEW``), each route takes ``side=0`` (base, the default) or ``side=1``, and ``/api/diff`` answers
+the comparison. The server binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -25,19 +27,25 @@ from ...units import duration, human
 
 
 class Viewer:
-    """What the server answers from: the report (one query at a time), its index, its page."""
+    """What the server answers about one report: from the report (one query at a time) and its index."""
 
-    def __init__(self, report: Report, index: TimelineIndex, page: str, content_cap: int,
+    def __init__(self, report: Report, index: TimelineIndex, content_cap: int,
                  key: dict[str, int] | None = None) -> None:
-        self.report, self.index, self.page = report, index, page
+        self.report, self.index = report, index
         self.lock = threading.Lock()
         self._content: dict[str, Any] | None = None
         self._ready = threading.Event()
+        self._started = False
         self.content_cap = content_cap
         self.key = key  # the report's key when it was opened: derived files are kept under it (None: not kept)
 
     def start_content(self) -> None:
-        """Compute the analyses' sections in the background (they take seconds on a large report)."""
+        """Compute the analyses' sections in the background (they take seconds on a large report),
+        unless that has begun already."""
+        with self.lock:
+            if self._started:
+                return
+            self._started = True
         threading.Thread(target=self._compute, name="gpuscope-content", daemon=True).start()
 
     def _compute(self) -> None:
@@ -64,6 +72,8 @@ class Viewer:
         self._ready.set()
 
     def content(self) -> dict[str, Any]:
+        """Return the analyses' sections (waiting for them; started here if they were not)."""
+        self.start_content()
         self._ready.wait()
         assert self._content is not None
         return self._content
@@ -83,6 +93,33 @@ class Viewer:
         return s
 
 
+class Once:
+    """A value computed once, in the background, by ``fn``; :meth:`get` waits for it. A failure
+    becomes ``{"error": one line}`` (the page shows it; the server goes on)."""
+
+    def __init__(self, fn: Callable[[], dict[str, Any]], name: str) -> None:
+        self._fn = fn
+        self._value: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except GpuscopeError as exc:
+            self._value = {"error": str(exc)}
+        except Exception as exc:  # the page says what failed; the timelines keep working
+            self._value = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"gpuscope: warning: {type(exc).__name__}: {exc}", file=sys.stderr)
+        self._ready.set()
+
+    def get(self) -> dict[str, Any]:
+        """Return the value, once computed."""
+        self._ready.wait()
+        assert self._value is not None
+        return self._value
+
+
 def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
     try:
         return int(float(q[key][0]))
@@ -92,18 +129,31 @@ def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
         return default
 
 
-def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
-    """Return the request handler class that answers from ``viewer``."""
+Route = Callable[[dict[str, list[str]]], Any]
 
-    routes: dict[str, Callable[[dict[str, list[str]]], Any]] = {
-        "/api/content": lambda q: viewer.content(),
+
+def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = None) -> type[BaseHTTPRequestHandler]:
+    """Return the request handler class that serves ``page`` and answers from ``viewers`` (one per
+    side) and the ``extra`` routes."""
+
+    def side(q: dict[str, list[str]]) -> Viewer:
+        k = _int(q, "side", 0)
+        if not 0 <= k < len(viewers):
+            raise ValueError(f"no side {k}")
+        return viewers[k]
+
+    routes: dict[str, Route] = {
+        "/api/content": lambda q: side(q).content(),
         "/api/window": lambda q: {
-            **window(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
-            "counters": counters(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
-        "/api/slice": lambda q: viewer.slice(_int(q, "lane"), _int(q, "i")),
-        "/api/search": lambda q: search(viewer.index, q.get("q", [""])[0]),
-        "/api/summary": lambda q: viewer.summary(_int(q, "t0"), _int(q, "t1")),
+            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
+            "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
+        "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
+        "/api/search": lambda q: search(side(q).index, q.get("q", [""])[0]),
+        "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
+        **(extra or {}),
     }
+
+    page_bytes = page.encode()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuscope"
@@ -111,7 +161,7 @@ def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
             url = urlparse(self.path)
             if url.path in ("/", "/index.html"):
-                return self._send(HTTPStatus.OK, viewer.page.encode(), "text/html; charset=utf-8")
+                return self._send(HTTPStatus.OK, page_bytes, "text/html; charset=utf-8")
             if url.path == "/favicon.ico":
                 return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             route = routes.get(url.path)
@@ -147,11 +197,11 @@ def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(viewer: Viewer, port: int) -> ThreadingHTTPServer:
-    """Return a server for ``viewer`` bound to 127.0.0.1:``port`` (0: a free port); GpuscopeError
-    when the port is taken or not allowed."""
+def serve(page: str, viewers: list[Viewer], port: int, extra: dict[str, Route] | None = None) -> ThreadingHTTPServer:
+    """Return a server of ``page`` and ``viewers`` (see :func:`handler`) bound to 127.0.0.1:``port``
+    (0: a free port); GpuscopeError when the port is taken or not allowed."""
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler(viewer))
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler(page, viewers, extra))
     except OSError as exc:
         what = "is in use" if exc.errno in (98, 48, 10048) else f"cannot be used ({exc.strerror})"
         raise GpuscopeError(f"port {port} on 127.0.0.1 {what}: choose another with --port, or leave "

@@ -26,7 +26,9 @@ GS.StaticSource = class {
 };
 
 GS.ServerSource = class {
+  constructor(side) { this.side = side; } // side: which report of gpuscope view BASE NEW (0, 1), or none
   async get(path, params) {
+    if (this.side != null) params = { ...params, side: this.side };
     const r = await fetch(path + "?" + new URLSearchParams(params));
     if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
     return r.json();
@@ -47,6 +49,7 @@ GS.Timeline = class {
     (meta.names || []).forEach((n, i) => this.names.set(i, n));
     this.span = Math.max(meta.end_ns - meta.start_ns, 1);
     this.t0 = 0; this.t1 = this.span; this.scrollY = 0;
+    this.uid = GS.Timeline.count = (GS.Timeline.count || 0) + 1; // its performance marks are its own
     this.data = null; this.seq = 0; this.inFlight = false; this.wanted = false; this.first = true;
     this.stats = { drawnSlices: 0, drawnBuckets: 0, updates: 0, requests: 0 };
     this.selected = null; this.selection = null; this.search = null;
@@ -93,10 +96,13 @@ GS.Timeline = class {
 
   changed() {
     this.seq++;
-    performance.mark("tl-change-" + this.seq);
+    performance.mark(this.mark(this.seq));
     this.draw();
     this.request();
+    if (this.onChange) this.onChange(this); // another timeline that follows this one
   }
+
+  mark(seq) { return `tl-change-${this.uid}-${seq}`; }
 
   request() {
     if (this.inFlight) { this.wanted = true; return; }
@@ -110,9 +116,9 @@ GS.Timeline = class {
       this.data = w;
       this.draw();
       this.stats.updates++;
-      performance.measure("tl-update", "tl-change-" + seq);
+      performance.measure("tl-update", this.mark(seq));
       if (this.first) { this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() }); }
-      for (let s = 1; s <= seq; s++) performance.clearMarks("tl-change-" + s);
+      for (let s = 1; s <= seq; s++) performance.clearMarks(this.mark(s));
     }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; })
       .finally(() => { this.inFlight = false; if (this.wanted || seq !== this.seq) this.request(); });
   }
