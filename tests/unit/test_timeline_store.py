@@ -91,3 +91,15 @@ def test_the_analyses_in_a_process_of_their_own_are_those_in_this_one(training) 
            [(s, a - index.start_ns, b - index.start_ns) for _, s, a, b in index.steps] and there["steps"]
     assert content_job.keep(path, sidecar.report_key(path), there) is not None
     assert content_job.cached(path) == there
+
+
+def test_the_analyses_process_ends_when_its_parent_has_gone(training) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from gpuscope.reporters.html import content_job
+
+    path, index = training
+    proc = subprocess.run([sys.executable, "-m", content_job.__name__, str(path), str(index.start_ns), "1"],
+                          capture_output=True, timeout=120)  # its parent is not process 1
+    assert proc.returncode == content_job.ORPHANED and proc.stdout == b""

@@ -6,7 +6,10 @@ lower priority: the analyses of ten million kernels take minutes and gigabytes, 
 gives back when it ends, while the viewer's server stays small and its timeline answers at once.
 The same process finds the steps that the index leaves unmarked above ``STEP_LIMIT``.
 
-    python -m gpuscope.reporters.html.content_job REPORT ORIGIN_NS   (prints the sections as JSON)
+    python -m gpuscope.reporters.html.content_job REPORT ORIGIN_NS PARENT_PID   (prints the sections as JSON)
+
+The process ends as soon as its parent (the viewer's server) has gone, however that ended: it
+checks every second that the parent is still the one that started it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +51,8 @@ def in_child(report_path: Path, origin: int) -> dict[str, Any]:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, "-m", __name__, str(report_path), str(origin)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", __name__, str(report_path), str(origin), str(os.getpid())],
+                          capture_output=True,
                           env=env, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -76,11 +82,26 @@ def keep(report_path: Path, key: dict[str, int], content: dict[str, Any]) -> Pat
     return sidecar.write(report_path, NAME, [text.encode()])
 
 
+ORPHANED = 3  # the exit status when the parent had gone
+
+
+def _watch(parent: int) -> None:
+    """End this process (status ORPHANED) once its parent is no longer ``parent``."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(ORPHANED)
+        time.sleep(1.0)
+
+
 def main(argv: list[str]) -> int:
-    """Print the sections (with steps) of the report ``argv[0]`` as JSON, times from ``argv[1]``;
-    return the exit status (2 with a one-line message for a damaged report)."""
+    """Print the sections (with steps) of the report ``argv[0]`` as JSON, times from ``argv[1]``,
+    while the process ``argv[2]`` is the parent; return the exit status (2 with a one-line
+    message for a damaged report, ORPHANED when the parent had gone)."""
     from ...errors import GpuscopeError
 
+    if os.getppid() != int(argv[2]):
+        return ORPHANED
+    threading.Thread(target=_watch, args=(int(argv[2]),), daemon=True).start()
     if hasattr(os, "nice"):
         os.nice(10)  # below the viewer's server, which answers the page meanwhile
     try:
