@@ -69,6 +69,45 @@ def test_the_file_shows_the_run_top_kernel_and_findings(browser: Any, adam: Path
         p.close()
 
 
+def test_a_click_in_the_file_shows_what_the_viewer_shows_for_that_kernel(browser: Any, adam: Path) -> None:
+    from gpuscope.analysis.timeline_details import details
+    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.trace.report import Report
+    from gpuscope.units import human
+
+    p = Page(browser, "file-details")
+    try:
+        p.page.goto(adam.with_suffix(".html").as_uri())
+        _wait_drawn(p.page)
+        meta = p.page.evaluate("GS.timeline.meta")
+        [gpu] = [t for t in meta["tracks"] if t["group"].startswith("GPU 0")]
+        lane = gpu["lanes"][0]
+        step = meta["steps"][300]
+        p.page.evaluate(f"GS.timeline.setView({step['start']}, {step['end']})")
+        p.page.wait_for_function("!GS.timeline.inFlight")
+        w = p.page.evaluate(f"GS.timeline.data.byLane.get({lane})")
+        names = p.page.evaluate(f"GS.timeline.data.byLane.get({lane}).name.map(n => GS.timeline.name(n))")
+        inside = [j for j in range(len(w["start"])) if step["start"] <= w["start"][j] and w["end"][j] <= step["end"]
+                  and not names[j].startswith("Mem")]
+        k = max(inside, key=lambda j: w["end"][j] - w["start"][j])
+        _click_slice(p.page, lane, k)
+        p.page.wait_for_selector("#tl-details table.details", timeout=30_000)
+        shown = dict(zip(p.page.locator("#tl-details th").all_text_contents(),
+                         p.page.locator("#tl-details td").all_text_contents()))
+        with Report.open(adam) as report:
+            want = details(report, build_index(report), lane, k)
+        assert want is not None and p.page.locator("#tl-details .slice-name").text_content() == want["name"]
+        expected = {label: human(v, unit) for label, v, unit in want["fields"] if label not in ("Start", "Duration")}
+        assert {label: shown[label] for label in expected} == expected
+        assert expected["Grid"] and expected["Range path"] and expected["Python line"]
+        launch = want["launch"]  # this recording correlates no launch call with its kernels
+        assert shown.get("Launched by") == (None if launch is None else f"{launch['name']} on thread {launch['tid']}")
+        p.shot("details")
+        assert not p.errors, p.errors
+    finally:
+        p.close()
+
+
 def test_the_viewer_zooms_and_shows_a_kernels_details(browser: Any, adam: Path, tmp_path: Path) -> None:
     report = tmp_path / "adam.gpuscope"
     shutil.copyfile(adam, report)

@@ -118,3 +118,28 @@ def test_search_and_span_summary_count_what_ran(training) -> None:  # type: igno
     [(label, busy)] = s["busy"]
     ran = sum(ns for ns, _ in kernels.values())
     assert busy == pytest.approx(ran / 3300)
+
+
+def test_the_files_details_are_those_of_a_click_in_the_viewer(training) -> None:  # type: ignore[no-untyped-def]
+    from gpuscope.reporters.html.content import file_details
+    from gpuscope.units import human
+
+    report, index = training
+    gpu_lanes = [i for t in index.tracks if t.stream is not None for i in t.lanes]
+    got = file_details(report, index, [lane.id for lane in index.lanes])
+    assert set(got["lanes"]) == {str(i) for i in gpu_lanes}
+    checked = 0
+    for lane_id in gpu_lanes:
+        per = got["lanes"][str(lane_id)]
+        for i in range(len(index.lanes[lane_id])):
+            one = details(report, index, lane_id, i)
+            assert one is not None
+            want = [[label, "" if label == "Correlation" else human(v, unit)] for label, v, unit in one["fields"]
+                    if label not in ("Start", "Duration")]
+            if one["launch"] is not None:
+                want.append(["Launched by", f"{one['launch']['name']} on thread {one['launch']['tid']}"])
+            assert got["fields"][per["fields"][i]] == want
+            corr = dict((label, v) for label, v, _ in one["fields"]).get("Correlation")
+            assert per["correlation"][i] == corr
+            checked += one["launch"] is not None and "Range path" in dict(got["fields"][per["fields"][i]])
+    assert checked >= 3  # launches and range paths found in bulk, as for one slice

@@ -44,9 +44,9 @@ def _keep(path: Path, index: TimelineIndex, key: dict[str, int]) -> None:
              "the next view indexes the report again")
 
 
-def _open(path: str, no_cache: bool) -> Viewer:
-    """Return the viewer of the report at ``path``: its index read from beside it, else built (and
-    kept, in the background)."""
+def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
+    """Return the viewer of the report at ``path`` (its index read from beside it, else built and
+    kept in the background) and a line that says which and how long it took."""
     from ..analysis import timeline_store
     from ..analysis.timeline_tracks import build_index
     from ..reporters.html import FILE_EVENT_CAP
@@ -69,8 +69,8 @@ def _open(path: str, no_cache: bool) -> Viewer:
                 threading.Thread(target=_keep, args=(report.path, index, key), daemon=True).start()
         if index.events() <= FILE_EVENT_CAP:  # the analyses of the page's other sections run at full width
             report.con.execute("RESET memory_limit")
-        _say(f"{how} {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s")
-        return Viewer(report, index, FILE_EVENT_CAP, key)
+        said = f"{how} {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s"
+        return Viewer(report, index, FILE_EVENT_CAP, key), said
     except BaseException:
         report.close()
         raise
@@ -103,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
     if len(args.report) > 2:
         raise GpuscopeError(f"give one report, or two to compare (BASE NEW); {len(args.report)} given")
     viewers: list[Viewer] = []
+    said: list[str] = []
     try:
         for path in args.report:
-            viewers.append(_open(path, args.no_cache))
+            viewer, line = _open(path, args.no_cache)
+            viewers.append(viewer)
+            said.append(line)
         paths = [v.report.path for v in viewers]
         if len(viewers) == 1:
             server = serve(server_page(paths[0], viewers[0].index), viewers, args.port)
@@ -114,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
             comparison = Once(lambda: _comparison(paths), "gpuscope-diff")
             server = serve(diff_page(paths, [v.index for v in viewers]), viewers, args.port,
                            {"/api/diff": lambda q: comparison.get()})
+        for line in said:  # once the port is ours: a port in use is the only line
+            _say(line)
         url = url_of(server)
         what = " and ".join(args.report)
         print(f"gpuscope: viewing {what} at {url} (Ctrl+C stops)", file=sys.stderr, flush=True)

@@ -8,7 +8,17 @@
 GS.StaticSource = class {
   constructor(tl) { this.tl = tl; this.names = tl.names; }
   window() { return Promise.resolve({ ...this.tl.static, counters: this.tl.counters }); }
-  details(lane, i, slice) { return Promise.resolve(null); }
+  // A GPU operation's details come with the file (content.file_details); other slices have none here.
+  details(lane, i, h) {
+    const d = this.tl.details, per = d && d.lanes[lane], at = per ? per.fields[i] : -1;
+    if (at == null || at < 0) return Promise.resolve(null);
+    const fields = [["Start", GS.ns(h.start)], ["Duration", GS.ns(h.end - h.start)]];
+    for (const [k, v] of d.fields[at]) {
+      if (k !== "Correlation") fields.push([k, v]);
+      else if (per.correlation[i] != null) fields.push([k, String(per.correlation[i])]);
+    }
+    return Promise.resolve({ track: h.track.group + " / " + h.track.label, fields, launch: null });
+  }
   summary() { return Promise.resolve(null); }
   search(q, lanes) {
     const needle = q.toLowerCase(), wanted = new Set();
