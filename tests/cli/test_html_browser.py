@@ -34,10 +34,12 @@ def _wait_drawn(page: Any, updates: int = 1) -> None:
 
 
 def _click_slice(page: Any, lane: int, i: int) -> None:
-    """Click the middle of slice ``i`` of ``lane`` where the timeline draws it."""
+    """Click the middle of slice ``i`` of ``lane`` where the timeline draws it (scrolling the rows, as
+    the wheel does, to bring its row on screen)."""
     page.locator("#tl-view").scroll_into_view_if_needed()
     xy = page.evaluate("""([lane, i]) => { const tl = GS.timeline, w = tl.data.byLane.get(lane), k = i - w.first;
         const row = tl.rows.find(r => r.track && r.track.lanes.includes(lane));
+        tl.scrollY = Math.max(0, Math.min(row.y - 40, tl.contentH + 22 - tl.h)); tl.draw();
         const x = tl.x((w.start[k] + w.end[k]) / 2), y = 22 - tl.scrollY + row.y + 1 + tl.meta.lanes[lane].depth * 15 + 6;
         const box = tl.canvas.getBoundingClientRect(); return [box.left + x, box.top + y]; }""", [lane, i])
     page.mouse.click(xy[0], xy[1])

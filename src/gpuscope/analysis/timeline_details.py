@@ -116,7 +116,7 @@ def details(report: Report, index: TimelineIndex, lane_id: int, i: int) -> dict[
     lane = index.lanes[lane_id]
     track = index.tracks[lane.track]
     start, end, table = int(lane.start[i]), int(lane.end[i]), SOURCES[int(lane.src[i])]
-    row = _row(report, track, table, start, end) or {}
+    row = (_row(report, track, table, start, end) or {}) if table != "cpu_stack" else {}
     fields: list[Field] = [("Start", start - index.start_ns, "ns"), ("Duration", end - start, "ns")]
     launch = None
     if table in GPU_SOURCES:

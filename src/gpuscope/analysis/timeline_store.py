@@ -23,7 +23,7 @@ from .timeline_tracks import Lane, TimelineIndex, Track
 
 NAME = "timeline.bin"
 MAGIC = b"GSTLINDX"
-VERSION = 1
+VERSION = 2  # 2: Python samples as a flame strip
 ALIGN = 64
 _LANE_ARRAYS = {"start": "<i8", "end": "<i8", "name": "<i4", "src": "i1", "cum": "<i8"}
 _COUNTER_ARRAYS = {"t": "<i8", "v": "<f8"}
