@@ -38,7 +38,10 @@ def _slices(index: TimelineIndex, lane_ids: list[int]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> dict[tuple[int, int], tuple[list[Field], dict[str, Any] | None]]:
+Details = dict[tuple[int, int], tuple[list[Field], dict[str, Any] | None]]
+
+
+def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> Details:
     """Return, for each GPU operation of the lanes ``lane_ids`` as ``(lane, slice)``, its fields
     after its start and duration (as :func:`.timeline_details.details` lists them) and its launch
     (``{"start_ns", "end_ns", "tid", "name"}`` or None)."""
@@ -51,14 +54,16 @@ def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> di
         rows: dict[tuple[int, int], dict[str, Any]] = {}
         tables = {t: f"{t} x" for t in GPU_SOURCES}
         for table in set(w["tbl"]):
-            config = f", {_CONFIG} FROM gs_file_ops w JOIN kernel x" if table == "kernel" else f" FROM gs_file_ops w JOIN {tables[table]}"
+            config = (f", {_CONFIG} FROM gs_file_ops w JOIN kernel x" if table == "kernel"
+                      else f" FROM gs_file_ops w JOIN {tables[table]}")
             join = " JOIN kernel_config c ON c.id = x.config_id" if table == "kernel" else ""
             df = report.df(f"""SELECT w.lane AS w_lane, w.i AS w_i, x.*{config}
                                ON x.pid = w.pid AND x.device_id = w.device AND x.stream_id = w.stream
                                AND x.start_ns = w.start_ns{join} WHERE w.tbl = ?
                                QUALIFY row_number() OVER (PARTITION BY w.lane, w.i) = 1""", [table])
             for r in df.to_dict("records"):
-                rows[(int(r.pop("w_lane")), int(r.pop("w_i")))] = {"tbl": table, **{k: (None if v != v else v) for k, v in r.items()}}
+                key = (int(r.pop("w_lane")), int(r.pop("w_i")))
+                rows[key] = {"tbl": table, **{k: (None if v != v else v) for k, v in r.items()}}
         launches = report.df("""
             SELECT w.lane, w.i, x.start_ns, x.end_ns, x.tid, x.name FROM gs_file_ops w
             JOIN (SELECT pid, device_id, stream_id, start_ns, correlation_id FROM kernel UNION ALL
@@ -72,12 +77,14 @@ def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> di
                   FROM launch_call a JOIN string s ON s.id = a.api_name_id) x
               ON x.pid = o.pid AND x.correlation_id = o.correlation_id
             QUALIFY row_number() OVER (PARTITION BY w.lane, w.i ORDER BY x.pri) = 1""")
-        launch = {(int(r.lane), int(r.i)): {"start_ns": int(r.start_ns), "end_ns": None if r.end_ns != r.end_ns else int(r.end_ns),
+        launch = {(int(r.lane), int(r.i)): {"start_ns": int(r.start_ns),
+                                            "end_ns": None if r.end_ns != r.end_ns else int(r.end_ns),
                                             "tid": None if r.tid != r.tid else int(r.tid), "name": str(r.name)}
                   for r in launches.itertuples(index=False)}
         at = pd.DataFrame({"lane": [k[0] for k in rows], "i": [k[1] for k in rows],
                            "pid": [int(r.get("pid") or 0) for r in rows.values()]})
-        at["tid"] = [launch[k]["tid"] if k in launch and launch[k]["tid"] is not None else p for k, p in zip(rows, at["pid"])]
+        at["tid"] = [launch[k]["tid"] if k in launch and launch[k]["tid"] is not None else p
+                     for k, p in zip(rows, at["pid"])]
         at["at"] = [launch[k]["start_ns"] if k in launch else int(r["start_ns"]) for k, r in rows.items()]
         paths, lines = _paths_and_lines(report, index, at)
     finally:
@@ -117,7 +124,8 @@ def _range_paths(index: TimelineIndex, at: pd.DataFrame) -> dict[tuple[int, int]
     return out
 
 
-def _paths_and_lines(report: Report, index: TimelineIndex, at: pd.DataFrame) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], str]]:
+def _paths_and_lines(report: Report, index: TimelineIndex,
+                     at: pd.DataFrame) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], str]]:
     """The range path at each launch (:func:`_range_paths`), and the Python line of the first stack
     sample within ``WINDOW_NS`` after it."""
     if at.empty:

@@ -39,7 +39,8 @@ def file_page(report: Report, index: TimelineIndex) -> str:
     from .page import render
 
     title = title_of(report.path)
-    data = {"mode": "file", "title": title, "content": sections(report, index.start_ns), "timeline": timeline_static(index, report)}
+    data = {"mode": "file", "title": title, "content": sections(report, index.start_ns),
+            "timeline": timeline_static(index, report)}
     return render(data, title)
 
 
