@@ -103,3 +103,20 @@ def test_the_analyses_process_ends_when_its_parent_has_gone(training) -> None:  
     proc = subprocess.run([sys.executable, "-m", content_job.__name__, str(path), str(index.start_ns), "1"],
                           capture_output=True, timeout=120)  # its parent is not process 1
     assert proc.returncode == content_job.ORPHANED and proc.stdout == b""
+
+
+def test_a_large_reports_analyses_wait_for_a_request_and_are_kept(training) -> None:  # type: ignore[no-untyped-def]
+    from gpuscope.reporters.html.server import Viewer
+    from gpuscope.trace.report import Report
+
+    path, index = training
+    with Report.open(path) as report:
+        viewer = Viewer(report, index, content_cap=10, key=sidecar.report_key(path))  # "large": above 10 slices
+        assert "minutes" in viewer.content()["lazy"]
+        computed = viewer.content(compute=True)  # in a process of its own, with the steps
+        assert computed["tables"] and computed["steps"]
+        assert viewer.content() == computed
+    with Report.open(path) as report:
+        again = Viewer(report, index, content_cap=10, key=sidecar.report_key(path))
+        assert again.content() == computed  # kept beside the report: no request needed
+        assert "lazy" in Viewer(report, index, content_cap=10, key=None).content()  # --no-cache

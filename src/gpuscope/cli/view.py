@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         paths = [v.report.path for v in viewers]
         if len(viewers) == 1:
             server = serve(server_page(paths[0], viewers[0].index), viewers, args.port)
-            viewers[0].start_content()
+            if viewers[0].index.events() <= viewers[0].content_cap:  # larger: when the page asks
+                viewers[0].start_content()
         else:
             comparison = Once(lambda: _comparison(paths), "gpuscope-diff")
             server = serve(diff_page(paths, [v.index for v in viewers]), viewers, args.port,

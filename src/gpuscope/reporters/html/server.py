@@ -1,6 +1,6 @@
 """The local server of ``gpuscope view``: the page, and its answers from the report.
 
-Routes (GET, JSON but the page): ``/`` the page; ``/api/content`` the analyses' sections;
+Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
 ``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`);
 ``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
 Times are ns from the timeline's start. Serving two reports side by side (``gpuscope view BASE
@@ -71,8 +71,20 @@ class Viewer:
             print(f"gpuscope: warning: the analyses failed: {exc}", file=sys.stderr)
         self._ready.set()
 
-    def content(self) -> dict[str, Any]:
-        """Return the analyses' sections (waiting for them; started here if they were not)."""
+    def content(self, compute: bool = False) -> dict[str, Any]:
+        """Return the analyses' sections (waiting for them; started here if they were not). Those
+        of a report above the cap that were not kept are computed only when ``compute`` asks: until
+        then the answer is ``{"lazy": what it would take}``."""
+        if not compute and not self._started and self.index.events() > self.content_cap:
+            from . import content_job
+
+            found = content_job.cached(self.report.path) if self.key is not None else None
+            if found is not None:
+                return found
+            return {"lazy": f"{self.index.events():,} timeline slices: on a report this large the tables, findings, "
+                            "roofline and step marks take minutes and several GB of memory to compute (as gpuscope "
+                            "stats and analyze do). They are computed once, in a process of their own while the "
+                            "timeline stays live, and kept beside the report for later views."}
         self.start_content()
         self._ready.wait()
         assert self._content is not None
@@ -143,7 +155,7 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
         return viewers[k]
 
     routes: dict[str, Route] = {
-        "/api/content": lambda q: side(q).content(),
+        "/api/content": lambda q: side(q).content(q.get("compute") == ["1"]),
         "/api/window": lambda q: {
             **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
             "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},

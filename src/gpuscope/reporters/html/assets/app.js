@@ -60,6 +60,16 @@
   }
 
   function content(c) {
+    if (c.lazy) {  // a large report whose analyses were never computed: on request
+      const go = GS.el("button", { type: "button", id: "compute-analyses", text: "Compute them now" });
+      go.addEventListener("click", () => {
+        go.disabled = true; go.textContent = "Computing (minutes on a report this large)…";
+        fetch("/api/content?compute=1").then(r => r.json()).then(content)
+          .catch(e => { go.textContent = "failed: " + e.message; });
+      });
+      GS.clear($("run-facts")).append(GS.el("p", { class: "note", text: c.lazy }), go);
+      return;
+    }
     if (c.too_large) {
       for (const id of ["run-facts", "findings-list", "tables-list"]) GS.clear($(id)).append(GS.el("p", { class: "note", text: c.too_large }));
       if (c.run) run(c.run);
