@@ -95,7 +95,6 @@ def _comparison(paths: list[Path]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ..reporters.html import server_page
-    from ..reporters.html.diff_page import diff_page
     from ..reporters.html.server import Once, serve, url_of
 
     if not 0 <= args.port <= 65535:
@@ -115,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             if viewers[0].index.events() <= viewers[0].content_cap:  # larger: when the page asks
                 viewers[0].start_content()
         else:
+            from ..reporters.html.diff_page import diff_page
+
             comparison = Once(lambda: _comparison(paths), "gpuscope-diff")
             server = serve(diff_page(paths, [v.index for v in viewers]), viewers, args.port,
                            {"/api/diff": lambda q: comparison.get()})

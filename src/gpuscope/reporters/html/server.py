@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from ...analysis.timeline_details import details, search, span_summary
 from ...analysis.timeline_tracks import TimelineIndex
 from ...analysis.timeline_window import counters, window
 from ...errors import GpuscopeError
@@ -91,6 +90,9 @@ class Viewer:
         return self._content
 
     def slice(self, lane: int, i: int) -> dict[str, Any] | None:
+        """Return one slice's details, their values as text."""
+        from ...analysis.timeline_details import details  # pandas and the analyses: on first use, not at start
+
         with self.lock:
             d = details(self.report, self.index, lane, i)
         if d is not None:
@@ -98,6 +100,9 @@ class Viewer:
         return d
 
     def summary(self, t0: int, t1: int) -> dict[str, Any]:
+        """Return what ran in a span, its values as text."""
+        from ...analysis.timeline_details import span_summary
+
         s = span_summary(self.index, t0, t1)
         s["busy"] = [[name, f"{100 * b:.1f}%"] for name, b in s["busy"]]
         for key in ("kernels", "ranges"):
@@ -144,6 +149,12 @@ def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
 Route = Callable[[dict[str, list[str]]], Any]
 
 
+def _search(index: TimelineIndex, text: str) -> dict[str, Any]:
+    from ...analysis.timeline_details import search
+
+    return search(index, text)
+
+
 def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = None) -> type[BaseHTTPRequestHandler]:
     """Return the request handler class that serves ``page`` and answers from ``viewers`` (one per
     side) and the ``extra`` routes."""
@@ -160,7 +171,7 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
             **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
             "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
         "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
-        "/api/search": lambda q: search(side(q).index, q.get("q", [""])[0]),
+        "/api/search": lambda q: _search(side(q).index, q.get("q", [""])[0]),
         "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
         **(extra or {}),
     }
