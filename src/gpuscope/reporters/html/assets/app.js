@@ -93,10 +93,13 @@
   if (!tl.steps_found) $("tl-note").textContent += data.mode === "server" ? STEPS_LATER
     : " Steps are not marked: the report has too many GPU operations to look for them here.";
   GS.timeline = new GS.Timeline($("tl-view"), $("tl-canvas"), tl, source, panels);
+  // From the server, the other sections are asked for once the timeline is first drawn: the view
+  // on screen comes first, then the tables (their building would hold up its drawing).
+  const firstDrawn = new Promise(resolve => { GS.timeline.onFirst = resolve; });
   $("tl-search").addEventListener("keydown", e => { if (e.key === "Enter") GS.timeline.find(e.target.value.trim()); });
   $("tl-reset").addEventListener("click", () => GS.timeline.setView(0, GS.timeline.span));
 
   if (data.content) content(data.content);
-  else fetch("/api/content").then(r => r.json()).then(content)
+  else firstDrawn.then(() => fetch("/api/content")).then(r => r.json()).then(content)
     .catch(e => { $("run-facts").textContent = "could not load: " + e.message; });
 })();

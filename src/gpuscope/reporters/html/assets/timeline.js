@@ -127,9 +127,12 @@ GS.Timeline = class {
       this.draw();
       this.stats.updates++;
       performance.measure("tl-update", this.mark(seq));
-      if (this.first) { this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() }); }
+      if (this.first) {
+        this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() });
+        if (this.onFirst) this.onFirst();
+      }
       for (let s = 1; s <= seq; s++) performance.clearMarks(this.mark(s));
-    }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; })
+    }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; if (this.onFirst) this.onFirst(); })
       .finally(() => { this.inFlight = false; if (this.wanted || seq !== this.seq) this.request(); });
   }
 
