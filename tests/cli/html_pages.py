@@ -65,11 +65,39 @@ def markup_names_report(path: Path) -> Path:
     return path
 
 
+def training_run(path: Path, *, steps: int = 12, step_ms: float = 20.0, slow_ms: float = 0.0, seed: int = 0) -> Path:
+    """Write a training loop of ``steps`` steps of about ``step_ms`` each (2% noise), each a forward
+    ``Net.block`` with a GEMM and a ``Net.head`` with a small kernel; ``slow_ms`` adds a kernel of
+    that length per step, named :data:`SCRIPT_NAME` (a planted regression whose name is markup)."""
+    import numpy as np
+
+    ms = 1_000_000
+    rng = np.random.default_rng(seed)
+    b = ReportBuilder(path)
+    b.writer.con.execute("INSERT INTO device (pid, id, name) VALUES (100, 0, 'NVIDIA H100 80GB HBM3')")
+    t = ms
+    extra = int(slow_ms * ms)
+    for _ in range(steps):
+        start = t
+        b.range("Net", start, start + 5 * ms + extra, 1, category="forward")
+        b.range("Net.block", start + ms, start + 2 * ms + extra, 1, category="forward")
+        b.kernel("gemm_kernel", start + ms + 200_000, start + ms + 1_200_000, tid=1, launch=start + ms + 100_000)
+        if extra:
+            b.kernel(SCRIPT_NAME, start + ms + 1_300_000, start + ms + 1_300_000 + extra, tid=1, launch=start + ms + 150_000)
+        b.range("Net.head", start + 3 * ms + extra, start + 4 * ms + extra, 1, category="forward")
+        b.kernel("head_kernel", start + 3 * ms + extra + 100_000, start + 3 * ms + extra + 300_000, tid=1,
+                 launch=start + 3 * ms + extra + 50_000)
+        t = start + int(step_ms * (1 + 0.02 * rng.standard_normal()) * ms) + extra
+        b.mark("step", t, 1, source="gpuscope")
+    b.open(command=["python", "train.py"]).close()
+    return path
+
+
 class View:
     """A ``gpuscope view REPORT --no-browser`` running in a subprocess, and its address."""
 
-    def __init__(self, gs: Gpuscope, report: Path) -> None:
-        self.proc = gs.start("view", str(report), "--no-browser")
+    def __init__(self, gs: Gpuscope, *reports: Path, flags: tuple[str, ...] = ()) -> None:
+        self.proc = gs.start("view", *map(str, reports), "--no-browser", *flags)
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
         reader.start()

@@ -34,10 +34,12 @@ def _wait_drawn(page: Any, updates: int = 1) -> None:
 
 
 def _click_slice(page: Any, lane: int, i: int) -> None:
-    """Click the middle of slice ``i`` of ``lane`` where the timeline draws it."""
+    """Click the middle of slice ``i`` of ``lane`` where the timeline draws it (scrolling the rows, as
+    the wheel does, to bring its row on screen)."""
     page.locator("#tl-view").scroll_into_view_if_needed()
     xy = page.evaluate("""([lane, i]) => { const tl = GS.timeline, w = tl.data.byLane.get(lane), k = i - w.first;
         const row = tl.rows.find(r => r.track && r.track.lanes.includes(lane));
+        tl.scrollY = Math.max(0, Math.min(row.y - 40, tl.contentH + 22 - tl.h)); tl.draw();
         const x = tl.x((w.start[k] + w.end[k]) / 2), y = 22 - tl.scrollY + row.y + 1 + tl.meta.lanes[lane].depth * 15 + 6;
         const box = tl.canvas.getBoundingClientRect(); return [box.left + x, box.top + y]; }""", [lane, i])
     page.mouse.click(xy[0], xy[1])
@@ -65,6 +67,45 @@ def test_the_file_shows_the_run_top_kernel_and_findings(browser: Any, adam: Path
         p.shot("loaded")
         assert not p.errors, p.errors
         assert all(u.startswith(("file:", "data:", "about:")) for u in p.requests), p.requests
+    finally:
+        p.close()
+
+
+def test_a_click_in_the_file_shows_what_the_viewer_shows_for_that_kernel(browser: Any, adam: Path) -> None:
+    from gpuscope.analysis.timeline_details import details
+    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.trace.report import Report
+    from gpuscope.units import human
+
+    p = Page(browser, "file-details")
+    try:
+        p.page.goto(adam.with_suffix(".html").as_uri())
+        _wait_drawn(p.page)
+        meta = p.page.evaluate("GS.timeline.meta")
+        [gpu] = [t for t in meta["tracks"] if t["group"].startswith("GPU 0")]
+        lane = gpu["lanes"][0]
+        step = meta["steps"][300]
+        p.page.evaluate(f"GS.timeline.setView({step['start']}, {step['end']})")
+        p.page.wait_for_function("!GS.timeline.inFlight")
+        w = p.page.evaluate(f"GS.timeline.data.byLane.get({lane})")
+        names = p.page.evaluate(f"GS.timeline.data.byLane.get({lane}).name.map(n => GS.timeline.name(n))")
+        inside = [j for j in range(len(w["start"])) if step["start"] <= w["start"][j] and w["end"][j] <= step["end"]
+                  and not names[j].startswith("Mem")]
+        k = max(inside, key=lambda j: w["end"][j] - w["start"][j])
+        _click_slice(p.page, lane, k)
+        p.page.wait_for_selector("#tl-details table.details", timeout=30_000)
+        shown = dict(zip(p.page.locator("#tl-details th").all_text_contents(),
+                         p.page.locator("#tl-details td").all_text_contents()))
+        with Report.open(adam) as report:
+            want = details(report, build_index(report), lane, k)
+        assert want is not None and p.page.locator("#tl-details .slice-name").text_content() == want["name"]
+        expected = {label: human(v, unit) for label, v, unit in want["fields"] if label not in ("Start", "Duration")}
+        assert {label: shown[label] for label in expected} == expected
+        assert expected["Grid"] and expected["Range path"] and expected["Python line"]
+        launch = want["launch"]  # this recording correlates no launch call with its kernels
+        assert shown.get("Launched by") == (None if launch is None else f"{launch['name']} on thread {launch['tid']}")
+        p.shot("details")
+        assert not p.errors, p.errors
     finally:
         p.close()
 
@@ -156,4 +197,56 @@ def test_names_that_are_html_stay_text_in_the_file_and_the_viewer(browser: Any, 
             finally:
                 p.close()
     finally:
+        view.stop()
+
+
+def test_two_runs_side_by_side_are_aligned_by_step_with_their_comparison(browser: Any, tmp_path: Path) -> None:
+    from .html_pages import training_run
+
+    base = training_run(tmp_path / "base.gpuscope", seed=1)
+    new = training_run(tmp_path / "new.gpuscope", seed=2, slow_ms=6)
+    view = View(Gpuscope(tmp_path), base, new)
+    p = Page(browser, "view-diff")
+    try:
+        p.page.goto(view.url)
+        p.page.wait_for_function("window.GS && GS.compared && GS.timelines.every(t => t.stats.updates >= 1)",
+                                 timeout=60_000)
+        head = p.page.locator("#diff-head").text_content()
+        assert "slower" in head and "Step time" in head
+        kernels = p.page.locator("#table-diff_kernel tbody tr").all_text_contents()
+        assert any(row.startswith(SCRIPT_NAME) and "new" in row for row in kernels), kernels
+        assert p.page.evaluate("window.__pwned") is None and p.page.locator("img").count() == 0
+        # both timelines show the first step after warm-up from its start, over the same span
+        sides = view.get("/api/diff")["sides"]
+        metas = p.page.evaluate("GS.timelines.map(t => t.meta.steps)")
+        first = [metas[k][sides[k]["warmup_steps"]]["start"] for k in (0, 1)]
+        views = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1])")
+        assert views[0][0] - first[0] == pytest.approx(views[1][0] - first[1], abs=1)
+        assert views[0][1] - views[0][0] == pytest.approx(views[1][1] - views[1][0], abs=1)
+        assert views[0][0] < first[0] < views[0][1]
+        # zooming and panning the new run moves the base run alike, each drawing its own window
+        updates = p.page.evaluate("GS.timelines.map(t => t.stats.updates)")
+        p.page.locator("#tl-view-1").focus()
+        for key in ("w", "w", "d"):
+            p.page.keyboard.press(key)
+        p.page.wait_for_function(f"GS.timelines[0].stats.updates > {updates[0]} && "
+                                 f"GS.timelines[1].stats.updates > {updates[1]} && GS.timelines.every(t => !t.inFlight)")
+        after = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1, t.data.t0, t.data.t1])")
+        assert after[1][1] - after[1][0] == pytest.approx((views[1][1] - views[1][0]) * 0.64, rel=1e-6)
+        assert after[0][0] - first[0] == pytest.approx(after[1][0] - first[1], abs=1)
+        assert after[0][1] - after[0][0] == pytest.approx(after[1][1] - after[1][0], abs=1)
+        assert [a[2] for a in after] == [int(a[0]) for a in after]  # each asked its server side for its own window
+        # step 3 after warm-up: each run's third steady step
+        p.page.locator("#diff-step").fill("3")
+        p.page.locator("#diff-step").dispatch_event("change")
+        third = [metas[k][sides[k]["warmup_steps"] + 2]["start"] for k in (0, 1)]
+        p.page.wait_for_function(f"GS.timelines[0].t0 < {third[0]} && {third[0]} < GS.timelines[0].t1")
+        views = p.page.evaluate("GS.timelines.map(t => [t.t0, t.t1])")
+        assert views[0][0] - third[0] == pytest.approx(views[1][0] - third[1], abs=1)
+        p.shot("aligned")
+        assert "timeline:" not in p.page.locator("#tl-note").text_content()  # no window failed
+        assert not p.errors, p.errors
+        assert all(u.startswith(view.url) for u in p.requests), p.requests
+    finally:
+        p.close()
         view.stop()

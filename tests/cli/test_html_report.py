@@ -85,7 +85,7 @@ def test_a_file_with_fewer_slices_allowed_is_refused_and_points_to_view(adam: tu
     report, _, _ = adam
     res = Gpuscope(tmp_path).run("report", str(report), "--max-events", "1000")
     assert res.returncode == 2 and len(res.stderr_lines) == 1, res.describe()
-    assert "gpuscope view" in res.stderr and "57,584" in res.stderr
+    assert "gpuscope view" in res.stderr and "84,722" in res.stderr  # the flame strip: 31,849 slices for 4,711 samples
     assert not list(tmp_path.glob("*.html"))
 
 
@@ -178,8 +178,67 @@ def test_view_answers_a_window_with_the_reports_slices(adam: tuple[Path, str, di
         view.stop()
 
 
+def test_a_second_view_starts_from_what_the_first_kept(adam: tuple[Path, str, dict], tmp_path: Path) -> None:
+    import time
+
+    report = tmp_path / "r.gpuscope"
+    shutil.copyfile(adam[0], report)
+    kept = tmp_path / "r.gpuscope.cache"
+    answers, said = [], []
+    for flags in ((), (), ("--no-cache",)):
+        view = View(Gpuscope(tmp_path), report, flags=flags)
+        try:
+            tl = page_data(urllib_text(view.url))["timeline"]
+            span = tl["end_ns"] - tl["start_ns"]
+            answers.append((view.get(f"/api/window?t0=0&t1={span}&px=300"),
+                            view.get(f"/api/window?t0={span // 2}&t1={span // 2 + 200_000}&px=300"),
+                            view.get("/api/content")["tables"]))
+            deadline = time.monotonic() + 60
+            while not (kept / "timeline.bin").exists() and not flags and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            view.stop()
+        said.append(view.proc.stderr.read())  # type: ignore[union-attr]
+    assert "gpuscope: indexed " in said[0] and "read the kept timeline index of" in said[1]
+    assert "gpuscope: indexed " in said[2]
+    assert sorted(p.name for p in kept.iterdir()) == ["content.json", "timeline.bin"]
+    assert answers[0] == answers[1] == answers[2]
+    assert any(w["kind"] == "slices" for w in answers[0][1]["lanes"])
+
+
 def urllib_text(url: str) -> str:
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=60) as r:
         return r.read().decode()
+
+
+def test_view_of_two_reports_answers_each_side_and_their_comparison(tmp_path: Path) -> None:
+    from .html_pages import training_run
+
+    base = training_run(tmp_path / "base.gpuscope", seed=1)
+    new = training_run(tmp_path / "new.gpuscope", seed=2, slow_ms=6)
+    res = Gpuscope(tmp_path).run("view", str(base), str(new), str(base), "--no-browser")
+    assert res.returncode == 2 and len(res.errors) == 1 and "give one report, or two" in res.errors[0], res.describe()
+    view = View(Gpuscope(tmp_path), base, new)
+    try:
+        page = page_data(urllib_text(view.url))
+        assert page["mode"] == "diff" and page["labels"] == ["base.gpuscope", "new.gpuscope"]
+        ends = []
+        for side in (0, 1):
+            tl = page["timelines"][side]
+            w = view.get(f"/api/window?side={side}&t0=0&t1={tl['end_ns'] - tl['start_ns']}&px=2000")
+            names = set(w["names"].values())
+            assert (SCRIPT_NAME in names) == (side == 1)
+            ends.append(tl["end_ns"] - tl["start_ns"])
+        assert ends[1] > ends[0]  # the new run is slower by 6 ms a step
+        with pytest.raises(Exception, match="400"):
+            view.get("/api/window?side=2&t0=0&t1=10&px=10")
+        c = view.get("/api/diff")
+        json_out = json.loads(Gpuscope(tmp_path).run("diff", str(base), str(new), "-f", "json").stdout)
+        assert c["step"] == json_out["step_time"] and c["sides"] == [json_out["base"][0], json_out["new"][0]]
+        assert c["attribution"] == json_out["attribution"]
+        [kernels] = [t for t in c["tables"] if t["name"] == "diff_kernel"]
+        assert [r[0][0] for r in kernels["rows"]] == [k["name"] for k in json_out["kernel"]]
+    finally:
+        view.stop()

@@ -72,7 +72,7 @@ def test_view_shows_the_nodes_on_one_timeline(gs: Gpuscope, nodes: list[Path], t
     assert "10000101" in groups and "101" in groups
     (tmp_path / "x").mkdir()
     other = nccl_nodes(tmp_path / "x", offsets_ns=(0,))  # a one-node run of its own: ranks 0 and 1 again
-    bad = gs.run("view", str(nodes[0]), str(other[0]), "--no-browser")
+    bad = gs.run("view", str(nodes[0]), str(nodes[1]), str(other[0]), "--no-browser")  # two compare; three do not
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "one run" in bad.stderr
 
 

@@ -118,3 +118,57 @@ def test_search_and_span_summary_count_what_ran(training) -> None:  # type: igno
     [(label, busy)] = s["busy"]
     ran = sum(ns for ns, _ in kernels.values())
     assert busy == pytest.approx(ran / 3300)
+
+
+def test_the_files_details_are_those_of_a_click_in_the_viewer(training) -> None:  # type: ignore[no-untyped-def]
+    from gpuscope.reporters.html.content import file_details
+    from gpuscope.units import human
+
+    report, index = training
+    gpu_lanes = [i for t in index.tracks if t.stream is not None for i in t.lanes]
+    got = file_details(report, index, [lane.id for lane in index.lanes])
+    assert set(got["lanes"]) == {str(i) for i in gpu_lanes}
+    checked = 0
+    for lane_id in gpu_lanes:
+        per = got["lanes"][str(lane_id)]
+        for i in range(len(index.lanes[lane_id])):
+            one = details(report, index, lane_id, i)
+            assert one is not None
+            want = [[label, "" if label == "Correlation" else human(v, unit)] for label, v, unit in one["fields"]
+                    if label not in ("Start", "Duration")]
+            if one["launch"] is not None:
+                want.append(["Launched by", f"{one['launch']['name']} on thread {one['launch']['tid']}"])
+            assert got["fields"][per["fields"][i]] == want
+            corr = dict((label, v) for label, v, _ in one["fields"]).get("Correlation")
+            assert per["correlation"][i] == corr
+            checked += one["launch"] is not None and "Range path" in dict(got["fields"][per["fields"][i]])
+    assert checked >= 3  # launches and range paths found in bulk, as for one slice
+
+
+def test_python_samples_make_a_flame_strip_one_lane_per_depth(tmp_path: Path) -> None:
+    from report_builder import ReportBuilder, add_stack
+
+    b = ReportBuilder(tmp_path / "f.gpuscope")
+    main = [("train.py", 10, "main")]
+    step = main + [("train.py", 20, "step")]
+    fwd, bwd = step + [("model.py", 5, "forward")], step + [("train.py", 22, "backward")]
+    stacks = [add_stack(b, s) for s in (fwd, fwd, bwd, main, fwd)]
+    con = b.writer.con
+    for k, stack in enumerate(stacks):  # samples 0..4 at 1 ms apart; the last one after a gap
+        ts = 1_000_000 * k + (5_000_000 if k == 4 else 0)
+        con.execute("INSERT INTO cpu_sample (pid, tid, ts_ns, weight_ns, stack_id) VALUES (?, 7, ?, 1000000, ?)",
+                    [b.pid, ts, stack])
+    b.kernel("k", 0, 10, tid=7, launch=0)
+    report = b.open()
+    index = build_index(report)
+    [track] = [t for t in index.tracks if t.label == "Thread 7: Python stacks"]
+    lanes = [index.lanes[i] for i in track.lanes]
+    got = [[(int(s), int(e), index.names[n]) for s, e, n in zip(ln.start, ln.end, ln.name)] for ln in lanes]
+    ms = 1_000_000
+    assert [ln.depth for ln in lanes] == [0, 1, 2]
+    assert got[0] == [(0, 4 * ms, "main"), (9 * ms, 10 * ms, "main")]  # the gap ends every slice
+    assert got[1] == [(0, 3 * ms, "step"), (9 * ms, 10 * ms, "step")]
+    assert got[2] == [(0, 2 * ms, "forward"), (2 * ms, 3 * ms, "backward"), (9 * ms, 10 * ms, "forward")]
+    d = details(report, index, lanes[2].id, 1)
+    assert d is not None and d["name"] == "backward" and d["source"] == "cpu_stack"
+    report.close()

@@ -78,7 +78,33 @@ def _python_line(report: Report, pid: int, tid: int, t: int) -> str | None:
     if row is None or row["stack_id"] is None:
         return None
     site = stack_sites(report, {(pid, int(row["stack_id"]))}).get((pid, int(row["stack_id"])))
-    return None if site is None else f"{site.location} {site.function}".strip()
+    return None if site is None else site_text(site)
+
+
+def site_text(site: Any) -> str:
+    """Return a stack's site as the details show it: ``file:line function``."""
+    return f"{site.location} {site.function}".strip()
+
+
+GPU_SOURCES = ("kernel", "memcpy", "memset", "graph_launch")
+
+
+def op_fields(table: str, row: dict[str, Any]) -> list[Field]:
+    """Return the fields of a GPU operation's row of ``table`` (a kernel's with its launch
+    configuration's columns): device, stream, correlation, and the configuration or the bytes."""
+    fields: list[Field] = [("Device", row.get("device_id"), "id"), ("Stream", row.get("stream_id"), "id"),
+                           ("Correlation", row.get("correlation_id"), "id")]
+    if table == "kernel":
+        fields += [("Grid", _dims(row, "grid"), "text"), ("Block", _dims(row, "block"), "text"),
+                   ("Registers per thread", row.get("registers_per_thread"), "count"),
+                   ("Shared memory (static + dynamic)",
+                    _sum(row.get("static_shared_memory"), row.get("dynamic_shared_memory")), "bytes"),
+                   ("Local memory per thread", row.get("local_memory_per_thread"), "bytes")]
+        if row.get("graph_id"):
+            fields.append(("CUDA graph", row["graph_id"], "id"))
+    elif table in ("memcpy", "memset"):
+        fields.append(("Bytes", row.get("bytes"), "bytes"))
+    return fields
 
 
 def details(report: Report, index: TimelineIndex, lane_id: int, i: int) -> dict[str, Any] | None:
@@ -90,22 +116,11 @@ def details(report: Report, index: TimelineIndex, lane_id: int, i: int) -> dict[
     lane = index.lanes[lane_id]
     track = index.tracks[lane.track]
     start, end, table = int(lane.start[i]), int(lane.end[i]), SOURCES[int(lane.src[i])]
-    row = _row(report, track, table, start, end) or {}
+    row = (_row(report, track, table, start, end) or {}) if table != "cpu_stack" else {}
     fields: list[Field] = [("Start", start - index.start_ns, "ns"), ("Duration", end - start, "ns")]
     launch = None
-    if table in ("kernel", "memcpy", "memset", "graph_launch"):
-        fields += [("Device", row.get("device_id"), "id"), ("Stream", row.get("stream_id"), "id"),
-                   ("Correlation", row.get("correlation_id"), "id")]
-        if table == "kernel":
-            fields += [("Grid", _dims(row, "grid"), "text"), ("Block", _dims(row, "block"), "text"),
-                       ("Registers per thread", row.get("registers_per_thread"), "count"),
-                       ("Shared memory (static + dynamic)",
-                        _sum(row.get("static_shared_memory"), row.get("dynamic_shared_memory")), "bytes"),
-                       ("Local memory per thread", row.get("local_memory_per_thread"), "bytes")]
-            if row.get("graph_id"):
-                fields.append(("CUDA graph", row["graph_id"], "id"))
-        elif table in ("memcpy", "memset"):
-            fields.append(("Bytes", row.get("bytes"), "bytes"))
+    if table in GPU_SOURCES:
+        fields += op_fields(table, row)
         pid = int(row.get("pid", track.pid or 0))
         launch = _launch(report, pid, row.get("correlation_id"))
         tid = int(launch["tid"]) if launch and launch.get("tid") is not None else pid

@@ -1,7 +1,8 @@
 """The rows of a report's timeline, indexed for window queries.
 
 A *track* is one row of the timeline as a person reads it: a thread's ranges (nested by depth),
-its CUDA API calls, its synchronization waits, a GPU stream (kernels, copies, sets, graph
+its CUDA API calls, its synchronization waits, its Python samples as a flame strip (one lane per
+stack depth), a GPU stream (kernels, copies, sets, graph
 launches), a counter. A track with slices has one or more *lanes*: slices of one lane never
 overlap, so a nested range sits one lane below its parent. Each lane keeps its slices as sorted
 numpy arrays (start, end, name, source table and row id), loaded once from the report, so that
@@ -21,7 +22,7 @@ from ..trace.report import DAMAGED, Report
 
 # Source tables of slices, by code (``Lane.src``); the details of a slice come from its row there.
 SOURCES = ("kernel", "memcpy", "memset", "graph_launch", "nvtx_range", "torch_op", "api_call", "sync_site",
-           "sync", "cpu_sample")
+           "sync", "cpu_sample", "cpu_stack")  # cpu_stack: a frame of the flame strip (samples merged)
 SRC = {name: i for i, name in enumerate(SOURCES)}
 # Above this many GPU operations the steps are not marked: finding them (analysis.steps) takes
 # tens of seconds and gigabytes on ten million kernels, more than a viewer may wait.
@@ -41,10 +42,12 @@ class Lane:
     end: np.ndarray
     name: np.ndarray
     src: np.ndarray
-    cum: np.ndarray = field(init=False)  # busy time before each slice: cum[i] = sum(end - start)[:i]
+    # busy time before each slice: cum[i] = sum(end - start)[:i] (computed unless given)
+    cum: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
-        self.cum = np.concatenate([[0], np.cumsum(self.end - self.start)]).astype(np.int64)
+        if len(self.cum) != len(self.start) + 1:
+            self.cum = np.concatenate([[0], np.cumsum(self.end - self.start)]).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -119,14 +122,14 @@ _THREAD = {
     "Operators": f"SELECT pid, tid, start_ns, end_ns, name_id, {SRC['torch_op']} AS src FROM torch_op",
     "CUDA API": f"SELECT pid, tid, start_ns, end_ns, name_id, {SRC['api_call']} AS src FROM api_call",
     "Sync waits": f"SELECT pid, tid, start_ns, end_ns, api_name_id AS name_id, {SRC['sync_site']} AS src FROM sync_site",
-    "CPU samples": f"""
-        SELECT s.pid, s.tid, s.ts_ns AS start_ns,
-               least(s.ts_ns + s.weight_ns, coalesce(lead(s.ts_ns) OVER (PARTITION BY s.pid, s.tid ORDER BY s.ts_ns),
-                                                    s.ts_ns + s.weight_ns)) AS end_ns,
-               f.function_id AS name_id, {SRC['cpu_sample']} AS src
-        FROM cpu_sample s JOIN cpu_stack k ON k.pid = s.pid AND k.id = s.stack_id
-        JOIN cpu_frame f ON f.pid = s.pid AND f.id = k.frame_id""",
 }
+# Python samples (for the flame strip, :mod:`.timeline_flame`): each lasts until the next sample of
+# its thread, or its weight if shorter, so that they never overlap.
+_SAMPLES = """
+    SELECT pid, tid, ts_ns AS start_ns,
+           least(ts_ns + weight_ns, coalesce(lead(ts_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns),
+                                             ts_ns + weight_ns)) AS end_ns, stack_id
+    FROM cpu_sample WHERE stack_id IS NOT NULL"""
 _SYNC = f"""SELECT pid, start_ns, end_ns, 'Sync ' || coalesce(type, '?') AS text, {SRC['sync']} AS src FROM sync"""
 
 
@@ -211,6 +214,16 @@ class _Builder:
             self.lanes.append(lane)
             track.lanes.append(lane.id)
 
+    def depth_lanes(self, track: Track, parts: list[dict[str, np.ndarray]], src: int) -> None:
+        """Add one lane per entry of ``parts`` (start_ns, end_ns, name_id; depth by position) to ``track``."""
+        for d, p in enumerate(parts):
+            start = np.asarray(p["start_ns"], dtype=np.int64)
+            end = np.maximum(np.asarray(p["end_ns"], dtype=np.int64), start)
+            lane = Lane(len(self.lanes), track.id, d, start, end, self.names.of(p["name_id"], None),
+                        np.full(len(start), src, dtype=np.int8))
+            self.lanes.append(lane)
+            track.lanes.append(lane.id)
+
     def keys(self, query: str, key: tuple[str, ...]) -> list[tuple[int, ...]]:
         """Return the distinct keys (pid, tid or pid, device, stream) of ``query``'s rows."""
         cols = ", ".join(key)
@@ -231,6 +244,7 @@ class _Builder:
 def build_index(report: Report) -> TimelineIndex:
     """Return the timeline index of ``report``: its tracks (threads, GPU streams, counters) and lanes."""
     from .steps import step_windows
+    from .timeline_flame import StackTree, flame_parts
 
     b = _Builder(report)
     lo, hi = report.sql(
@@ -252,6 +266,15 @@ def build_index(report: Report) -> TimelineIndex:
         for pid, tid in b.keys(query, _THREAD_KEY):
             track = b.track(group(pid), f"Thread {tid}: {label}", pid=pid, tid=tid)
             b.slices(track, [b.part(query, _THREAD_KEY, (pid, tid))])
+    trees: dict[int, StackTree] = {}
+    for pid, tid in b.keys(_SAMPLES, _THREAD_KEY):
+        rows = report.con.execute(f"SELECT start_ns, end_ns, stack_id FROM ({_SAMPLES}) WHERE pid = ? AND tid = ? "
+                                  "ORDER BY start_ns", [pid, tid]).fetchnumpy()
+        tree = trees.setdefault(pid, StackTree(report, pid))
+        parts = flame_parts(tree, np.asarray(rows["start_ns"], dtype=np.int64), np.asarray(rows["end_ns"], dtype=np.int64),
+                            np.asarray(rows["stack_id"], dtype=np.int64))
+        if parts:
+            b.depth_lanes(b.track(group(pid), f"Thread {tid}: Python stacks", pid=pid, tid=tid), parts, SRC["cpu_stack"])
     for (pid,) in b.keys(_SYNC, ("pid",)):
         b.slices(b.track(group(pid), "CUDA synchronization", pid=pid), [b.part(_SYNC, ("pid",), (pid,))])
     devices = dict(report.sql("SELECT id, any_value(name) FROM device GROUP BY id"))

@@ -24,11 +24,12 @@ def title_of(path: Path) -> str:
     return f"gpuscope: {path.name}"
 
 
-def sections(report: Report, index: TimelineIndex | None) -> dict[str, Any]:
-    """Return every section but the timeline: run, breakdown and findings, roofline, stats tables."""
+def sections(report: Report, origin: int) -> dict[str, Any]:
+    """Return every section but the timeline: run, breakdown and findings (their spans in timeline
+    times: ns from ``origin``), roofline, stats tables."""
     from .content import diagnosis_data, roofline_data, run_info, stats_data
 
-    return {"run": run_info(report), "diagnosis": diagnosis_data(report, index),
+    return {"run": run_info(report), "diagnosis": diagnosis_data(report, origin),
             "roofline": roofline_data(report), "tables": stats_data(report)}
 
 
@@ -38,7 +39,8 @@ def file_page(report: Report, index: TimelineIndex) -> str:
     from .page import render
 
     title = title_of(report.path)
-    data = {"mode": "file", "title": title, "content": sections(report, index), "timeline": timeline_static(index)}
+    data = {"mode": "file", "title": title, "content": sections(report, index.start_ns),
+            "timeline": timeline_static(index, report)}
     return render(data, title)
 
 

@@ -74,9 +74,10 @@ def run_info(report: Report) -> dict[str, Any]:
             "complete": report.complete}
 
 
-def diagnosis_data(report: Report, index: TimelineIndex | None) -> dict[str, Any]:
+def diagnosis_data(report: Report, origin: int) -> dict[str, Any]:
     """Return the step-time breakdown (table and chart series) and the findings, each with the time
-    span of the timeline it is about (the step it names, else its process's first steady step)."""
+    span of the timeline it is about (the step it names, else its process's first steady step), in
+    ns from ``origin``."""
     from ...analysis.diagnosis import diagnose
     from ..findings_json import as_dict
 
@@ -92,7 +93,7 @@ def diagnosis_data(report: Report, index: TimelineIndex | None) -> dict[str, Any
     for f in diag.findings:
         item = {k: _jsonable(v) for k, v in f.as_dict().items()}
         item["saving_text"] = duration(f.saving_ns)
-        item["target"] = _target(f, plain["processes"], index)
+        item["target"] = _target(f, plain["processes"], origin)
         findings.append(item)
     return {"breakdown": table_data(breakdown), "series": series, "findings": findings,
             "skipped": plain["skipped"], "notes": plain["notes"], "step_source": plain["step_source"]}
@@ -106,7 +107,7 @@ def _jsonable(v: Any) -> Any:
     return _plain(v)
 
 
-def _target(f: Any, processes: list[dict[str, Any]], index: TimelineIndex | None) -> dict[str, int] | None:
+def _target(f: Any, processes: list[dict[str, Any]], origin: int) -> dict[str, int] | None:
     """The span a finding is about (timeline times): the step its location names, else its
     process's first steady step."""
     import re
@@ -120,7 +121,6 @@ def _target(f: Any, processes: list[dict[str, Any]], index: TimelineIndex | None
     if named:
         chosen = next((s for s in steps if str(s["step"]) == named.group(1)), None)
     chosen = chosen or next((s for s in steps if not s["warmup"]), steps[0])
-    origin = index.start_ns if index is not None else 0
     return {"start": int(chosen["start_ns"]) - origin, "end": int(chosen["start_ns"] + chosen["duration_ns"]) - origin}
 
 
@@ -159,9 +159,10 @@ def roofline_data(report: Report) -> dict[str, Any]:
             "layers": points(layer_points(report, ceilings))}
 
 
-def timeline_static(index: TimelineIndex, budget: int = STATIC_SLICES) -> dict[str, Any]:
+def timeline_static(index: TimelineIndex, report: Report | None = None, budget: int = STATIC_SLICES) -> dict[str, Any]:
     """Return the timeline for a file: the tracks, every lane's slices while they fit in ``budget``
-    (smallest lanes first), the others as :data:`STATIC_PX` buckets over the run, and the counters.
+    (smallest lanes first), the others as :data:`STATIC_PX` buckets over the run, and the counters;
+    with ``report``, the details of the GPU operations the file holds (:func:`file_details`).
     Times are timeline times (ns from the index's start)."""
     span = max(index.end_ns - index.start_ns, 1) + 1
     left = budget
@@ -175,5 +176,34 @@ def timeline_static(index: TimelineIndex, budget: int = STATIC_SLICES) -> dict[s
         else:
             lanes.append(lane_window(lane, index.start_ns, index.start_ns + span, STATIC_PX, max_slices=0))
     lanes.sort(key=lambda w: w["lane"])
-    return {**index.describe(), "names": index.names, "static": {"t0": 0, "t1": span, "px": STATIC_PX, "lanes": lanes},
-            "counters": counters(index, 0, span, STATIC_PX)}
+    out = {**index.describe(), "names": index.names, "static": {"t0": 0, "t1": span, "px": STATIC_PX, "lanes": lanes},
+           "counters": counters(index, 0, span, STATIC_PX)}
+    if report is not None:
+        out["details"] = file_details(report, index, [w["lane"] for w in lanes if w["kind"] == "slices"])
+    return out
+
+
+def file_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> dict[str, Any]:
+    """Return the details of the GPU operations of ``lane_ids`` for a file, compactly: ``{"fields":
+    [[[label, text], ...], ...], "lanes": {lane: {"fields": [position in fields, or -1 per slice],
+    "correlation": [id or None per slice]}}}``; an entry of fields lists what
+    :func:`...analysis.timeline_details.details` gives after start and duration (texts as the
+    viewer shows them), its ``Correlation`` text left empty (the slice's own goes there), and,
+    last, ``Launched by`` when the launch is known. Operations that share all but their
+    correlation share an entry."""
+    from ...analysis.timeline_file_details import gpu_details
+
+    found = gpu_details(report, index, lane_ids)
+    entries: dict[tuple[tuple[str, str], ...], int] = {}
+    per_lane: dict[int, dict[str, list[Any]]] = {}
+    for (lane, i), (fields, launch) in sorted(found.items()):
+        texts = [(label, "" if label == "Correlation" else human(v, unit)) for label, v, unit in fields]
+        if launch is not None:
+            texts.append(("Launched by", f"{launch['name']} on thread {launch['tid']}"))
+        key = tuple(texts)
+        pos = entries.setdefault(key, len(entries))
+        corr = next((v for label, v, _ in fields if label == "Correlation"), None)
+        d = per_lane.setdefault(lane, {"fields": [-1] * len(index.lanes[lane]), "correlation": [None] * len(index.lanes[lane])})
+        d["fields"][i] = pos
+        d["correlation"][i] = None if corr is None else int(corr)
+    return {"fields": [[list(t) for t in key] for key in entries], "lanes": {str(k): v for k, v in per_lane.items()}}

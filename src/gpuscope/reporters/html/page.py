@@ -34,15 +34,18 @@ def _inline_script(text: str) -> str:
     return text
 
 
-def render(content: dict[str, Any], title: str) -> str:
-    """Return the page of ``content`` (see :mod:`.content`) as one HTML document."""
+def render(content: dict[str, Any], title: str, template: str = "page.html",
+           scripts: tuple[str, ...] | None = None) -> str:
+    """Return the page of ``content`` (see :mod:`.content`) as one HTML document: ``template``
+    with the style and ``scripts`` (default: all of :data:`ASSETS`) inline."""
     import html
 
+    names = scripts if scripts is not None else tuple(n for n in ASSETS if n.endswith(".js"))
     parts = {
         "TITLE": html.escape(title),
         "STYLE": asset("style.css"),
         "DATA": script_json(content),
-        "SCRIPTS": "\n".join(f"<script>{_inline_script(asset(n))}</script>" for n in ASSETS if n.endswith(".js")),
+        "SCRIPTS": "\n".join(f"<script>{_inline_script(asset(n))}</script>" for n in names),
     }
     # one pass over the template only: a name in the data that looks like a placeholder stays as it is
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], asset("page.html"))
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], asset(template))

@@ -1,9 +1,11 @@
 """The local server of ``gpuscope view``: the page, and its answers from the report.
 
-Routes (GET, JSON but the page): ``/`` the page; ``/api/content`` the analyses' sections;
+Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
 ``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`);
 ``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
-Times are ns from the timeline's start. The server binds 127.0.0.1 only.
+Times are ns from the timeline's start. Serving two reports side by side (``gpuscope view BASE
+NEW``), each route takes ``side=0`` (base, the default) or ``side=1``, and ``/api/diff`` answers
+the comparison. The server binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from ...analysis.timeline_details import details, search, span_summary
 from ...analysis.timeline_tracks import TimelineIndex
 from ...analysis.timeline_window import counters, window
 from ...errors import GpuscopeError
@@ -25,31 +26,43 @@ from ...units import duration, human
 
 
 class Viewer:
-    """What the server answers from: the report (one query at a time), its index, its page."""
+    """What the server answers about one report: from the report (one query at a time) and its index."""
 
-    def __init__(self, report: Report, index: TimelineIndex, page: str, content_cap: int) -> None:
-        self.report, self.index, self.page = report, index, page
+    def __init__(self, report: Report, index: TimelineIndex, content_cap: int,
+                 key: dict[str, int] | None = None) -> None:
+        self.report, self.index = report, index
         self.lock = threading.Lock()
         self._content: dict[str, Any] | None = None
         self._ready = threading.Event()
+        self._started = False
         self.content_cap = content_cap
+        self.key = key  # the report's key when it was opened: derived files are kept under it (None: not kept)
 
     def start_content(self) -> None:
-        """Compute the analyses' sections in the background (they take seconds on a large report)."""
+        """Compute the analyses' sections in the background (they take seconds on a large report),
+        unless that has begun already."""
+        with self.lock:
+            if self._started:
+                return
+            self._started = True
         threading.Thread(target=self._compute, name="gpuscope-content", daemon=True).start()
 
     def _compute(self) -> None:
-        from . import sections
+        from . import content_job, sections
 
-        events = self.index.events()
+        path, origin = self.report.path, self.index.start_ns
         try:
-            if events > self.content_cap:
-                self._content = {"too_large": f"{events:,} timeline slices: the tables, findings and roofline of a "
-                                              f"report this large come from gpuscope stats, analyze and roofline "
-                                              f"(the viewer shows them up to {self.content_cap:,})."}
+            found = content_job.cached(path) if self.key is not None else None
+            if found is not None:
+                self._content = found
             else:
-                with Report.open(self.report.path) as own:  # a connection of this thread's own
-                    self._content = sections(own, self.index)
+                if self.index.events() > self.content_cap:  # minutes and gigabytes: a process of its own
+                    self._content = content_job.in_child(path, origin)
+                else:
+                    with Report.open(path) as own:  # a connection of this thread's own
+                        self._content = sections(own, origin)
+                if self.key is not None:
+                    content_job.keep(path, self.key, self._content)
         except GpuscopeError as exc:
             self._content = {"too_large": str(exc)}
         except Exception as exc:  # the page says what failed; the timeline keeps working
@@ -57,12 +70,29 @@ class Viewer:
             print(f"gpuscope: warning: the analyses failed: {exc}", file=sys.stderr)
         self._ready.set()
 
-    def content(self) -> dict[str, Any]:
+    def content(self, compute: bool = False) -> dict[str, Any]:
+        """Return the analyses' sections (waiting for them; started here if they were not). Those
+        of a report above the cap that were not kept are computed only when ``compute`` asks: until
+        then the answer is ``{"lazy": what it would take}``."""
+        if not compute and not self._started and self.index.events() > self.content_cap:
+            from . import content_job
+
+            found = content_job.cached(self.report.path) if self.key is not None else None
+            if found is not None:
+                return found
+            return {"lazy": f"{self.index.events():,} timeline slices: on a report this large the tables, findings, "
+                            "roofline and step marks take minutes and several GB of memory to compute (as gpuscope "
+                            "stats and analyze do). They are computed once, in a process of their own while the "
+                            "timeline stays live, and kept beside the report for later views."}
+        self.start_content()
         self._ready.wait()
         assert self._content is not None
         return self._content
 
     def slice(self, lane: int, i: int) -> dict[str, Any] | None:
+        """Return one slice's details, their values as text."""
+        from ...analysis.timeline_details import details  # pandas and the analyses: on first use, not at start
+
         with self.lock:
             d = details(self.report, self.index, lane, i)
         if d is not None:
@@ -70,11 +100,41 @@ class Viewer:
         return d
 
     def summary(self, t0: int, t1: int) -> dict[str, Any]:
+        """Return what ran in a span, its values as text."""
+        from ...analysis.timeline_details import span_summary
+
         s = span_summary(self.index, t0, t1)
         s["busy"] = [[name, f"{100 * b:.1f}%"] for name, b in s["busy"]]
         for key in ("kernels", "ranges"):
             s[key] = [[name, duration(ns), f"{n:,}"] for name, ns, n in s[key]]
         return s
+
+
+class Once:
+    """A value computed once, in the background, by ``fn``; :meth:`get` waits for it. A failure
+    becomes ``{"error": one line}`` (the page shows it; the server goes on)."""
+
+    def __init__(self, fn: Callable[[], dict[str, Any]], name: str) -> None:
+        self._fn = fn
+        self._value: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except GpuscopeError as exc:
+            self._value = {"error": str(exc)}
+        except Exception as exc:  # the page says what failed; the timelines keep working
+            self._value = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"gpuscope: warning: {type(exc).__name__}: {exc}", file=sys.stderr)
+        self._ready.set()
+
+    def get(self) -> dict[str, Any]:
+        """Return the value, once computed."""
+        self._ready.wait()
+        assert self._value is not None
+        return self._value
 
 
 def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
@@ -86,18 +146,37 @@ def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
         return default
 
 
-def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
-    """Return the request handler class that answers from ``viewer``."""
+Route = Callable[[dict[str, list[str]]], Any]
 
-    routes: dict[str, Callable[[dict[str, list[str]]], Any]] = {
-        "/api/content": lambda q: viewer.content(),
+
+def _search(index: TimelineIndex, text: str) -> dict[str, Any]:
+    from ...analysis.timeline_details import search
+
+    return search(index, text)
+
+
+def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = None) -> type[BaseHTTPRequestHandler]:
+    """Return the request handler class that serves ``page`` and answers from ``viewers`` (one per
+    side) and the ``extra`` routes."""
+
+    def side(q: dict[str, list[str]]) -> Viewer:
+        k = _int(q, "side", 0)
+        if not 0 <= k < len(viewers):
+            raise ValueError(f"no side {k}")
+        return viewers[k]
+
+    routes: dict[str, Route] = {
+        "/api/content": lambda q: side(q).content(q.get("compute") == ["1"]),
         "/api/window": lambda q: {
-            **window(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
-            "counters": counters(viewer.index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
-        "/api/slice": lambda q: viewer.slice(_int(q, "lane"), _int(q, "i")),
-        "/api/search": lambda q: search(viewer.index, q.get("q", [""])[0]),
-        "/api/summary": lambda q: viewer.summary(_int(q, "t0"), _int(q, "t1")),
+            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
+            "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
+        "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
+        "/api/search": lambda q: _search(side(q).index, q.get("q", [""])[0]),
+        "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
+        **(extra or {}),
     }
+
+    page_bytes = page.encode()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuscope"
@@ -105,7 +184,7 @@ def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
             url = urlparse(self.path)
             if url.path in ("/", "/index.html"):
-                return self._send(HTTPStatus.OK, viewer.page.encode(), "text/html; charset=utf-8")
+                return self._send(HTTPStatus.OK, page_bytes, "text/html; charset=utf-8")
             if url.path == "/favicon.ico":
                 return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             route = routes.get(url.path)
@@ -141,11 +220,11 @@ def handler(viewer: Viewer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(viewer: Viewer, port: int) -> ThreadingHTTPServer:
-    """Return a server for ``viewer`` bound to 127.0.0.1:``port`` (0: a free port); GpuscopeError
-    when the port is taken or not allowed."""
+def serve(page: str, viewers: list[Viewer], port: int, extra: dict[str, Route] | None = None) -> ThreadingHTTPServer:
+    """Return a server of ``page`` and ``viewers`` (see :func:`handler`) bound to 127.0.0.1:``port``
+    (0: a free port); GpuscopeError when the port is taken or not allowed."""
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler(viewer))
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler(page, viewers, extra))
     except OSError as exc:
         what = "is in use" if exc.errno in (98, 48, 10048) else f"cannot be used ({exc.strerror})"
         raise GpuscopeError(f"port {port} on 127.0.0.1 {what}: choose another with --port, or leave "

@@ -60,12 +60,26 @@
   }
 
   function content(c) {
+    if (c.lazy) {  // a large report whose analyses were never computed: on request
+      const go = GS.el("button", { type: "button", id: "compute-analyses", text: "Compute them now" });
+      go.addEventListener("click", () => {
+        go.disabled = true; go.textContent = "Computing (minutes on a report this large)…";
+        fetch("/api/content?compute=1").then(r => r.json()).then(content)
+          .catch(e => { go.textContent = "failed: " + e.message; });
+      });
+      GS.clear($("run-facts")).append(GS.el("p", { class: "note", text: c.lazy }), go);
+      return;
+    }
     if (c.too_large) {
       for (const id of ["run-facts", "findings-list", "tables-list"]) GS.clear($(id)).append(GS.el("p", { class: "note", text: c.too_large }));
       if (c.run) run(c.run);
       return;
     }
     run(c.run); diagnosis(c.diagnosis); roofline(c.roofline); tables(c.tables);
+    if (c.steps && !tl.steps_found) {  // found with the analyses, where the index left them out
+      GS.timeline.meta.steps = c.steps; GS.timeline.draw();
+      $("tl-note").textContent = $("tl-note").textContent.replace(STEPS_LATER, "");
+    }
   }
 
   const tl = data.timeline;
@@ -75,12 +89,17 @@
     const sliced = tl.static.lanes.filter(l => l.kind === "buckets").length;
     $("tl-note").textContent = sliced ? `${sliced} of ${tl.lanes.length} lanes are drawn at a fixed level of detail in this file (one bucket per 1/${tl.static.px} of the run); gpuscope view shows every slice.` : "";
   }
-  if (!tl.steps_found) $("tl-note").textContent += " Steps are not marked: the report has too many GPU operations to look for them here.";
+  const STEPS_LATER = " Steps are marked once the analyses of this large report are done.";
+  if (!tl.steps_found) $("tl-note").textContent += data.mode === "server" ? STEPS_LATER
+    : " Steps are not marked: the report has too many GPU operations to look for them here.";
   GS.timeline = new GS.Timeline($("tl-view"), $("tl-canvas"), tl, source, panels);
+  // From the server, the other sections are asked for once the timeline is first drawn: the view
+  // on screen comes first, then the tables (their building would hold up its drawing).
+  const firstDrawn = new Promise(resolve => { GS.timeline.onFirst = resolve; });
   $("tl-search").addEventListener("keydown", e => { if (e.key === "Enter") GS.timeline.find(e.target.value.trim()); });
   $("tl-reset").addEventListener("click", () => GS.timeline.setView(0, GS.timeline.span));
 
   if (data.content) content(data.content);
-  else fetch("/api/content").then(r => r.json()).then(content)
+  else firstDrawn.then(() => fetch("/api/content")).then(r => r.json()).then(content)
     .catch(e => { $("run-facts").textContent = "could not load: " + e.message; });
 })();

@@ -8,7 +8,17 @@
 GS.StaticSource = class {
   constructor(tl) { this.tl = tl; this.names = tl.names; }
   window() { return Promise.resolve({ ...this.tl.static, counters: this.tl.counters }); }
-  details(lane, i, slice) { return Promise.resolve(null); }
+  // A GPU operation's details come with the file (content.file_details); other slices have none here.
+  details(lane, i, h) {
+    const d = this.tl.details, per = d && d.lanes[lane], at = per ? per.fields[i] : -1;
+    if (at == null || at < 0) return Promise.resolve(null);
+    const fields = [["Start", GS.ns(h.start)], ["Duration", GS.ns(h.end - h.start)]];
+    for (const [k, v] of d.fields[at]) {
+      if (k !== "Correlation") fields.push([k, v]);
+      else if (per.correlation[i] != null) fields.push([k, String(per.correlation[i])]);
+    }
+    return Promise.resolve({ track: h.track.group + " / " + h.track.label, fields, launch: null });
+  }
   summary() { return Promise.resolve(null); }
   search(q, lanes) {
     const needle = q.toLowerCase(), wanted = new Set();
@@ -26,7 +36,9 @@ GS.StaticSource = class {
 };
 
 GS.ServerSource = class {
+  constructor(side) { this.side = side; } // side: which report of gpuscope view BASE NEW (0, 1), or none
   async get(path, params) {
+    if (this.side != null) params = { ...params, side: this.side };
     const r = await fetch(path + "?" + new URLSearchParams(params));
     if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
     return r.json();
@@ -47,6 +59,7 @@ GS.Timeline = class {
     (meta.names || []).forEach((n, i) => this.names.set(i, n));
     this.span = Math.max(meta.end_ns - meta.start_ns, 1);
     this.t0 = 0; this.t1 = this.span; this.scrollY = 0;
+    this.uid = GS.Timeline.count = (GS.Timeline.count || 0) + 1; // its performance marks are its own
     this.data = null; this.seq = 0; this.inFlight = false; this.wanted = false; this.first = true;
     this.stats = { drawnSlices: 0, drawnBuckets: 0, updates: 0, requests: 0 };
     this.selected = null; this.selection = null; this.search = null;
@@ -93,10 +106,13 @@ GS.Timeline = class {
 
   changed() {
     this.seq++;
-    performance.mark("tl-change-" + this.seq);
+    performance.mark(this.mark(this.seq));
     this.draw();
     this.request();
+    if (this.onChange) this.onChange(this); // another timeline that follows this one
   }
+
+  mark(seq) { return `tl-change-${this.uid}-${seq}`; }
 
   request() {
     if (this.inFlight) { this.wanted = true; return; }
@@ -110,10 +126,13 @@ GS.Timeline = class {
       this.data = w;
       this.draw();
       this.stats.updates++;
-      performance.measure("tl-update", "tl-change-" + seq);
-      if (this.first) { this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() }); }
-      for (let s = 1; s <= seq; s++) performance.clearMarks("tl-change-" + s);
-    }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; })
+      performance.measure("tl-update", this.mark(seq));
+      if (this.first) {
+        this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() });
+        if (this.onFirst) this.onFirst();
+      }
+      for (let s = 1; s <= seq; s++) performance.clearMarks(this.mark(s));
+    }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; if (this.onFirst) this.onFirst(); })
       .finally(() => { this.inFlight = false; if (this.wanted || seq !== this.seq) this.request(); });
   }
 

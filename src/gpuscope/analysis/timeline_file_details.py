@@ -1,0 +1,146 @@
+"""The details of many GPU operations at once, for ``gpuscope report``'s file (where no server
+answers a click): the same fields as :func:`.timeline_details.details` gives one slice, found with
+one query per kind of operation, one for the launches and one as-of join for the Python lines,
+whatever the number of slices; the range paths come from the index's range lanes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace.report import Report
+from ..trace.stacks import stack_sites
+from .launch_sites import WINDOW_NS
+from .timeline_details import GPU_SOURCES, Field, op_fields, site_text
+from .timeline_tracks import SRC, TimelineIndex
+
+_CONFIG = ("c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z, c.registers_per_thread, "
+           "c.static_shared_memory, c.dynamic_shared_memory, c.local_memory_per_thread")
+
+
+def _slices(index: TimelineIndex, lane_ids: list[int]) -> pd.DataFrame:
+    """The GPU operations of ``lane_ids``: lane, i (slice), pid, device, stream, start_ns, table."""
+    parts = []
+    for lid in lane_ids:
+        lane = index.lanes[lid]
+        track = index.tracks[lane.track]
+        if track.stream is None:
+            continue
+        for table in GPU_SOURCES:
+            i = np.flatnonzero(np.asarray(lane.src) == SRC[table])
+            if len(i):
+                parts.append(pd.DataFrame({"lane": lid, "i": i, "pid": track.pid, "device": track.device,
+                                           "stream": track.stream, "start_ns": np.asarray(lane.start)[i],
+                                           "tbl": table}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+Details = dict[tuple[int, int], tuple[list[Field], dict[str, Any] | None]]
+
+
+def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> Details:
+    """Return, for each GPU operation of the lanes ``lane_ids`` as ``(lane, slice)``, its fields
+    after its start and duration (as :func:`.timeline_details.details` lists them) and its launch
+    (``{"start_ns", "end_ns", "tid", "name"}`` or None)."""
+    w = _slices(index, lane_ids)
+    if w.empty:
+        return {}
+    con = report.con
+    con.register("gs_file_ops", w)
+    try:
+        rows: dict[tuple[int, int], dict[str, Any]] = {}
+        tables = {t: f"{t} x" for t in GPU_SOURCES}
+        for table in set(w["tbl"]):
+            config = (f", {_CONFIG} FROM gs_file_ops w JOIN kernel x" if table == "kernel"
+                      else f" FROM gs_file_ops w JOIN {tables[table]}")
+            join = " JOIN kernel_config c ON c.id = x.config_id" if table == "kernel" else ""
+            df = report.df(f"""SELECT w.lane AS w_lane, w.i AS w_i, x.*{config}
+                               ON x.pid = w.pid AND x.device_id = w.device AND x.stream_id = w.stream
+                               AND x.start_ns = w.start_ns{join} WHERE w.tbl = ?
+                               QUALIFY row_number() OVER (PARTITION BY w.lane, w.i) = 1""", [table])
+            for r in df.to_dict("records"):
+                key = (int(r.pop("w_lane")), int(r.pop("w_i")))
+                rows[key] = {"tbl": table, **{k: (None if v != v else v) for k, v in r.items()}}
+        launches = report.df("""
+            SELECT w.lane, w.i, x.start_ns, x.end_ns, x.tid, x.name FROM gs_file_ops w
+            JOIN (SELECT pid, device_id, stream_id, start_ns, correlation_id FROM kernel UNION ALL
+                  SELECT pid, device_id, stream_id, start_ns, correlation_id FROM memcpy UNION ALL
+                  SELECT pid, device_id, stream_id, start_ns, correlation_id FROM memset UNION ALL
+                  SELECT pid, device_id, stream_id, start_ns, correlation_id FROM graph_launch) o
+              ON o.pid = w.pid AND o.device_id = w.device AND o.stream_id = w.stream AND o.start_ns = w.start_ns
+            JOIN (SELECT a.pid, a.correlation_id, a.start_ns, a.end_ns, a.tid, s.value AS name, 0 AS pri
+                  FROM api_call a JOIN string s ON s.id = a.name_id
+                  UNION ALL SELECT a.pid, a.correlation_id, a.start_ns, a.end_ns, a.tid, s.value, 1
+                  FROM launch_call a JOIN string s ON s.id = a.api_name_id) x
+              ON x.pid = o.pid AND x.correlation_id = o.correlation_id
+            QUALIFY row_number() OVER (PARTITION BY w.lane, w.i ORDER BY x.pri) = 1""")
+        launch = {(int(r.lane), int(r.i)): {"start_ns": int(r.start_ns),
+                                            "end_ns": None if r.end_ns != r.end_ns else int(r.end_ns),
+                                            "tid": None if r.tid != r.tid else int(r.tid), "name": str(r.name)}
+                  for r in launches.itertuples(index=False)}
+        at = pd.DataFrame({"lane": [k[0] for k in rows], "i": [k[1] for k in rows],
+                           "pid": [int(r.get("pid") or 0) for r in rows.values()]})
+        at["tid"] = [launch[k]["tid"] if k in launch and launch[k]["tid"] is not None else p
+                     for k, p in zip(rows, at["pid"])]
+        at["at"] = [launch[k]["start_ns"] if k in launch else int(r["start_ns"]) for k, r in rows.items()]
+        paths, lines = _paths_and_lines(report, index, at)
+    finally:
+        con.unregister("gs_file_ops")
+    out = {}
+    for k, r in rows.items():
+        fields = op_fields(r["tbl"], r) + [("Range path", paths.get(k), "text"), ("Python line", lines.get(k), "text")]
+        out[k] = ([f for f in fields if f[1] is not None], launch.get(k))
+    return out
+
+
+def _range_paths(index: TimelineIndex, at: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """The ranges open on each launching thread at each launch time, outermost first (as
+    :func:`.timeline_details._range_path` finds them), from the index's range lanes: in each lane
+    (its slices never overlap) the slice starting last at or before the time, or the one before it
+    when it ends exactly then."""
+    tracks = {(t.pid, t.tid): t for t in index.tracks if t.tid is not None and t.label.endswith(": Ranges")}
+    out: dict[tuple[int, int], str] = {}
+    for (pid, tid), group in at.groupby(["pid", "tid"], sort=False):
+        track = tracks.get((int(pid), int(tid)))
+        if track is None:
+            continue
+        t = group["at"].to_numpy(np.int64)
+        found: list[list[tuple[int, int, int]]] = [[] for _ in range(len(t))]
+        for lane_id in track.lanes:
+            lane = index.lanes[lane_id]
+            start, end, name = np.asarray(lane.start), np.asarray(lane.end), np.asarray(lane.name)
+            j = np.searchsorted(start, t, "right") - 1
+            for cand in (j, j - 1):
+                c = np.clip(cand, 0, max(len(lane) - 1, 0))
+                ok = (cand >= 0) & (start[c] <= t) & (end[c] >= t)
+                for k in np.flatnonzero(ok):
+                    found[k].append((int(start[c[k]]), -int(end[c[k]]), int(name[c[k]])))
+        for key, hits in zip(zip(group["lane"], group["i"]), found):
+            if hits:
+                out[(int(key[0]), int(key[1]))] = " > ".join(index.names[n] for _, _, n in sorted(set(hits)))
+    return out
+
+
+def _paths_and_lines(report: Report, index: TimelineIndex,
+                     at: pd.DataFrame) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], str]]:
+    """The range path at each launch (:func:`_range_paths`), and the Python line of the first stack
+    sample within ``WINDOW_NS`` after it."""
+    if at.empty:
+        return {}, {}
+    report.con.register("gs_file_at", at)
+    try:
+        samples = report.sql(f"""SELECT q.lane, q.i, q.pid, c.stack_id FROM gs_file_at q ASOF JOIN cpu_sample c
+                                 ON c.pid = q.pid AND c.tid = q.tid AND c.ts_ns >= q.at
+                                 WHERE c.ts_ns < q.at + {WINDOW_NS} AND c.stack_id IS NOT NULL""")
+    finally:
+        report.con.unregister("gs_file_at")
+    sites = stack_sites(report, {(int(p), int(s)) for _, _, p, s in samples}) if samples else {}
+    lines = {}
+    for lane, i, pid, stack in samples:
+        site = sites.get((int(pid), int(stack)))
+        if site is not None:
+            lines[(int(lane), int(i))] = site_text(site)
+    return _range_paths(index, at), lines
