@@ -219,7 +219,7 @@ def test_view_of_two_reports_answers_each_side_and_their_comparison(tmp_path: Pa
     base = training_run(tmp_path / "base.gpuscope", seed=1)
     new = training_run(tmp_path / "new.gpuscope", seed=2, slow_ms=6)
     res = Gpuscope(tmp_path).run("view", str(base), str(new), str(base), "--no-browser")
-    assert res.returncode == 2 and len(res.errors) == 1 and "give one report, or two" in res.errors[0], res.describe()
+    assert res.returncode == 2 and len(res.errors) == 1 and "give one report, two to compare" in res.errors[0], res.describe()
     view = View(Gpuscope(tmp_path), base, new)
     try:
         page = page_data(urllib_text(view.url))
