@@ -90,7 +90,7 @@ def test_two_nodes_of_a_torchrun_job_profiled_one_report_each(gs: Gpuscope) -> N
     for node in (0, 1):
         env = base_env({"NODE": str(node), "SLOW_RANK": "1", "STEPS": "10"})
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "gpuscope", "profile", "-o", "node%q{NODE}", sys.executable, "-m",
+            [sys.executable, "-m", "gpuscope", "profile", "-o", "node%q{NODE}", "--no-overhead-probe", sys.executable, "-m",
              "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1",
              "--master_addr", "127.0.0.1", "--master_port", port, "--monitor_interval", "0.2", "ddp.py"],
             cwd=gs.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -64,7 +64,9 @@ def _torchrun(gs: Gpuscope, out: str, env: dict[str, str], ranks: int = 2) -> ob
     from .conftest import base_env
 
     gs.script("ddp.py", DDP)
-    return gs.profile("-o", out, sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+    # every step recorded: the script's last collective (on a second group) comes right after its
+    # last step, which the overhead probe's third window would hold with 12 steps
+    return gs.profile("-o", out, "--no-overhead-probe", sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
                       "--monitor_interval", "0.2", "ddp.py", env=base_env(env), timeout=120)
 
 

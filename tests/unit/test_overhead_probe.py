@@ -54,6 +54,23 @@ def test_the_window_switches_collection_off_for_the_probe_steps() -> None:
     assert w.finish()["probes"] == 2
 
 
+def test_a_probe_ends_when_the_steps_stop() -> None:
+    import time
+
+    w, switches, rows = _window(CaptureSpec())
+    for n in range(1, PROBE_FIRST + 2):  # the loop ends one step into the probe
+        NOW[0] = 1_000_000 * n  # 1 ms steps
+        w.step_mark("torch", NOW[0])
+    assert not w.on and w.probing
+    deadline = time.monotonic() + 5
+    while w.probing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert w.on and not w.probing  # collection is back on for what the program does after its loop
+    assert switches[-1] is True
+    w.finish()
+    assert rows[-1][2].startswith(f"end of overhead probe after step {PROBE_FIRST + 1}")
+
+
 @pytest.mark.parametrize("spec", [CaptureSpec(probe=False), CaptureSpec(first_step=2), CaptureSpec(range="api")])
 def test_no_probe_when_switched_off_or_when_a_capture_range_decides(spec: CaptureSpec) -> None:
     w, _, rows = _window(spec)

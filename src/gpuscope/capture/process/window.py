@@ -12,7 +12,10 @@ The *overhead probe*: in a run recorded whole, with steps, collection is switche
 after it. Step marks are kept, so the report times those steps without the profiler beside the
 recorded ones (analysis/probe.py). The windows around a probe are ordinary capture windows whose
 reasons name it; the one after a probe opens once the collectors are back on, so that the step
-that paid for switching them on is in neither group.
+that paid for switching them on is in neither group. When the steps stop during a probe (the loop
+ended), a timer ends the probe once no step mark has come for :data:`PROBE_PATIENCE` times the last
+step (at least :data:`PROBE_MIN_WAIT_NS`), so what the program does after its loop is recorded from
+then on.
 
 Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
 switch that turns collectors on and off runs under that lock, on the thread of the event, so a
@@ -36,6 +39,8 @@ PROBE_FIRST = 10  # the first probe starts at the end of this step (warm-up is o
 PROBE_EVERY = 25  # and again every this many steps
 PROBE_STEPS = 3  # steps with collection off each time: the first pays for the switch, the others are timed
 PROBE_OPENS = "end of overhead probe"
+PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
+PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
 PROBE_CLOSES = "overhead probe"
 
 
@@ -69,6 +74,9 @@ class CaptureWindow:
         self._duration_timer: threading.Timer | None = None
         self._probe = spec.probe and not spec.limited
         self._probe_until = 0  # the step at whose end the running probe ends (0: none running)
+        self._last_mark = 0  # the time of the last step mark, and the step before it
+        self._last_mark_local = 0
+        self._last_step_ns = 0
         self.probes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -192,15 +200,38 @@ class CaptureWindow:
     def _probe_step(self, t: int) -> None:
         """At the end of step ``self.steps``: start or end an overhead probe."""
         n = self.steps
+        if self._last_mark:
+            self._last_step_ns = max(t - self._last_mark, 0)
+        self._last_mark = t
+        self._last_mark_local = time.monotonic_ns()  # for the probe's watch, on its own clock
         if self._probe_until:
             if n >= self._probe_until:
-                self._probe_until = 0
-                self._update(t, f"{PROBE_OPENS} at step {n}", "")
+                self._end_probe(t, f"{PROBE_OPENS} at step {n}")
         elif self.on and n >= PROBE_FIRST and (n - PROBE_FIRST) % PROBE_EVERY == 0:
             self._record = True  # the run is no longer whole: say which parts were recorded
             self._probe_until = n + PROBE_STEPS
             self.probes += 1
             self._update(t, "", f"{PROBE_CLOSES} at step {n}")
+            watch = threading.Thread(target=self._probe_watch, args=(self.probes,), name="gpuscope-capture",
+                                     daemon=True)  # one thread a probe; the marks only move its deadline
+            watch.start()
+
+    def _probe_watch(self, probe: int) -> None:
+        """End probe number ``probe`` when no step mark has come for a while: the loop has ended."""
+        while True:
+            with self._lock:
+                if not self._probe_until or self.probes != probe:
+                    return
+                wait = max(PROBE_PATIENCE * self._last_step_ns, PROBE_MIN_WAIT_NS)
+                left = self._last_mark_local + wait - time.monotonic_ns()
+                if left <= 0:
+                    self._end_probe(self.now_ns(), f"{PROBE_OPENS} after step {self.steps} (no step since)")
+                    return
+            time.sleep(left / 1e9)
+
+    def _end_probe(self, t: int, reason: str) -> None:
+        self._probe_until = 0
+        self._update(t, reason, "")
 
     # -- state -------------------------------------------------------------------------------
     def _matches(self, name: str, domain: str) -> bool:
