@@ -91,7 +91,7 @@ class Sim:
         """The stack node of ``train.py``'s loop calling ``func`` at ``file:line``."""
         key = (file, line, func)
         if key not in self._stacks:
-            self._stacks[key] = add_stack(self.b, [("/work/train.py", 90, "<module>"), (file, line, func)])
+            self._stacks[key] = add_stack(self.b, [("/home/user/project/train.py", 90, "<module>"), (file, line, func)])
         return self._stacks[key]
 
     def cpu(self, ns: int, at: tuple[str, int, str] | None = None, every: int = 100_000) -> None:

@@ -14,7 +14,7 @@ from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.trace.report import Report
 
 US = 1_000
-SYNC_LINE = ("/work/train.py", 42, "train_step")
+SYNC_LINE = ("/home/user/project/train.py", 42, "train_step")
 
 
 def _run_with_every_cause(path: Path, steps: int = 5) -> Report:

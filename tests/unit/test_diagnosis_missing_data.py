@@ -71,7 +71,7 @@ def test_without_sync_sites_the_line_is_unknown(tmp_path: Path) -> None:
     for _ in range(5):
         for _ in range(10):
             sim.kernel("work", 400_000)
-        sim.sync(("/work/train.py", 42, "step"), site=False)
+        sim.sync(("/home/user/project/train.py", 42, "step"), site=False)
         sim.cpu(3_000_000)
         sim.step()
     with sim.open() as report:

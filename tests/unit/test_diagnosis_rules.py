@@ -14,7 +14,7 @@ from gpuscope.analysis.diagnosis.rules import RULES, rule_names
 
 US = 1_000
 MS = 1_000_000
-TRAIN = ("/work/train.py", 42, "train_step")
+TRAIN = ("/home/user/project/train.py", 42, "train_step")
 
 
 def _top(diag: Diagnosis) -> Finding:
@@ -60,11 +60,11 @@ def test_host_sync_reading_a_value_each_step(tmp_path: Path) -> None:
         for _ in range(10):
             sim.kernel("work", 400 * US)
         sim.item(TRAIN)
-        sim.cpu(3 * MS, at=("/work/log.py", 7, "log"))
+        sim.cpu(3 * MS, at=("/home/user/project/log.py", 7, "log"))
 
     top = _top(_run(tmp_path / "r.gpuscope", body))
     assert top.rule == "host_sync"
-    assert top.location == "/work/train.py:42 train_step"
+    assert top.location == "/home/user/project/train.py:42 train_step"
     assert top.saving_ns == pytest.approx(3 * MS, rel=0.02)
     assert top.data["kind"] == "read" and ".item()" in top.fix or "accumulate" in top.fix
     assert "1.0 calls per step" in top.evidence[0]
@@ -88,17 +88,17 @@ def test_host_sync_saving_is_capped_by_the_wait(tmp_path: Path) -> None:
 
 def test_idle_cpu_work_names_the_python_lines(tmp_path: Path) -> None:
     def body(sim: Sim) -> None:
-        sim.cpu(3 * MS, at=("/work/prep.py", 12, "preprocess"))
+        sim.cpu(3 * MS, at=("/home/user/project/prep.py", 12, "preprocess"))
         for _ in range(10):
             sim.kernel("work", 100 * US)
 
     diag = _run(tmp_path / "r.gpuscope", body)
     top = _top(diag)
     assert top.rule == "idle_cpu_work"
-    assert top.location == "/work/prep.py:12 preprocess"
+    assert top.location == "/home/user/project/prep.py:12 preprocess"
     # the host needs 3.05 ms a step, the GPU 1 ms
     assert top.saving_ns == pytest.approx(2.05 * MS, rel=0.03)
-    assert any("/work/prep.py:12 preprocess (100%)" in e for e in top.evidence)
+    assert any("/home/user/project/prep.py:12 preprocess (100%)" in e for e in top.evidence)
     assert not [f for f in diag.findings if f.rule in ("host_sync", "launch_bound")]
 
 
@@ -117,13 +117,13 @@ def test_launch_bound_tiny_kernels(tmp_path: Path) -> None:
 
 def test_data_loader_in_the_main_thread(tmp_path: Path) -> None:
     def body(sim: Sim) -> None:
-        sim.loader(6 * MS, at=("/work/dataset.py", 30, "__getitem__"))
+        sim.loader(6 * MS, at=("/home/user/project/dataset.py", 30, "__getitem__"))
         for _ in range(10):
             sim.kernel("work", 200 * US)
 
     top = _top(_run(tmp_path / "r.gpuscope", body))
     assert top.rule == "data_loader"
-    assert top.location == "/work/dataset.py:30 __getitem__"
+    assert top.location == "/home/user/project/dataset.py:30 __getitem__"
     # the previous step's 2 ms of kernels run during the wait
     assert top.saving_ns == pytest.approx(4.0 * MS, rel=0.02)
     assert "num_workers" in top.fix
@@ -152,14 +152,14 @@ def test_pageable_copies_before_each_step(tmp_path: Path) -> None:
     """64 MB from pageable memory at 12.8 GB/s, waited for at train.py:30; pinned reaches 50 GB/s on an H100."""
     def body(sim: Sim) -> None:
         sim.copy("HtoD", 64 * 10**6, 5 * MS, pageable=True)
-        sim.sync(("/work/train.py", 30, "to_device"))
+        sim.sync(("/home/user/project/train.py", 30, "to_device"))
         for _ in range(10):
             sim.kernel("work", 300 * US)
 
     diag = _run(tmp_path / "r.gpuscope", body)
     top = _top(diag)
     assert top.rule == "pageable_copies"
-    assert top.location == "/work/train.py:30 to_device"
+    assert top.location == "/home/user/project/train.py:30 to_device"
     assert top.saving_ns == pytest.approx(5 * MS * (1 - 12.8 / 50), rel=0.03)
     assert "pin_memory" in top.fix and "non_blocking=True" in top.fix
     assert not [f for f in diag.findings if f.rule == "host_sync"]  # the wait is the copy's
@@ -171,13 +171,13 @@ def test_sync_copies_waited_for(tmp_path: Path) -> None:
         for _ in range(10):
             sim.kernel("work", 300 * US)
         sim.copy("DtoH", 8 * 10**6, 400 * US)
-        sim.sync(("/work/train.py", 50, "fetch"))
+        sim.sync(("/home/user/project/train.py", 50, "fetch"))
         sim.cpu(2 * MS)
 
     diag = _run(tmp_path / "r.gpuscope", body)
     top = _top(diag)
     assert top.rule == "sync_copies"
-    assert top.location == "/work/train.py:50 fetch"
+    assert top.location == "/home/user/project/train.py:50 fetch"
     assert top.saving_ns == pytest.approx(2 * MS, rel=0.03)
     # the copy's own time, serialized with the kernels of its stream, is stream_overlap's
     assert _only(diag, "stream_overlap").saving_ns == pytest.approx(400 * US, rel=0.03)
