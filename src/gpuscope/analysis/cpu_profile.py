@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..trace.report import Report
-from ..trace.stacks import is_library, is_own
+from ..trace.stacks import is_library, is_own, stack_paths
 
 IMPORTS = ("(imports and start-up)", "<importlib>", 0)
 NO_CODE = ("(no Python code)", "", 0)
@@ -68,15 +68,6 @@ def user_path(path: list[Frame], libraries: bool) -> list[Frame]:
     return frames[first:] if first is not None else frames[:1]
 
 
-def _stacks(report: Report) -> tuple[dict[tuple[int, int], Frame], dict[tuple[int, int], tuple[int, int]]]:
-    frames = {(pid, fid): (func, file, int(line or 0)) for pid, fid, func, file, line in report.sql(
-        """SELECT f.pid, f.id, fn.value, fl.value, f.line FROM cpu_frame f
-           JOIN string fn ON fn.id = f.function_id JOIN string fl ON fl.id = f.file_id""")}
-    parents = {(pid, sid): (parent, fid) for pid, sid, parent, fid in report.sql(
-        "SELECT pid, id, parent_id, frame_id FROM cpu_stack")}
-    return frames, parents
-
-
 SAMPLES_SQL = """
     WITH tt AS (
         SELECT pid, tid, ts_ns AS e, lag(ts_ns) OVER w AS s, cpu_ns - lag(cpu_ns) OVER w AS cpu
@@ -90,21 +81,16 @@ SAMPLES_SQL = """
 def cpu_profile(report: Report, libraries: bool = False) -> CpuProfile:
     """Return the samples of ``report`` aggregated per function and per line (see the module's doc);
     ``libraries`` shows library frames as they are instead of folding them into the caller."""
-    frames, parents = _stacks(report)
+    rows = report.sql(SAMPLES_SQL)
+    paths = stack_paths(report, {(int(pid), int(sid)) for pid, sid, *_ in rows})
     by_function: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0])
     by_line: dict[Frame, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0])
     wall = 0
     cpu = 0.0
-    for pid, sid, weight, cpu_w, n in report.sql(SAMPLES_SQL):
+    for pid, sid, weight, cpu_w, n in rows:
         wall += int(weight)
         cpu += float(cpu_w)
-        path: list[Frame] = []
-        node = sid
-        while node and (pid, node) in parents and len(path) < 10_000:
-            node, fid = parents[(pid, node)]
-            if (pid, fid) in frames:
-                path.append(frames[(pid, fid)])
-        shown = user_path(path, libraries)
+        shown = user_path(paths.get((int(pid), int(sid)), []), libraries)
         for table, keys, inner in ((by_function, {(f, fl) for f, fl, _ in shown}, shown[0][:2]),
                                    (by_line, set(shown), shown[0])):
             table[inner][0] += weight

@@ -63,15 +63,19 @@ class Process:
         return total_ns / self.n_steps
 
     @cached_property
+    def host_idle_ns(self) -> float:
+        """The GPU idle time of a steady step whose cause is on the host (:data:`HOST_PARTS`)."""
+        parts = self.breakdown.mean_parts()
+        return sum(parts.get(k, 0.0) for k in HOST_PARTS)
+
+    @cached_property
     def profiling_ns(self) -> float:
         """The time collection added to a steady step, as the overhead probe measured it (0 without
         a probe, or within its noise). The GPU's work is the same with and without the profiler, so
         this is GPU idle time that the host's share of the breakdown holds and the program does not."""
         if self.probe is None or not self.breakdown.has_steps:
             return 0.0
-        parts = self.breakdown.mean_parts()
-        host = sum(parts.get(k, 0.0) for k in HOST_PARTS)
-        return min(self.step_ns * self.probe.cost_share, host)
+        return min(self.step_ns * self.probe.cost_share, self.host_idle_ns)
 
     @cached_property
     def base_ns(self) -> float:
@@ -85,8 +89,7 @@ class Process:
         proportion. 1.0 without a probe."""
         if not self.profiling_ns:
             return 1.0
-        parts = self.breakdown.mean_parts()
-        host = sum(parts.get(k, 0.0) for k in HOST_PARTS)
+        host = self.host_idle_ns
         return max(0.0, 1.0 - self.profiling_ns / host) if host > 0 else 1.0
 
     def own(self, host_idle_ns: float) -> float:
