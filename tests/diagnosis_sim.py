@@ -142,6 +142,17 @@ class Sim:
         for t in range(first, self.host, every):
             self._add("host_counter", ("ts_ns", "pid", "name", "value"), (t, 0, "gpu0.memory_used_bytes", float(used)))
 
+    def power(self, watts: float, limit: float, capped: bool, idle_watts: float = 90.0, clock: float = 1980.0,
+              every: int = 10_000_000) -> None:
+        """NVML's power, its limit, the power-cap reason and the SM clock of GPU 0, sampled from the first
+        kernel to now (one idle sample before it, at ``idle_watts``)."""
+        first = min(r[0] for r in self._rows[next(k for k in self._rows if k[0] == "kernel")])
+        rows = [(first - every, idle_watts, 0.0)] + [(t, watts, 99.0) for t in range(first, self.host, every)]
+        for t, w, util in rows:
+            for name, value in (("power_watts", w), ("util_percent", util), ("power_limit_watts", limit),
+                                ("power_capped", float(capped and util > 0)), ("sm_clock_mhz", clock)):
+                self._add("host_counter", ("ts_ns", "pid", "name", "value"), (t, 0, f"gpu0.{name}", value))
+
     def cores(self, n: int) -> None:
         """Host counters of ``n`` cores (so that the host summary knows the core count)."""
         for i in range(n):

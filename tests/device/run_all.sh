@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -297,6 +297,58 @@ if has hang; then
     wait $runner 2>/dev/null
   done
   tar cf "$OUT/hang.tar" -C "$OUT" hang && rm -rf "$OUT/hang"
+fi
+
+if has power; then
+  step "power: GPU-bound programs recorded with NVML's power limit and power-cap reason, then diagnosed"
+  mkdir -p "$OUT/power"
+  TR=$($PY -c "import sys; sys.path.insert(0, 'bench'); import diagnosis; print(diagnosis.TRACE)")
+  # POWER_PROGRAMS: "name:iterations ..." (enough iterations for NVML's power reading, a 1 s average, to settle)
+  for spec in ${POWER_PROGRAMS:-sync_not_bottleneck:300 big_gemms_bf16:200 conv_train_bf16:300}; do
+    n=${spec%%:*}; it=${spec##*:}
+    gs profile -t "$TR" -o "$OUT/power/$n" --force-overwrite tests/workloads/$n.py --iterations $it > "$OUT/power/$n.log" 2>&1
+    echo "$n rc=$? $(date +%T)"
+    gs analyze "$OUT/power/$n.gpuscope" > "$OUT/power/$n.analyze.txt" 2>&1
+    gs analyze -f json "$OUT/power/$n.gpuscope" > "$OUT/power/$n.analyze.json" 2>&1
+    sed -n '/Findings/,/^ 3 /p' "$OUT/power/$n.analyze.txt" | head -30
+  done
+fi
+
+if has gaps; then
+  step "gaps: fixes that remove the GPU's idle time, timed interleaved in one process, with NVML clocks and power per window"
+  mkdir -p "$OUT/gaps"
+  # GAP_PROGRAMS: only these programs (default: all below)
+  gap() { n=$1; shift; [[ -n ${GAP_PROGRAMS:-} && " $GAP_PROGRAMS " != *" $n "* ]] && return; timeout 150 $PY tests/device/gap_truth.py tests/workloads/$n.py "$@" > "$OUT/gaps/$n.$2.json" 2> "$OUT/gaps/$n.$2.log"; echo "$n $* rc=$? $(date +%T)"; }
+  gap sync_not_bottleneck as_written no_item --rounds 20 --iterations 40
+  gap conv_train_bf16 as_written cuda_graph --rounds 20 --iterations 30
+  gap mlp_item_nonzero as_written no_syncs cuda_graph cuda_graph_no_syncs --rounds 12 --iterations 200
+fi
+
+if has drift; then
+  step "drift: the untraced MLP in fresh processes, free and pinned to four cores, alternating"
+  mkdir -p "$OUT/drift"
+  for i in 1 2 3 4 5 6; do
+    $PY $WL/mlp.py --steps 300 --warmup 30 --timing-out "$OUT/drift/free_$i.json" > /dev/null 2>&1
+    taskset -c 4-7 $PY $WL/mlp.py --steps 300 --warmup 30 --timing-out "$OUT/drift/pinned_$i.json" > /dev/null 2>&1
+  done
+  $PY -c "import json, glob, statistics as s
+for k in ('free', 'pinned'):
+    v = [json.load(open(f))['mean_step_s'] * 1e3 for f in sorted(glob.glob('$OUT/drift/' + k + '_*.json'))]
+    print(k, ' '.join(f'{x:.3f}' for x in v), 'ms; spread', f'{(max(v) - min(v)) / s.median(v):.1%}')"
+fi
+
+if has nccl-shared; then
+  step "NCCL: two ranks on one GPU (plain, then under gpuscope, then with a slow rank)"
+  timeout 90 $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 > "$OUT/nccl_plain.log" 2>&1
+  echo "plain rc=$?"; tail -5 "$OUT/nccl_plain.log"
+  if grep -q '"world": 2' "$OUT/nccl_plain.log"; then
+    gs profile -o "$OUT/fixtures/ddp_nccl_shared" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 > "$OUT/nccl_gs.log" 2>&1
+    echo "profiled rc=$?"; tail -5 "$OUT/nccl_gs.log"
+    gs profile -o "$OUT/fixtures/ddp_nccl_slow" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 --slow-rank 1 > "$OUT/nccl_slow.log" 2>&1
+    echo "slow rc=$?"
+    gs stats -r rank_sum -r collective_sum "$OUT/fixtures/ddp_nccl_shared.gpuscope" > "$OUT/nccl_stats.txt" 2>&1; head -40 "$OUT/nccl_stats.txt"
+    gs analyze "$OUT/fixtures/ddp_nccl_slow.gpuscope" > "$OUT/nccl_analyze_slow.txt" 2>&1; head -40 "$OUT/nccl_analyze_slow.txt"
+  fi
 fi
 
 if has overhead; then

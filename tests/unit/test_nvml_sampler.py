@@ -24,6 +24,9 @@ def _fake_nvml(fail_power: bool = False) -> types.SimpleNamespace:
         nvmlDeviceGetClockInfo=lambda h, which: {1: 1980, 2: 3201}[which],
         nvmlDeviceGetTemperature=lambda h, which: 45,
         nvmlDeviceGetPcieThroughput=lambda h, which: [100, 200][which],
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
+        # gpu0 held by the software power cap (0x4) and idle (0x1); gpu1 by a thermal slowdown only (0x20)
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: {"gpu0": 0x5, "gpu1": 0x20}[h],
     )  # fmt: skip
 
 
@@ -35,7 +38,20 @@ def test_counters_of_every_gpu() -> None:
     assert rows["gpu0.util_percent"] == 87 and rows["gpu1.sm_clock_mhz"] == 1980
     assert rows["gpu0.power_watts"] == 250.0 and rows["gpu0.memory_used_bytes"] == 3e9
     assert rows["gpu1.pcie_rx_bytes_per_s"] == 200 * 1024
-    assert len(rows) == 2 * 9
+    assert rows["gpu0.power_limit_watts"] == 700.0
+    assert rows["gpu0.power_capped"] == 1.0 and rows["gpu1.power_capped"] == 0.0
+    assert len(rows) == 2 * 11
+
+
+def test_older_nvml_names_the_reasons_throttle_reasons() -> None:
+    fake = _fake_nvml()
+    del fake.nvmlDeviceGetCurrentClocksEventReasons
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x80  # the hardware power brake
+    s = NvmlSampler(0.05, lambda m: None, nvml=fake)
+    assert s.start()
+    s.stop()
+    rows = {name: value for _, pid, name, value in s.sample()}
+    assert rows["gpu0.power_capped"] == 1.0 and rows["gpu1.power_capped"] == 1.0
 
 
 def test_an_unsupported_counter_is_dropped_not_fatal() -> None:

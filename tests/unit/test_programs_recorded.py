@@ -28,11 +28,8 @@ MEASURED = json.loads((ROOT / "tests" / "fixtures" / "programs.measured.json").r
 
 # program -> why the analysis misses it (kept honest: the test fails when one starts passing)
 KNOWN_MISSES = {
-    "sync_not_bottleneck": "host_sync 6.6% estimated (the GPU idles ~0.6 ms after each .item() until the next "
-                           "launch; the probe saw collection add 2%), removing it measured ~1% (-7% to 4%)",
     "conv_train_bf16": "launch_bound 11% estimated once the probe took out what collection added (38% before), "
-                       "the graph measured 8% (4% to 19%)",
-    "mlp_item_nonzero": "not measured: its CUDA-graph fix crashed the GPU (illegal memory access)",
+                       "the graph measured 7.4% (3.7% to 12.9% over 20 rounds)",
 }
 
 

@@ -16,6 +16,7 @@ from ...units import duration, size
 from ...trace.report import Report
 from ..attribution import innermost_table, ranges_table
 from ..launch_sites import after_launches, sampled_lines
+from ..power import PowerBudget, power_budget
 from ..probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
@@ -31,6 +32,7 @@ class Process:
     timeline: ProcessTimeline
     breakdown: ProcessBreakdown
     probe: ProbeTiming | None = None  # its steps timed with collection off (analysis/probe.py)
+    power: PowerBudget | None = None  # its GPU's power over the steady steps (analysis/power.py)
 
     @property
     def pid(self) -> int:
@@ -103,6 +105,21 @@ class Process:
         return (f"without the profiler about {fmt_ns(self.own(host_idle_ns))} of it: the overhead probe measured "
                 f"collection adding {fmt_ns(self.profiling_ns)} to each step, taken out of the host's idle parts in "
                 "proportion")
+
+    def gpu_gain(self, idle_ns: float) -> float:
+        """What removing ``idle_ns`` of GPU idle time per step saves when the GPU ran at its power limit
+        (analysis/power.py: the same work must then fit the same power); all of it otherwise."""
+        if self.power is None or not self.power.limited:
+            return idle_ns
+        return self.power.gain_ns(self.base_ns, idle_ns)
+
+    def power_text(self, idle_ns: float) -> str:
+        """Evidence for a saving that :meth:`gpu_gain` cut; "" where it cut nothing."""
+        gain = self.gpu_gain(idle_ns)
+        if self.power is None or gain >= idle_ns * 0.99:
+            return ""
+        return (f"estimate: {self.power.text()}; without the idle time the same work must fit the same power, so "
+                f"the clock drops: about {fmt_ns(gain)} of the {fmt_ns(idle_ns)} per step is gained")
 
     def share(self, per_step_ns: float) -> float:
         """Return a per-step time as a share of the step without the profiler (0-1)."""
@@ -234,8 +251,23 @@ class Context:
             bound = names.map(self.bound_of_name).astype(object).fillna("unknown").to_numpy(object, copy=True)
             bound[(tl.ops["kind"] != "kernel").to_numpy()] = "unknown"
             tl.ops["name"] = names
-            out.append(Process(tl, breakdown_process(tl, bound), self.probes.get(tl.pid)))
+            p = Process(tl, breakdown_process(tl, bound), self.probes.get(tl.pid))
+            p.power = self._power(p)
+            out.append(p)
         return out
+
+    def _power(self, p: Process) -> PowerBudget | None:
+        """The power budget of the GPU that ran most of ``p``'s kernels, over its steady steps."""
+        kernels = p.timeline.ops[p.timeline.ops["kind"] == "kernel"]
+        if not len(kernels) or not p.breakdown.has_steps or kernels["device_id"].isna().all():
+            return None
+        device = int(kernels["device_id"].mode().iloc[0])
+        w = p.steady_windows
+        if not len(w):
+            return None
+        clock = self.report.sql("SELECT max(core_clock_khz) FROM device WHERE id = ?", [device])
+        max_mhz = float(clock[0][0]) / 1e3 if clock and clock[0][0] else 0.0
+        return power_budget(self.report, device, int(w["start_ns"].min()), int(w["end_ns"].max()), max_mhz)
 
     @cached_property
     def probes(self) -> dict[int, ProbeTiming]:

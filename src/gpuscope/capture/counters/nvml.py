@@ -1,7 +1,7 @@
 """GPU counters over time through NVML (``--trace nvml``), sampled from the launcher.
 
-For every GPU: utilization (the share of time a kernel ran), memory used, power, SM and memory
-clocks, temperature and, where the driver gives them, PCIe throughput. Rows go to the report's
+For every GPU: utilization (the share of time a kernel ran), memory used, power, its limit and
+whether the power cap holds the clocks down, SM and memory clocks, temperature and, where the driver gives them, PCIe throughput. Rows go to the report's
 ``host_counter`` table as ``gpuN.<counter>`` with ``pid = 0``. A failure (no driver, no
 nvidia-ml-py) turns the sampler off with one line; the run goes on.
 """
@@ -12,6 +12,16 @@ import time
 from typing import Any, Callable
 
 from .periodic import PeriodicSampler, Row
+
+
+POWER_CAP_REASONS = 0x4 | 0x80  # nvml.h's clock-event reasons: software power cap, hardware power brake
+
+
+def _event_reasons(n: Any, handle: Any) -> int:
+    """The reasons the GPU's clocks are held below their maximum now (a bit mask), under either of
+    the names nvidia-ml-py has used."""
+    read = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(read(handle))
 
 
 class NvmlSampler(PeriodicSampler):
@@ -58,6 +68,8 @@ class NvmlSampler(PeriodicSampler):
             "power_watts": lambda h: n.nvmlDeviceGetPowerUsage(h) / 1000.0,
             "sm_clock_mhz": lambda h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
             "memory_clock_mhz": lambda h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
+            "power_limit_watts": lambda h: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+            "power_capped": lambda h: float(bool(_event_reasons(n, h) & POWER_CAP_REASONS)),
             "temperature_c": lambda h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
             "pcie_tx_bytes_per_s": lambda h: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES) * 1024.0,
             "pcie_rx_bytes_per_s": lambda h: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES) * 1024.0,

@@ -135,7 +135,7 @@ class IdleCpuWork(Rule):
             starts, ends = starts[own], ends[own]
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
             recorded = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
-            ns = p.own(recorded)
+            ns = p.gpu_gain(p.own(recorded))
             if p.share(ns) < ctx.min_share:
                 continue
             gaps = _stretches(starts, ends)
@@ -145,6 +145,8 @@ class IdleCpuWork(Rule):
                         f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
             if p.own_text(recorded):
                 evidence.append(p.own_text(recorded))
+            if p.power_text(p.own(recorded)):
+                evidence.append(p.power_text(p.own(recorded)))
             if stalled:
                 evidence.append(f"left out: one-off host stalls longer than a step ({fmt_ns(stalled)} per step) that "
                                 "do not recur at one place of the step")
@@ -189,7 +191,8 @@ class LaunchBound(Rule):
             launched = ops[(ops["launch_ns"] >= w["start_ns"].min()) & (ops["launch_ns"] < w["end_ns"].max())]
             kernels = launched[launched["kind"] == "kernel"]
             per_step = len(kernels) / p.n_steps
-            ns = max(0.0, idle - per_step * GRAPH_GAP_NS)
+            removed = max(0.0, idle - per_step * GRAPH_GAP_NS)
+            ns = p.gpu_gain(removed)
             if p.share(ns) < ctx.min_share or not len(kernels):
                 continue
             interval = float(np.median(np.diff(np.sort(launched["launch_ns"].to_numpy())))) if len(launched) > 1 else 0.0
@@ -208,7 +211,7 @@ class LaunchBound(Rule):
                     f"PyTorch's own code between launches (dispatch, autograd, optimizer) {fmt_ns(framework)} per step",
                     f"estimate: a graph replay keeps the GPU work plus about {fmt_ns(GRAPH_GAP_NS)} per kernel and "
                     "removes both",
-                ] + ([p.own_text(recorded)] if p.own_text(recorded) else []),
+                ] + [t for t in (p.own_text(recorded), p.power_text(removed)) if t],
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
                 fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
                      "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
@@ -251,6 +254,9 @@ class DataLoading(Rule):
                 evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "
                                 f"{fmt_ns(load)}, {'within' if load <= rest else 'more than'} the {fmt_ns(rest)} "
                                 "of the rest of the step")
+            if p.power_text(saving):
+                evidence.append(p.power_text(saving))
+            saving = p.gpu_gain(saving)
             lines = ctx.program_lines(p.pid, starts, ends)
             if lines:
                 evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))

@@ -97,7 +97,8 @@ class HostSync(Rule):
             in_steps = calls[(calls["start_ns"] >= w["start_ns"].min()) & (calls["start_ns"] < w["end_ns"].max())]
             for (location, function), mine in charged.groupby(["location", "function"], sort=False):
                 idle_ns = p.per_step(float(mine["ns"].sum()))
-                ns = min(p.own(idle_ns), p.wait_ns(mine))
+                waited = min(p.own(idle_ns), p.wait_ns(mine))
+                ns = p.gpu_gain(waited)
                 if p.share(ns) < ctx.min_share:
                     continue
                 at = in_steps[(in_steps["location"] == location) & (in_steps["function"] == function)]
@@ -109,9 +110,11 @@ class HostSync(Rule):
                             f"after them the GPU sat idle {per_step_text(p, idle_ns)} until new work was launched"]
                 if p.own_text(idle_ns):
                     evidence.append(p.own_text(idle_ns))
-                if ns < p.own(idle_ns):
-                    evidence.append(f"estimate: the {fmt_ns(ns)} per step the host spent waiting; the rest of the idle "
+                if waited < p.own(idle_ns):
+                    evidence.append(f"estimate: the {fmt_ns(waited)} per step the host spent waiting; the rest of the idle "
                                     "time is host work the GPU would still wait for")
+                if p.power_text(waited):
+                    evidence.append(p.power_text(waited))
                 if kind in ("read", "copy") and len(at):
                     evidence.append(f"each waited for a {at['copy_kind'].mode().iloc[0]} copy of "
                                     f"{fmt_bytes(float(at['bytes'].median()))}")
