@@ -20,6 +20,9 @@ run's ``program_s`` (from the workload's start to its last step) minus the untra
 same round.
 
     python3 bench/overhead.py --ablation --out ablation.json --md ablation.md   # about 8 minutes on an H100
+
+Fresh processes on one machine drift by up to ~30% in step time; pinned to a few cores (``taskset -c
+4-11 python3 bench/overhead.py ...``, which its children inherit) by about 8%.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[s
     py = sys.executable
     wl = [str(WORKLOADS / WORKLOAD_ARGS[workload][0]), *WORKLOAD_ARGS[workload][1:], "--timing-out", timing]
     report = os.path.join(scratch, f"{workload}-{mode}")
-    gs = [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite"]
+    # the overhead probe off: its steps without collection would dilute the mean step this compares
+    gs = [py, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite", "--no-overhead-probe"]
     if mode == "untraced":
         return [py, *wl], {}
     if mode == "gpuscope":

@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -349,6 +349,13 @@ if has nccl-shared; then
     gs stats -r rank_sum -r collective_sum "$OUT/fixtures/ddp_nccl_shared.gpuscope" > "$OUT/nccl_stats.txt" 2>&1; head -40 "$OUT/nccl_stats.txt"
     gs analyze "$OUT/fixtures/ddp_nccl_slow.gpuscope" > "$OUT/nccl_analyze_slow.txt" 2>&1; head -40 "$OUT/nccl_analyze_slow.txt"
   fi
+fi
+
+if has ablation-pinned; then
+  step "collectors one by one on the launch-bound MLP, pinned to eight cores (ABLATION_MODES, ABLATION_ROUNDS)"
+  taskset -c 4-11 $PY bench/overhead.py --workloads mlp --rounds ${ABLATION_ROUNDS:-5} \
+    --modes ${ABLATION_MODES:-untraced,ab-kernels,ab-+anchors,ab-+torch-ranges,ab-+host-nvml,ab-+torch-shapes=default} \
+    --out "$OUT/ablation_pinned.json" --md "$OUT/ablation_pinned.md"
 fi
 
 if has overhead; then
