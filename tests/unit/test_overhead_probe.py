@@ -137,6 +137,24 @@ def test_launch_bound_is_scaled_to_the_step_without_the_profiler(recorded: Calla
     assert unchanged["launch_bound"].share == pytest.approx(without["launch_bound"].share)
 
 
+def test_the_step_without_the_profiler_is_at_most_the_probes_median(recorded: Callable[[str], Path]) -> None:
+    """The recorded mean step (12.8 ms) holds collection's long steps, which the medians (12.1 ms recorded,
+    8.95 ms off) leave out: the base is the probe's median, not the mean scaled by the medians' ratio."""
+    from gpuscope.analysis.diagnosis.context import Context as Ctx
+
+    with Report.open(recorded("program_conv_train_bf16")) as report:
+        p = Ctx(report).processes[0]
+        probe = p.probe
+        assert probe is not None and p.step_ns > probe.on_median * 1.03  # a tail of long recorded steps
+        scaled = p.step_ns * (1 - probe.cost_share)
+        assert p.base_ns == pytest.approx(probe.off_median) and p.base_ns < scaled
+        # without that tail, the medians' ratio decides as before
+        flat = ProbeTiming(probe.pid, probe.probes, probe.off_ns, (int(p.step_ns),) * len(probe.on_ns))
+        p2 = Ctx(report).processes[0]
+        p2.probe = flat
+        assert p2.base_ns == pytest.approx(p2.step_ns * (1 - flat.cost_share))
+
+
 WORKLOAD = textwrap.dedent("""
     import sys, torch
     torch.manual_seed(0)

@@ -27,10 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MEASURED = json.loads((ROOT / "tests" / "fixtures" / "programs.measured.json").read_text())["programs"]
 
 # program -> why the analysis misses it (kept honest: the test fails when one starts passing)
-KNOWN_MISSES = {
-    "conv_train_bf16": "launch_bound 11% estimated once the probe took out what collection added (38% before), "
-                       "the graph measured 7.4% (3.7% to 12.9% over 20 rounds)",
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def _bench(name: str) -> ModuleType:

@@ -75,9 +75,12 @@ class Process:
         """The time collection added to a steady step, as the overhead probe measured it (0 without
         a probe, or within its noise). The GPU's work is the same with and without the profiler, so
         this is GPU idle time that the host's share of the breakdown holds and the program does not."""
-        if self.probe is None or not self.breakdown.has_steps:
+        if self.probe is None or not self.breakdown.has_steps or not self.probe.cost_share:
             return 0.0
-        return min(self.step_ns * self.probe.cost_share, self.host_idle_ns)
+        # the recorded mean step also holds collection's occasional long steps (buffer hand-overs),
+        # which the medians leave out: the step without collection is at most the probe's median
+        added = max(self.step_ns * self.probe.cost_share, self.step_ns - self.probe.off_median)
+        return min(added, self.host_idle_ns)
 
     @cached_property
     def base_ns(self) -> float:
