@@ -86,7 +86,13 @@ ABLATION_WORKLOADS = "mlp,gpt"
 
 
 def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[str], dict[str, str]]:
-    """Return the command line and the extra environment of one run."""
+    """Return the command line and the extra environment of one run. A mode ending in ``@base`` runs
+    the mode before it with ``PYTHONPATH`` set to ``$OVERHEAD_BASE_PYTHONPATH`` (another version of
+    gpuscope, to compare two versions interleaved in one run)."""
+    if mode.endswith("@base"):
+        argv, env = command(mode[: -len("@base")], workload, timing, scratch)
+        return [a.replace(mode[: -len("@base")], mode) for a in argv], {
+            **env, "PYTHONPATH": os.environ["OVERHEAD_BASE_PYTHONPATH"]}
     py = sys.executable
     wl = [str(WORKLOADS / WORKLOAD_ARGS[workload][0]), *WORKLOAD_ARGS[workload][1:], "--timing-out", timing]
     report = os.path.join(scratch, f"{workload}-{mode}")
