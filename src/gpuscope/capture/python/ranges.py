@@ -188,13 +188,14 @@ class RangeRecorder:
                 self._logs.append((self._local.tid, log, [], []))
         return log
 
-    def _pair(self) -> None:
-        """Pair the logged starts and ends into rows; starts not yet ended wait for theirs."""
+    def _pair(self) -> list[Row]:
+        """Return the logged ranges that have ended, as rows; starts not yet ended wait for theirs."""
+        out: list[Row] = []
         with self._pair_lock:
             with self._lock:
                 logs = list(self._logs)
-            kinds, off, ids, append = self._kinds, self.offset, self._ids, self.rows.append
-            ranges = reentrant = unbalanced = 0
+            kinds, off, ids, append = self._kinds, self.offset, self._ids, out.append
+            reentrant = unbalanced = 0
             for tid, log, times, open_kinds in logs:
                 n = len(log)
                 if not n:
@@ -213,13 +214,13 @@ class RangeRecorder:
                         name, domain, source, category = kinds[pop_k()]
                         append((pop_t() + off, event + off, tid, next(ids), domain, name, "range", source, category,
                                 None))
-                        ranges += 1
                     else:
                         unbalanced += 1
             counts = self.counts
-            counts["ranges"] += ranges
+            counts["ranges"] += len(out)
             counts["reentrant_calls"] += reentrant
             counts["unbalanced_pops"] += unbalanced
+        return out
 
     # -- delivery ----------------------------------------------------------------------------
     # -- the collector protocol (capture/collectors.py) ---------------------------------------
@@ -256,16 +257,17 @@ class RangeRecorder:
 
     def take(self) -> list[Row]:
         """Return the finished rows recorded since the last call (logged ranges paired first)."""
-        if self._logs:
-            self._pair()
         rows = self.rows
-        return [rows.popleft() for _ in range(len(rows))]
+        taken = [rows.popleft() for _ in range(len(rows))]
+        if self._logs:
+            taken += self._pair()
+        return taken
 
     def close_open(self) -> list[Row]:
         """Deliver every range still open (end NULL) and forget them; for the process's exit. The
         logged ranges that have ended are paired first, into :attr:`rows`."""
         rows = []
-        self._pair()
+        self.rows.extend(self._pair())  # taken with the last rows
         with self._pair_lock, self._lock:
             for tid, _log, times, open_kinds in self._logs:
                 for start, kind in zip(reversed(times), reversed(open_kinds)):

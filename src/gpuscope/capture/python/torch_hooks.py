@@ -188,6 +188,8 @@ class TorchHooks:
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if not self.fast:
+                if not self.collecting or self._disabled:  # outside a capture window: one frame, no more
+                    return call(module, *args, **kwargs)
                 return full(module, *args, **kwargs)
             if is_compiling():
                 return call(module, *args, **kwargs)
