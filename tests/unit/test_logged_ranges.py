@@ -213,3 +213,28 @@ def test_module_call_costs_are_measured_on_both_paths() -> None:
     fwd, both = hook_cost.module_call_costs_ns(torch, hooks)
     assert fwd >= 0 and both >= 0 and hooks.backward  # the second measurement had backward ranges on
     assert hooks.r.take() == [] and not any(log for _, log, _, _ in hooks.r._logs)  # all paired, then taken
+
+
+def test_a_forked_child_passes_calls_through() -> None:
+    """A forked child (a DataLoader worker) is not recorded and has no flush thread to empty its log."""
+    import os
+
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    hooks.install(torch)
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: call a module, say whether anything was logged
+            try:
+                torch.nn.Linear(2, 2)(torch.ones(2))
+                logged = sum(len(log) for _, log, _, _ in hooks.r._logs)
+                os.write(write, f"{hooks.fast} {logged}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        said = os.read(read, 100).decode()
+        os.waitpid(pid, 0)
+        torch.nn.Linear(2, 2)(torch.ones(2))  # the parent still records
+        assert said == "False 0" and hooks.fast and [row[5] for row in hooks.r.take()] == ["Linear"]
+    finally:
+        hooks.uninstall()

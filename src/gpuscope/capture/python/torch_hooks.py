@@ -24,6 +24,7 @@ Nothing here may raise into the program: a failing hook is disabled and reported
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -113,9 +114,16 @@ class TorchHooks:
             data_mod._BaseDataLoaderIter.__next__, "dataloader", lambda a: "DataLoader.__next__")
         torch.autograd.backward = self._backward_pass(torch.autograd.backward, "backward")
         torch.autograd.grad = self._backward_pass(torch.autograd.grad, "grad")
+        os.register_at_fork(after_in_child=self._forked)
         self._patched = [(module_mod.Module, "__call__"), (optim_mod.Optimizer, "zero_grad"),
                          (data_mod._BaseDataLoaderIter, "__next__"), (torch.autograd, "backward"),
                          (torch.autograd, "grad")]
+
+    def _forked(self) -> None:
+        """In a forked child (a DataLoader worker), which is not recorded and has no flush thread: pass
+        every call through, so that nothing piles up in its logs."""
+        self._disabled = True
+        self._refresh()
 
     def uninstall(self) -> None:
         """Put back what :meth:`install` replaced (for profiling a block of a longer-running process).
