@@ -13,6 +13,13 @@ the traced run's ``total_s`` minus the untraced one's of the same round (both fr
 start to the end of its loop). Their ratio (estimate / measured) is summarized the same way; the
 target is 0.7 to 1.3.
 
+The overhead probe's check (:func:`probe_check`): where the report has an overhead probe, its cost
+(the recorded steps' median over those with collection off) against the real cost of a recorded step
+(the same median over the untraced run's median step of the round), per run and summarized.
+
+Modes ending in ``-base`` run the same collectors with the gpuscope of another source tree
+(``GPUSCOPE_BENCH_BASE_SRC``: its ``src`` folder), for a before-and-after in the same rounds.
+
     python3 bench/cpu_overhead.py --workloads sgd4,adam8,cnn --rounds 9 --out cpu-overhead.json
     python3 bench/cpu_overhead.py --modes untraced,cpu --workloads sgd4 --rounds 5 --out /tmp/x.json
 """
