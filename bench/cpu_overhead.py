@@ -13,6 +13,13 @@ the traced run's ``total_s`` minus the untraced one's of the same round (both fr
 start to the end of its loop). Their ratio (estimate / measured) is summarized the same way; the
 target is 0.7 to 1.3.
 
+The overhead probe's check (:func:`probe_check`): where the report has an overhead probe, its cost
+(the recorded steps' median over those with collection off) against the real cost of a recorded step
+(the same median over the untraced run's median step of the round), per run and summarized.
+
+Modes ending in ``-base`` run the same collectors with the gpuscope of another source tree
+(``GPUSCOPE_BENCH_BASE_SRC``: its ``src`` folder), for a before-and-after in the same rounds.
+
     python3 bench/cpu_overhead.py --workloads sgd4,adam8,cnn --rounds 9 --out cpu-overhead.json
     python3 bench/cpu_overhead.py --modes untraced,cpu --workloads sgd4 --rounds 5 --out /tmp/x.json
 """
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
@@ -36,8 +44,9 @@ sys.path.insert(0, str(BENCH.parent / "src"))
 TRAIN = BENCH / "workloads" / "cpu_train.py"
 WORK = BENCH / "workloads" / "cpu_work.py"
 TRAININGS = ("sgd4", "adam8", "cnn")
-# label -> (--trace value or None for untraced, extra environment). "default" is no --trace at all.
-MODES: dict[str, tuple[str | None, dict[str, str]]] = {
+# label -> (--trace value or None for untraced, extra environment[, extra options of gpuscope profile]).
+# "default" is no --trace at all.
+MODES: dict[str, tuple[Any, ...]] = {
     "untraced": (None, {}),
     "torch": ("torch", {}),
     "host": ("host", {}),
@@ -50,7 +59,13 @@ MODES: dict[str, tuple[str | None, dict[str, str]]] = {
     "default-250hz": ("", {"GPUSCOPE_SAMPLE_HZ": "250"}),
     "default-1khz": ("", {"GPUSCOPE_SAMPLE_HZ": "1000"}),
     "cpu-1khz": ("cpu", {"GPUSCOPE_SAMPLE_HZ": "1000"}),
+    # collection off for the whole run (a capture range that never opens): what stays on in a probe
+    "default-off": ("", {}, ["--steps", "1000000-1000001"]),
+    "torch-off": ("torch", {}, ["--steps", "1000000-1000001"]),
+    "default-noprobe": ("", {}, ["--no-overhead-probe"]),
+    "none": ("none", {}),  # the agent and the launcher, no collector
 }
+BASE_ENV = "GPUSCOPE_BENCH_BASE_SRC"  # another gpuscope source tree, for the ``*-base`` modes
 DEFAULT_MODES = "untraced,torch,cpu,torch-shapes,torch-ops,default,all-ops"
 
 
@@ -58,11 +73,13 @@ def command(mode: str, workload: str, out: str, scratch: str) -> tuple[list[str]
     """Return the command line, the extra environment and the report path (None: untraced) of one run."""
     script = TRAIN if workload in TRAININGS else WORK
     argv = [sys.executable, str(script), workload, out]
-    trace, env = MODES[mode]
+    trace, env, *more = MODES[mode.removesuffix("-base")]
+    if mode.endswith("-base"):  # the same mode, run by the gpuscope of another source tree
+        env = {**env, "PYTHONPATH": os.environ[BASE_ENV]}
     if trace is None:
         return argv, env, None
     report = os.path.join(scratch, f"{workload}-{mode}")
-    gs = [sys.executable, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite"]
+    gs = [sys.executable, "-m", "gpuscope", "profile", "-o", report, "--force-overwrite", *(more[0] if more else [])]
     if trace:
         gs += ["-t", trace]
     return [*gs, *argv[1:]], env, report + ".gpuscope"
@@ -75,7 +92,31 @@ def estimate(report_path: str) -> dict[str, object]:
 
     with Report.open(report_path) as report:
         o = collection_overhead(report)
-    return {"estimate_ns": o.total_ns, "parts": {p.name: p.ns for p in o.parts}, "not_measured": o.not_measured}
+    out: dict[str, object] = {"estimate_ns": o.total_ns, "parts": {p.name: p.ns for p in o.parts},
+                              "not_measured": o.not_measured}
+    if o.probes:  # the overhead probe's measurement (one process)
+        t = o.probes[0]
+        out.update(probe_ratio=t.ratio, probe_off_s=t.off_median / 1e9, probe_on_s=t.on_median / 1e9,
+                   probe_off_steps=len(t.off_ns), probe_on_steps=len(t.on_ns))
+    return out
+
+
+def probe_check(run: dict[str, Any], untraced: dict[str, Any]) -> dict[str, float] | None:
+    """Return the overhead probe's cost against the real cost of a recorded step, for one traced run and
+    the untraced run of its round; None where the run has no probe.
+
+    ``probe``: the recorded steps' median over the probe's steps' (collection off), less 1. ``real``:
+    the recorded steps' median over the untraced run's median step, less 1 (both mark to mark: the
+    report's step marks come right after the optimizer step, where the workload reads its clock).
+    ``quotient``: probe over real (1.0: the probe measured the whole cost; None where real is not
+    above zero). ``off_over_untraced``: the probe's steps over the untraced steps (above 1: what stays
+    on during a probe costs that much)."""
+    if "probe_ratio" not in run or not untraced.get("median_step_s"):
+        return None
+    probe = float(run["probe_ratio"]) - 1.0
+    real = float(run["probe_on_s"]) / float(untraced["median_step_s"]) - 1.0
+    return {"probe": probe, "real": real, "quotient": probe / real if real > 0 else None,
+            "off_over_untraced": float(run["probe_off_s"]) / float(untraced["median_step_s"])}
 
 
 def run_once(mode: str, workload: str, scratch: str) -> dict[str, object] | None:
@@ -127,8 +168,41 @@ def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[
                 row["cpu_slowdown_s"] = statistics.median(cpu_checks)
                 row["estimate_over_cpu_slowdown"] = (row["estimate_s"] / row["cpu_slowdown_s"]
                                                      if row["cpu_slowdown_s"] > 0 else None)
+            probes = [c for c in (probe_check(r, base[r["round"]]) for r in mine) if c is not None]
+            if probes:
+                row["probe_runs"] = probes
+                for key in ("probe", "real", "off_over_untraced"):
+                    row[key] = _spread([c[key] for c in probes])
+                quotients = [c["quotient"] for c in probes if c["quotient"] is not None]
+                row["quotient"] = _spread(quotients) if quotients else None
             out.append(row)
     return out
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    """Median, least and greatest."""
+    return statistics.median(values), min(values), max(values)
+
+
+def probe_markdown(summary: list[dict]) -> str:
+    """The table of the overhead probe against the real cost of a recorded step, per run and summarized."""
+    lines = ["| workload | mode | probe's cost per run | real cost per run | probe / real per run "
+             "| probe / real (median; range) | probe's steps / untraced steps (median; range) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def spread(v: tuple[float, float, float] | None, fmt: str) -> str:
+        return "" if v is None else f"{v[0]:{fmt}} ({v[1]:{fmt}} - {v[2]:{fmt}})"
+
+    for s in summary:
+        if "probe_runs" not in s:
+            continue
+        runs = s["probe_runs"]
+        probe = ", ".join(f"{c['probe']:+.0%}" for c in runs)
+        real = ", ".join(f"{c['real']:+.0%}" for c in runs)
+        quotient = ", ".join("-" if c["quotient"] is None else f"{c['quotient']:.2f}" for c in runs)
+        lines.append(f"| {s['workload']} | {s['mode']} | {probe} | {real} | {quotient} | "
+                     f"{spread(s['quotient'], '.2f')} | {spread(s['off_over_untraced'], '.3f')} |")
+    return "\n".join(lines)
 
 
 def markdown(summary: list[dict]) -> str:
@@ -184,6 +258,7 @@ def main() -> None:
                        "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "rounds": rnd + 1}
             json.dump({"machine": machine, "runs": runs, "summary": summary}, open(args.out, "w"), indent=1)
     print(markdown(summary))
+    print(probe_markdown(summary))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,29 @@ def test_a_probe_ends_when_the_steps_stop() -> None:
     assert rows[-1][2].startswith(f"end of overhead probe after step {PROBE_FIRST + 1}")
 
 
+def test_one_watcher_thread_serves_every_probe() -> None:
+    """Starting a thread at each probe cost the step it started in; one thread, asleep between probes, ends them all."""
+    import threading
+    import time
+
+    def watchers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "gpuscope-capture"}
+
+    before = watchers()
+    w, switches, rows = _window(CaptureSpec())
+    probes = 3
+    for n in range(1, PROBE_FIRST + PROBE_EVERY * (probes - 1) + 2):  # the loop ends one step into the third
+        NOW[0] = 1_000_000 * n
+        w.step_mark("torch", NOW[0])
+    assert w.probes == probes and w.probing and len(watchers() - before) == 1
+    deadline = time.monotonic() + 5
+    while w.probing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert w.on and switches == [True, False, True, False, True, False, True]
+    assert len(watchers() - before) == 1  # still there, asleep, for the next probe
+    w.finish()
+
+
 @pytest.mark.parametrize("spec", [CaptureSpec(probe=False), CaptureSpec(first_step=2), CaptureSpec(range="api")])
 def test_no_probe_when_switched_off_or_when_a_capture_range_decides(spec: CaptureSpec) -> None:
     w, _, rows = _window(spec)

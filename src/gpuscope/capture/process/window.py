@@ -15,7 +15,8 @@ reasons name it; the one after a probe opens once the collectors are back on, so
 that paid for switching them on is in neither group. When the steps stop during a probe (the loop
 ended), a timer ends the probe once no step mark has come for :data:`PROBE_PATIENCE` times the last
 step (at least :data:`PROBE_MIN_WAIT_NS`), so what the program does after its loop is recorded from
-then on.
+then on. One thread watches every probe of the process (started at the first): starting a thread
+per probe cost the program's step 0.12 ms each time on the 2-core CPU machine.
 
 Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
 switch that turns collectors on and off runs under that lock, on the thread of the event, so a
@@ -26,6 +27,7 @@ Runs inside the profiled process: standard library only.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -78,6 +80,8 @@ class CaptureWindow:
         self._last_mark_local = 0
         self._last_step_ns = 0
         self.probes = 0
+        self._probe_started = threading.Condition(self._lock)  # wakes the watcher when a probe starts
+        self._watcher_pid = 0  # the process whose watcher thread runs (a forked child starts its own)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> None:
@@ -212,21 +216,23 @@ class CaptureWindow:
             self._probe_until = n + PROBE_STEPS
             self.probes += 1
             self._update(t, "", f"{PROBE_CLOSES} at step {n}")
-            watch = threading.Thread(target=self._probe_watch, args=(self.probes,), name="gpuscope-capture",
-                                     daemon=True)  # one thread a probe; the marks only move its deadline
-            watch.start()
+            if self._watcher_pid != os.getpid():
+                self._watcher_pid = os.getpid()
+                threading.Thread(target=self._probe_watch, name="gpuscope-capture", daemon=True).start()
+            self._probe_started.notify()
 
-    def _probe_watch(self, probe: int) -> None:
-        """End probe number ``probe`` when no step mark has come for a while: the loop has ended."""
+    def _probe_watch(self) -> None:
+        """End each probe when no step mark has come for a while: the loop has ended. Runs for the
+        process's life, asleep between probes."""
         while True:
             with self._lock:
-                if not self._probe_until or self.probes != probe:
-                    return
+                while not self._probe_until:
+                    self._probe_started.wait()
                 wait = max(PROBE_PATIENCE * self._last_step_ns, PROBE_MIN_WAIT_NS)
                 left = self._last_mark_local + wait - time.monotonic_ns()
                 if left <= 0:
                     self._end_probe(self.now_ns(), f"{PROBE_OPENS} after step {self.steps} (no step since)")
-                    return
+                    continue
             time.sleep(left / 1e9)
 
     def _end_probe(self, t: int, reason: str) -> None:

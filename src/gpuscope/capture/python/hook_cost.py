@@ -9,8 +9,10 @@ when the process ends. The measurements:
 - a launch anchor (launch_anchors.py): the anchor call itself, CUPTI's callback included, so it is
   measured before gpuscope leaves CUPTI (the anchors made for it are not kept);
 - a module call: the hooked against the plain ``nn.Module.__call__`` of a small linear layer on the
-  CPU, forward only (no gradient) and forward with backward (which adds the backward range's
-  tensor hooks), on scratch hooks that record into a scratch recorder;
+  CPU, forward only (no gradient; on the path the process's hooks take, logged or full) and forward
+  with backward (which adds the backward range's tensor hooks), on scratch hooks that record into a
+  scratch recorder, whose logged ranges are paired as the flush thread pairs them (that thread's
+  work is the program's CPU time too);
 - a PyTorch operator (``torch-ops``, ``torch-shapes``): small CPU operators under a scratch
   recorder's dispatch mode, recording and passing through, against none.
 
@@ -54,8 +56,9 @@ def range_cost_ns(r: Any) -> int:
 
 
 def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
-    """Return what the PyTorch hooks add to one module call, in ns: forward only, and forward
-    followed by its backward. ``hooks``: scratch hooks (torch_hooks.TorchHooks) on a scratch recorder."""
+    """Return what the PyTorch hooks add to one module call, in ns: forward only (on the path ``hooks``
+    take), and forward followed by its backward (backward ranges on). ``hooks``: scratch hooks
+    (torch_hooks.TorchHooks) on a scratch recorder."""
     hooks._torch = torch
     module_cls = torch.nn.Module
     plain = getattr(module_cls.__call__, "__wrapped__", module_cls.__call__)
@@ -72,6 +75,7 @@ def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
             with torch.no_grad():
                 for _ in range(MODULE_CALLS):
                     call(layer, x)
+            hooks.r.take()  # pairs the logged ranges, as the flush thread does
         return run
 
     def with_backward(call: Callable[..., Any]) -> Callable[[], None]:
@@ -83,6 +87,8 @@ def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
         return run
 
     fwd = _fastest(forward(hooked), MODULE_CALLS) - _fastest(forward(plain), MODULE_CALLS)
+    hooks.backward = True
+    hooks._refresh()
     both = _fastest(with_backward(hooked), MODULE_CALLS) - _fastest(with_backward(plain), MODULE_CALLS)
     hooks.r.take()
     return max(int(fwd), 0), max(int(both), 0)
@@ -157,7 +163,9 @@ def costs(ranges: Callable[[], Any], torch_hooks: Any, diag: Callable[[str, str]
         out["ns_per_range"] = range_cost_ns(ranges())
         torch = getattr(torch_hooks, "_torch", None)
         if torch is not None and not torch_hooks._disabled:
-            scratch = type(torch_hooks)(ranges(), lambda level, message: None)
+            scratch = type(torch_hooks)(ranges(), lambda level, message: None, backward=torch_hooks.backward)
+            scratch.force_full = not torch_hooks.logged  # the path the process's module calls took
+            scratch._refresh()
             fwd, both = module_call_costs_ns(torch, scratch)
             out["ns_per_module_call"] = fwd
             out["ns_per_module_call_with_backward"] = both

@@ -17,8 +17,17 @@ mark's time (launch_anchors.py): GPU work launched before a boundary then lies b
 launched after it after it. With collection off it is called only where a capture window may open:
 step marks, and range starts when a window watches for a named range.
 
+*Logged ranges* are the cheap kind, for calls made by the thousand (PyTorch module calls): the
+caller appends ``(start_ns, kind)`` to its thread's log (:meth:`RangeRecorder.thread_log`) when the
+range starts and ``end_ns`` (a bare int) when it ends, where ``kind`` is a small int from
+:meth:`RangeRecorder.kind` standing for name, domain, source and category. Nothing else happens on
+the caller's thread; the flush thread pairs starts with ends (:meth:`RangeRecorder.take`), in the
+order they were logged, which is the order they nest on that thread. A logged range that starts
+while one of the same kind is open on its thread is counted (``reentrant_calls``).
+
 Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
-list operations per range, and two anchor calls where anchors are on).
+list operations per range, and two anchor calls where anchors are on; two clock reads and two
+list appends per logged range).
 """
 
 from __future__ import annotations
@@ -48,12 +57,17 @@ class RangeRecorder:
         self.offset = clock_offset_ns
         self.rows: deque[Row] = deque()  # appended by any thread, drained by the flush thread
         self.counts = {"ranges": 0, "unbalanced_pops": 0, "unknown_ends": 0, "open_at_exit": 0,
-                       "ended_on_other_thread": 0}
+                       "ended_on_other_thread": 0, "reentrant_calls": 0}
         self._local = threading.local()
         self._ids = itertools.count(1)
         self._started: dict[int, tuple[int | None, int, str, str, str, str, str | None]] = {}
         self._stacks: list[tuple[int, list[Any]]] = []  # (tid, stack) of every thread, for exit
         self._lock = threading.Lock()
+        # logged ranges: per thread (tid, log, the times and kinds of the starts not yet ended)
+        self._logs: list[tuple[int, list[Any], list[int], list[int]]] = []
+        self._kinds: list[tuple[str, str, str, str]] = []  # kind -> (name, domain, source, category)
+        self._kind_ids: dict[tuple[str, str, str, str], int] = {}
+        self._pair_lock = threading.Lock()
         self.on = True
         self.on_step: Any = None  # callable(source, t_ns) at each step mark
         self.watch: Any = None  # capture window that starts on a named range
@@ -150,6 +164,64 @@ class RangeRecorder:
         self.rows.append((t, t, self._local.tid, next(self._ids), domain, name, "mark", source,
                           category, color))
 
+    # -- logged ranges -------------------------------------------------------------------------
+    def kind(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "") -> int:
+        """Return the small int that stands for a logged range's name, domain, source and category."""
+        key = (name, domain, source, category)
+        found = self._kind_ids.get(key)
+        if found is None:
+            with self._lock:
+                found = self._kind_ids.get(key)
+                if found is None:
+                    found = self._kind_ids[key] = len(self._kinds)
+                    self._kinds.append(key)
+        return found
+
+    def thread_log(self) -> list[Any]:
+        """Return this thread's log of ranges (made and registered on its first call): append
+        ``(start_ns, kind)`` where a range starts and ``end_ns`` where it ends, CLOCK_MONOTONIC."""
+        log = getattr(self._local, "log", None)
+        if log is None:
+            self._stack()
+            log = self._local.log = []
+            with self._lock:
+                self._logs.append((self._local.tid, log, [], []))
+        return log
+
+    def _pair(self) -> list[Row]:
+        """Return the logged ranges that have ended, as rows; starts not yet ended wait for theirs."""
+        out: list[Row] = []
+        with self._pair_lock:
+            with self._lock:
+                logs = list(self._logs)
+            kinds, off, ids, append = self._kinds, self.offset, self._ids, out.append
+            reentrant = unbalanced = 0
+            for tid, log, times, open_kinds in logs:
+                n = len(log)
+                if not n:
+                    continue
+                events = log[:n]
+                del log[:n]  # the thread may append meanwhile: only what was copied goes
+                push_t, push_k, pop_t, pop_k = times.append, open_kinds.append, times.pop, open_kinds.pop
+                for event in events:  # the flush thread's hot loop: its time is the program's CPU time
+                    if event.__class__ is tuple:
+                        t, kind = event
+                        if kind in open_kinds:
+                            reentrant += 1
+                        push_t(t)
+                        push_k(kind)
+                    elif times:
+                        name, domain, source, category = kinds[pop_k()]
+                        append((pop_t() + off, event + off, tid, next(ids), domain, name, "range", source, category,
+                                None))
+                    else:
+                        unbalanced += 1
+            counts = self.counts
+            counts["ranges"] += len(out)
+            counts["reentrant_calls"] += reentrant
+            counts["unbalanced_pops"] += unbalanced
+        return out
+
     # -- delivery ----------------------------------------------------------------------------
     # -- the collector protocol (capture/collectors.py) ---------------------------------------
     def set_collecting(self, on: bool) -> None:
@@ -170,7 +242,8 @@ class RangeRecorder:
         hooks = ctx.collector("torch")
         counts = dict(self.counts)
         if hooks is not None:
-            counts.update(hooks.counts)
+            for key, n in hooks.counts.items():
+                counts[key] = counts.get(key, 0) + n
         if counts["ranges"]:
             counts.update(hook_cost.costs(RangeRecorder, hooks, ctx.diag))
             counts.update(getattr(ctx.collector("launch-anchors"), "cost", {}))
@@ -183,14 +256,26 @@ class RangeRecorder:
                 ctx.add_row("diagnostic", (ctx.now_ns(), "info", line))
 
     def take(self) -> list[Row]:
-        """Return the finished rows recorded since the last call."""
+        """Return the finished rows recorded since the last call (logged ranges paired first)."""
         rows = self.rows
-        return [rows.popleft() for _ in range(len(rows))]
+        taken = [rows.popleft() for _ in range(len(rows))]
+        if self._logs:
+            taken += self._pair()
+        return taken
 
     def close_open(self) -> list[Row]:
-        """Deliver every range still open (end NULL) and forget them; for the process's exit."""
+        """Deliver every range still open (end NULL) and forget them; for the process's exit. The
+        logged ranges that have ended are paired first, into :attr:`rows`."""
         rows = []
-        with self._lock:
+        self.rows.extend(self._pair())  # taken with the last rows
+        with self._pair_lock, self._lock:
+            for tid, _log, times, open_kinds in self._logs:
+                for start, kind in zip(reversed(times), reversed(open_kinds)):
+                    name, domain, source, category = self._kinds[kind]
+                    rows.append((start + self.offset, None, tid, next(self._ids), domain, name, "range", source,
+                                 category, None))
+                times.clear()
+                open_kinds.clear()
             stacks = list(self._stacks)
         for tid, stack in stacks:
             while stack:

@@ -1,0 +1,240 @@
+"""Logged ranges (the cheap path of PyTorch module calls): the range recorder pairs each thread's
+logged starts and ends into rows; the module wrapper logs a call where nothing else is asked of
+its range, and takes push/pop where backward ranges, launch anchors or a watching capture window are on."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import pytest
+
+from gpuscope.capture.python import hook_cost
+from gpuscope.capture.python.ranges import RangeRecorder
+
+
+def _names(rows: list[tuple[Any, ...]]) -> list[str]:
+    return [row[5] for row in rows]
+
+
+def test_kinds_are_interned() -> None:
+    r = RangeRecorder()
+    a = r.kind("Net.fc", "", "torch", "forward")
+    assert r.kind("Net.fc", "", "torch", "forward") == a
+    assert r.kind("Net.fc", "", "torch", "backward") != a
+    assert r.kind("Net.out", "", "torch", "forward") not in (a,)
+
+
+def test_logged_starts_and_ends_pair_in_nesting_order() -> None:
+    r = RangeRecorder(clock_offset_ns=1_000)
+    outer, inner = r.kind("Net", "", "torch", "forward"), r.kind("Net.fc", "", "torch", "forward")
+    log = r.thread_log()
+    assert r.thread_log() is log  # one log per thread
+    log += [(10, outer), (20, inner), 30, (40, inner), 50, 60]
+    rows = r.take()
+    # rows come as the ranges end: the inner ones first, each with the session clock's offset
+    assert [(row[5], row[0], row[1]) for row in rows] == [("Net.fc", 1_020, 1_030), ("Net.fc", 1_040, 1_050),
+                                                          ("Net", 1_010, 1_060)]
+    assert all(row[2] == threading.get_native_id() and row[6:10] == ("range", "torch", "forward", None)
+               and row[4] == "" for row in rows)
+    assert len({row[3] for row in rows}) == 3  # ids unique
+    assert r.counts["ranges"] == 3 and r.counts["reentrant_calls"] == 0
+    assert r.take() == [] and log == []
+
+
+def test_a_range_open_at_a_take_waits_for_its_end() -> None:
+    r = RangeRecorder()
+    k = r.kind("Net", "", "torch", "forward")
+    log = r.thread_log()
+    log.append((5, k))
+    assert r.take() == []
+    log.append(9)
+    assert [(row[0], row[1]) for row in r.take()] == [(5, 9)]
+
+
+def test_reentrant_calls_and_stray_ends_are_counted() -> None:
+    r = RangeRecorder()
+    a, b = r.kind("Recursive", "", "torch", "forward"), r.kind("Other", "", "torch", "forward")
+    log = r.thread_log()
+    log += [(1, a), (2, b), (3, a), (4, a), 5, 6, 7, 8, 99]  # a inside b inside a: two re-entries; one end too many
+    rows = r.take()
+    assert _names(rows) == ["Recursive", "Recursive", "Other", "Recursive"]
+    assert r.counts["reentrant_calls"] == 2 and r.counts["unbalanced_pops"] == 1
+
+
+def test_each_thread_pairs_its_own_log() -> None:
+    r = RangeRecorder()
+    k = r.kind("Net", "", "torch", "forward")
+    main = r.thread_log()
+    main.append((100, k))  # open on the main thread while another thread logs a whole range
+    tids: list[int] = []
+
+    def other() -> None:
+        tids.append(threading.get_native_id())
+        r.thread_log().extend([(110, k), 120])
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    main.append(130)
+    rows = sorted(r.take())
+    assert [(row[0], row[1], row[2]) for row in rows] == [(100, 130, threading.get_native_id()),
+                                                          (110, 120, tids[0])]
+    assert r.counts["reentrant_calls"] == 0  # the same kind open on two threads is no re-entry
+
+
+def test_logged_ranges_open_at_exit_are_kept_without_end() -> None:
+    r = RangeRecorder()
+    outer, inner = r.kind("Net", "", "torch", "forward"), r.kind("Net.fc", "", "torch", "forward")
+    r.thread_log().extend([(1, outer), (2, inner), 3, (4, inner)])
+    still_open = r.close_open()
+    assert sorted((row[5], row[0], row[1]) for row in still_open) == [("Net", 1, None), ("Net.fc", 4, None)]
+    assert [(row[5], row[1]) for row in r.take()] == [("Net.fc", 3)]  # the ended one, paired first
+    assert r.counts["open_at_exit"] == 2
+    assert r.close_open() == []
+
+
+torch = pytest.importorskip("torch")
+from gpuscope.capture.python.torch_hooks import TorchHooks  # noqa: E402
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x: Any) -> Any:
+        return self.act(self.fc(x))
+
+
+class Fails(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        raise ValueError("bad input")
+
+
+def _hooked(monkeypatch: pytest.MonkeyPatch, backward: bool = False) -> TorchHooks:
+    """Hooks on a fresh recorder, with nn.Module.__call__ wrapped for the test only."""
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=backward)
+    hooks._torch = torch
+    plain = torch.nn.Module.__call__
+    monkeypatch.setattr(torch.nn.Module, "__call__", hooks._module_call(plain))
+    return hooks
+
+
+def test_module_calls_are_logged_with_their_qualified_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks = _hooked(monkeypatch)
+    assert hooks.fast
+    model = torch.nn.Sequential(Block(), Block())
+    model(torch.ones(2, 4)).sum().backward()
+    assert hooks.r._logs and hooks.r._stacks[0][1] == []  # logged, nothing pushed
+    rows = hooks.r.take()
+    spans = {row[5]: (row[0], row[1]) for row in rows}
+    assert sorted(spans) == ["Sequential", "Sequential.0", "Sequential.0.act", "Sequential.0.fc", "Sequential.1",
+                             "Sequential.1.act", "Sequential.1.fc"]
+    root, first, fc = spans["Sequential"], spans["Sequential.0"], spans["Sequential.0.fc"]
+    assert root[0] <= first[0] <= fc[0] <= fc[1] <= first[1] <= spans["Sequential.1"][0] <= root[1]
+    assert {(row[7], row[8]) for row in rows} == {("torch", "forward")}
+
+
+def test_a_call_that_raises_still_ends_its_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks = _hooked(monkeypatch)
+    model = torch.nn.Sequential(Fails())
+    with pytest.raises(ValueError, match="bad input"):
+        model(torch.ones(1))
+    rows = hooks.r.take()
+    assert sorted(_names(rows)) == ["Sequential", "Sequential.0"] and all(row[1] is not None for row in rows)
+    assert hooks.counts["hook_errors"] == 0
+
+
+def test_a_dead_modules_kind_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its id may be given to the next module, which must get a kind (and a name) of its own."""
+    hooks = _hooked(monkeypatch)
+    layer = torch.nn.Linear(2, 2)
+    layer(torch.ones(2))
+    key = id(layer)
+    assert key in hooks._kinds
+    del layer
+    gc.collect()
+    assert key not in hooks._kinds and key not in hooks._alive
+
+
+@pytest.mark.parametrize("why", ["backward", "anchor", "watch", "off"])
+def test_the_full_path_where_a_range_needs_more_than_a_log(monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+    hooks = _hooked(monkeypatch, backward=why == "backward")
+    anchors: list[int] = []
+    if why == "anchor":
+        hooks.r.anchor = lambda: anchors.append(1)
+    if why == "watch":
+        hooks.r.watch = type("Watch", (), {"range_opened": lambda *a: None, "range_closed": lambda *a: None})()
+    hooks.set_collecting(why != "off")
+    assert not hooks.fast
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model(torch.ones(2)).sum().backward()
+    rows = hooks.r.take()
+    assert not hooks.r._logs  # nothing went through a log
+    if why == "off":
+        assert rows == []
+        return
+    assert sorted(_names(r for r in rows if r[8] == "forward")) == ["Sequential", "Sequential.0"]
+    if why == "anchor":
+        assert len(anchors) == 4  # both ends of both ranges
+    if why == "backward":
+        assert "backward" in {row[8] for row in rows}
+    hooks.set_collecting(True)
+    assert hooks.fast is (why == "off")
+
+
+def test_the_cost_is_measured_on_the_path_the_process_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hook_cost's scratch hooks take the logged path where the process's hooks log, push/pop where they
+    can not, and record backward ranges where the process does."""
+    seen: list[tuple[bool, bool]] = []
+
+    def measure(torch_: Any, scratch: TorchHooks) -> tuple[int, int]:
+        seen.append((scratch.fast, scratch.backward))
+        return 1, 2
+
+    monkeypatch.setattr(hook_cost, "module_call_costs_ns", measure)
+    logged = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    anchored = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    anchored.r.anchor = lambda: None
+    both = TorchHooks(RangeRecorder(), lambda level, message: None, backward=True)
+    for hooks in (logged, anchored, both):
+        hooks._torch = torch
+        hooks.set_collecting(False)  # the process's end has closed the capture window
+        costs = hook_cost.costs(RangeRecorder, hooks, lambda level, message: None)
+        assert costs["ns_per_module_call"] == 1 and costs["ns_per_module_call_with_backward"] == 2
+    assert seen == [(True, False), (False, False), (False, True)]
+
+
+def test_module_call_costs_are_measured_on_both_paths() -> None:
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    fwd, both = hook_cost.module_call_costs_ns(torch, hooks)
+    assert fwd >= 0 and both >= 0 and hooks.backward  # the second measurement had backward ranges on
+    assert hooks.r.take() == [] and not any(log for _, log, _, _ in hooks.r._logs)  # all paired, then taken
+
+
+def test_a_forked_child_passes_calls_through() -> None:
+    """A forked child (a DataLoader worker) is not recorded and has no flush thread to empty its log."""
+    import os
+
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    hooks.install(torch)
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: call a module, say whether anything was logged
+            try:
+                torch.nn.Linear(2, 2)(torch.ones(2))
+                logged = sum(len(log) for _, log, _, _ in hooks.r._logs)
+                os.write(write, f"{hooks.fast} {logged}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        said = os.read(read, 100).decode()
+        os.waitpid(pid, 0)
+        torch.nn.Linear(2, 2)(torch.ones(2))  # the parent still records
+        assert said == "False 0" and hooks.fast and [row[5] for row in hooks.r.take()] == ["Linear"]
+    finally:
+        hooks.uninstall()
