@@ -91,7 +91,8 @@ def command(mode: str, workload: str, timing: str, scratch: str) -> tuple[list[s
     gpuscope, to compare two versions interleaved in one run)."""
     if mode.endswith("@base"):
         argv, env = command(mode[: -len("@base")], workload, timing, scratch)
-        return [a.replace(mode[: -len("@base")], mode) for a in argv], {
+        own = os.path.join(scratch, f"{workload}-{mode[: -len('@base')]}")  # its report, named apart
+        return [os.path.join(scratch, f"{workload}-{mode}") if a == own else a for a in argv], {
             **env, "PYTHONPATH": os.environ["OVERHEAD_BASE_PYTHONPATH"]}
     py = sys.executable
     wl = [str(WORKLOADS / WORKLOAD_ARGS[workload][0]), *WORKLOAD_ARGS[workload][1:], "--timing-out", timing]
