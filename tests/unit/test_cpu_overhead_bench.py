@@ -67,3 +67,15 @@ def test_a_base_mode_runs_the_same_collectors_from_another_tree(monkeypatch: pyt
     assert argv[2:8] == ["gpuscope", "profile", "-o", "scratch/sgd4-default-off-base", "--force-overwrite", "--steps"]
     argv, env, report = bench.command("untraced", "sgd4", "out.json", "scratch")
     assert report is None and env == {} and argv[-2:] == ["sgd4", "out.json"]
+
+
+def test_a_gpu_mode_at_base_runs_another_tree_and_keeps_its_report_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = _load("overhead")
+    monkeypatch.setenv("OVERHEAD_BASE_PYTHONPATH", "/elsewhere/src")
+    argv, env = gpu.command("gpuscope@base", "mlp", "/t/timing.json", "/scratch")
+    mine, own_env = gpu.command("gpuscope", "mlp", "/t/timing.json", "/scratch")
+    assert env["PYTHONPATH"] == "/elsewhere/src" and "PYTHONPATH" not in own_env
+    assert argv[1:3] == ["-m", "gpuscope"] and "/scratch/mlp-gpuscope@base" in argv
+    assert [a for a in argv if a != "/scratch/mlp-gpuscope@base"] == [a for a in mine if a != "/scratch/mlp-gpuscope"]
+    argv, env = gpu.command("ab-+torch-ranges@base", "mlp", "/t/timing.json", "/scratch")
+    assert "cuda,nvtx,torch" in argv and env["PYTHONPATH"] == "/elsewhere/src"
