@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -339,12 +339,12 @@ fi
 
 if has nccl-shared; then
   step "NCCL: two ranks on one GPU (plain, then under gpuscope, then with a slow rank)"
-  timeout 90 $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 > "$OUT/nccl_plain.log" 2>&1
+  timeout 90 $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_nccl.py --steps 40 > "$OUT/nccl_plain.log" 2>&1
   echo "plain rc=$?"; tail -5 "$OUT/nccl_plain.log"
   if grep -q '"world": 2' "$OUT/nccl_plain.log"; then
-    gs profile -o "$OUT/fixtures/ddp_nccl_shared" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 > "$OUT/nccl_gs.log" 2>&1
+    gs profile -o "$OUT/fixtures/ddp_nccl_shared" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_nccl.py --steps 40 > "$OUT/nccl_gs.log" 2>&1
     echo "profiled rc=$?"; tail -5 "$OUT/nccl_gs.log"
-    gs profile -o "$OUT/fixtures/ddp_nccl_slow" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_shared_gpu.py --steps 40 --slow-rank 1 > "$OUT/nccl_slow.log" 2>&1
+    gs profile -o "$OUT/fixtures/ddp_nccl_slow" --force-overwrite $PY -m torch.distributed.run --nproc_per_node=2 $WL/ddp_nccl.py --steps 40 --slow-rank 1 > "$OUT/nccl_slow.log" 2>&1
     echo "slow rc=$?"
     gs stats -r rank_sum -r collective_sum "$OUT/fixtures/ddp_nccl_shared.gpuscope" > "$OUT/nccl_stats.txt" 2>&1; head -40 "$OUT/nccl_stats.txt"
     gs analyze "$OUT/fixtures/ddp_nccl_slow.gpuscope" > "$OUT/nccl_analyze_slow.txt" 2>&1; head -40 "$OUT/nccl_analyze_slow.txt"
@@ -356,6 +356,25 @@ if has ablation-pinned; then
   taskset -c 4-11 $PY bench/overhead.py --workloads mlp --rounds ${ABLATION_ROUNDS:-5} \
     --modes ${ABLATION_MODES:-untraced,ab-kernels,ab-+anchors,ab-+torch-ranges,ab-+host-nvml,ab-+torch-shapes=default} \
     --out "$OUT/ablation_pinned.json" --md "$OUT/ablation_pinned.md"
+fi
+
+if has multi-gpu; then
+  step "multi-GPU: NCCL DDP and FSDP jobs on every GPU, plain and under gpuscope (a straggler, an imbalance)"
+  N=$(nvidia-smi -L | wc -l); M=$OUT/multi; mkdir -p "$M"
+  TR="$PY -m torch.distributed.run --nproc_per_node=$N $WL/ddp_nccl.py --steps 60"
+  for r in 1 2; do  # untraced and traced, alternating: the cost of profiling the job
+    timeout 120 $TR --timing-dir "$M/plain_$r" > "$M/plain_$r.log" 2>&1; echo "plain $r rc=$?"
+    gs profile -o "$M/ddp_$r" --force-overwrite $TR --timing-dir "$M/traced_$r" > "$M/ddp_$r.log" 2>&1; echo "traced $r rc=$?"
+  done
+  gs profile -o "$M/ddp_slow" --force-overwrite $TR --slow-rank 1 --timing-dir "$M/slow" > "$M/ddp_slow.log" 2>&1; echo "slow rc=$?"
+  gs profile -o "$M/ddp_big" --force-overwrite $TR --big-rank 0 --timing-dir "$M/big" > "$M/ddp_big.log" 2>&1; echo "big rc=$?"
+  gs profile -o "$M/fsdp" --force-overwrite $TR --fsdp --timing-dir "$M/fsdp_t" > "$M/fsdp.log" 2>&1; echo "fsdp rc=$?"
+  for n in ddp_1 ddp_slow ddp_big fsdp; do
+    gs stats -r rank_sum -r collective_sum -r cuda_gpu_kern_sum "$M/$n.gpuscope" > "$M/$n.stats.txt" 2>&1
+    gs analyze "$M/$n.gpuscope" > "$M/$n.analyze.txt" 2>&1
+  done
+  head -30 "$M/ddp_1.stats.txt"; sed -n '/Findings/,/^ 2 /p' "$M/ddp_slow.analyze.txt" | head -25; sed -n '/Findings/,/^ 2 /p' "$M/ddp_big.analyze.txt" | head -20
+  cat "$M"/plain_1/*.json "$M"/traced_1/*.json
 fi
 
 if has overhead; then
