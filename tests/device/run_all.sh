@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -375,6 +375,16 @@ if has multi-gpu; then
   done
   head -30 "$M/ddp_1.stats.txt"; sed -n '/Findings/,/^ 2 /p' "$M/ddp_slow.analyze.txt" | head -25; sed -n '/Findings/,/^ 2 /p' "$M/ddp_big.analyze.txt" | head -20
   cat "$M"/plain_1/*.json "$M"/traced_1/*.json
+fi
+
+if has multi-gpu-truth; then
+  step "multi-GPU: the DDP job untraced and profiled (no overhead probe, so the timed all-reduces after the loop are recorded), alternating"
+  N=$(nvidia-smi -L | wc -l); M=$OUT/multi; mkdir -p "$M"
+  TR="$PY -m torch.distributed.run --nproc_per_node=$N $WL/ddp_nccl.py --steps 60"
+  for r in 1 2 3; do
+    timeout 120 $TR --timing-dir "$M/tplain_$r" > "$M/tplain_$r.log" 2>&1; echo "plain $r rc=$?"
+    gs profile --no-overhead-probe -o "$M/truth_$r" --force-overwrite $TR --timing-dir "$M/ttraced_$r" > "$M/truth_$r.log" 2>&1; echo "traced $r rc=$?"
+  done
 fi
 
 if has overhead; then
