@@ -1,18 +1,20 @@
 """Window queries on a timeline index, with level of detail.
 
 Times in and out are *timeline times*: ns from the index's ``start_ns`` (small enough for a
-browser's doubles). A window is a time span drawn on ``px`` pixels. A lane with few slices in the window answers with
-the slices themselves; a lane with more answers with one bucket per pixel: the fraction of the
-pixel's time that something ran (exact: slices of a lane never overlap, so busy time up to any
-instant is a prefix sum and a binary search), the number of slices that start in it, and the name
-that dominates it (the most frequent of :data:`SAMPLES` instants spread over the pixel, else the
-longest slice starting in it). Counters answer with their samples, or per pixel the last, the
-lowest and the highest value. The cost is a few binary searches per pixel, whatever the report's size.
+browser's doubles). A window is a time span drawn on ``px`` pixels. A lane with few slices in the
+window answers with the slices themselves; a lane with more answers with buckets (:func:`buckets`):
+the fraction of the bucket's time that something ran (exact: slices of a lane never overlap, so
+busy time up to any instant is a prefix sum and a binary search), the number of slices that start
+in it, and the name that dominates it (the most frequent of :data:`SAMPLES` instants spread over
+the bucket, else the longest slice starting in it). :func:`lane_window` (the file's timeline) puts
+one bucket on each pixel; :func:`window` (the viewer's) puts them on the window's power-of-two grid,
+read from the lane's pyramid where one was computed (:mod:`.timeline_lod`). Counters answer with
+their samples, or per pixel the last, the lowest and the highest value.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -29,33 +31,65 @@ def lane_window(lane: Lane, t0: int, t1: int, px: int, max_slices: int = MAX_SLI
     ``first`` the index of the first slice (slice ``first + i`` is ``start[i]``...; times less
     ``origin``), or
     ``{"lane", "kind": "buckets", "busy" (0..1 per pixel), "count", "name" (-1: none)}``."""
+    few = slices_in(lane, t0, t1, min(max_slices, 2 * px), origin)
+    if few is not None:
+        return few
+    edges = t0 + (np.arange(px + 1, dtype=np.float64) * ((t1 - t0) / px)).astype(np.int64)
+    busy, count, name = buckets(lane, edges)
+    return {"lane": lane.id, "kind": "buckets", "busy": np.round(busy, 3).tolist(), "count": count.tolist(),
+            "name": name.tolist()}
+
+
+def slices_in(lane: Lane, t0: int, t1: int, limit: int, origin: int = 0) -> dict[str, Any] | None:
+    """Return the slices of ``lane`` in [t0, t1) as :func:`lane_window` does, or None when there
+    are more than ``limit``."""
     i0 = int(np.searchsorted(lane.end, t0, "right"))  # ends are sorted: slices of a lane never overlap
     i1 = int(np.searchsorted(lane.start, t1, "left"))
-    n = max(0, i1 - i0)
-    if n <= min(max_slices, 2 * px):
-        return {"lane": lane.id, "kind": "slices", "first": i0, "start": (lane.start[i0:i1] - origin).tolist(),
-                "end": (lane.end[i0:i1] - origin).tolist(), "name": lane.name[i0:i1].tolist()}
-    edges = t0 + (np.arange(px + 1, dtype=np.float64) * ((t1 - t0) / px)).astype(np.int64)
-    busy = np.diff(busy_before(lane, edges)) / np.maximum(np.diff(edges), 1)
+    if max(0, i1 - i0) > limit:
+        return None
+    return {"lane": lane.id, "kind": "slices", "first": i0, "start": (lane.start[i0:i1] - origin).tolist(),
+            "end": (lane.end[i0:i1] - origin).tolist(), "name": lane.name[i0:i1].tolist()}
+
+
+def buckets(lane: Lane, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return, for each bucket [edges[p], edges[p + 1]) (sorted ns), the fraction of its time
+    that something ran (0..1, exact), the number of slices that start in it, and the name that
+    dominates it: the most frequent at :data:`SAMPLES` instants spread over it, else the longest
+    slice starting in it, else -1."""
+    edges = np.asarray(edges, dtype=np.int64)
+    n = len(edges) - 1
+    if n <= 0 or not len(lane):
+        return np.zeros(max(n, 0)), np.zeros(max(n, 0), dtype=np.int64), np.full(max(n, 0), -1, dtype=np.int32)
+    width = np.diff(edges)
+    busy = np.clip(np.diff(busy_before(lane, edges)) / np.maximum(width, 1), 0.0, 1.0)
     starts = np.searchsorted(lane.start, edges, "left")
     count = np.diff(starts)
-    width = (t1 - t0) / px
-    at = (t0 + (np.arange(px)[:, None] + (np.arange(SAMPLES) + 0.5)[None, :] / SAMPLES) * width).astype(np.int64)
+    at = edges[:-1, None] + (((np.arange(SAMPLES) + 0.5) / SAMPLES)[None, :] * width[:, None]).astype(np.int64)
     j = np.searchsorted(lane.start, at, "right") - 1
     jc = np.clip(j, 0, len(lane) - 1)
-    hit = (j >= 0) & (lane.end[jc] > at)
-    names = np.where(hit, lane.name[jc], -1)
+    names = np.where((j >= 0) & (lane.end[jc] > at), lane.name[jc], -1)
     votes = (names[:, :, None] == names[:, None, :]).sum(axis=2) * (names >= 0)
-    dominant = names[np.arange(px), votes.argmax(axis=1)]
-    dominant = np.where(votes.max(axis=1) > 0, dominant, -1)
-    empty = (dominant < 0) & (count > 0)
-    if empty.any():  # nothing ran at the sampled instants: the longest slice starting in the pixel
-        for p in np.flatnonzero(empty):
-            a, b = starts[p], starts[p + 1]
-            dur = lane.end[a:b] - lane.start[a:b]
-            dominant[p] = lane.name[a + int(dur.argmax())]
-    return {"lane": lane.id, "kind": "buckets", "busy": np.round(np.clip(busy, 0.0, 1.0), 3).tolist(),
-            "count": count.tolist(), "name": dominant.astype(int).tolist()}
+    name = names[np.arange(n), votes.argmax(axis=1)]
+    name = np.where(votes.max(axis=1) > 0, name, -1).astype(np.int32)
+    empty = np.flatnonzero((name < 0) & (count > 0))
+    if len(empty):  # nothing ran at the sampled instants: the longest slice starting in the bucket
+        name[empty] = lane.name[longest(lane, starts[empty], starts[empty + 1])]
+    return busy, count, name
+
+
+def longest(lane: Lane, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Return, for each non-empty run of slices [lo[i], hi[i]), the index of its longest slice
+    (the first of equals)."""
+    lens = hi - lo
+    if int(lens.sum()) > 64 * len(lo):  # long runs: one argmax each, on the arrays in place
+        return np.array([a + int(np.argmax(lane.end[a:b] - lane.start[a:b])) for a, b in zip(lo.tolist(), hi.tolist())],
+                        dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    seg = np.repeat(np.arange(len(lo)), lens)
+    pos = np.arange(int(lens.sum())) - offsets[seg] + lo[seg]
+    dur = lane.end[pos] - lane.start[pos]
+    is_max = dur == np.maximum.reduceat(dur, offsets)[seg]
+    return np.minimum.reduceat(np.where(is_max, pos, np.iinfo(np.int64).max), offsets)
 
 
 def busy_before(lane: Lane, t: np.ndarray) -> np.ndarray:
@@ -69,16 +103,30 @@ def busy_before(lane: Lane, t: np.ndarray) -> np.ndarray:
 
 
 def window(index: TimelineIndex, t0: int, t1: int, px: int, lanes: list[int] | None = None,
-           max_slices: int = MAX_SLICES) -> dict[str, Any]:
+           max_slices: int = MAX_SLICES, lod: Mapping[int, Any] | None = None) -> dict[str, Any]:
     """Return the window [t0, t1) (timeline times) on ``px`` pixels of every lane (or of ``lanes``):
-    ``{"t0", "t1", "px", "lanes": [lane_window...], "names": {position: name}}`` with only the
-    names it uses."""
+    ``{"t0", "t1", "px", "lanes": [...], "names": {position: name}}`` with only the names it uses.
+    A lane with few slices in the window (as :func:`lane_window`) answers with them, a lane with
+    more with buckets on the window's grid (:mod:`.timeline_lod`): ``{"lane", "kind": "buckets",
+    "t0", "step", "busy", "count", "name"}``, bucket ``i`` being [t0 + i * step, t0 + (i + 1) * step),
+    taken from the lane's pyramid in ``lod`` (by lane id) where it holds that grid."""
+    from .timeline_lod import grid, grid_buckets
+
     px = max(1, min(int(px), 8192))
     t0 = int(t0)
     t1 = max(int(t1), t0 + 1)
     o = index.start_ns
+    k = grid(t0, t1, px)
+    b0, b1 = t0 >> k, ((t1 - 1) >> k) + 1
     chosen = index.lanes if lanes is None else [index.lanes[i] for i in lanes if 0 <= i < len(index.lanes)]
-    out = [lane_window(lane, t0 + o, t1 + o, px, max_slices, origin=o) for lane in chosen]
+    out = []
+    for lane in chosen:
+        w = slices_in(lane, t0 + o, t1 + o, min(max_slices, 2 * px), origin=o)
+        if w is None:
+            busy, count, name = grid_buckets(lane, (lod or {}).get(lane.id), k, b0, b1, o)
+            w = {"lane": lane.id, "kind": "buckets", "t0": b0 << k, "step": 1 << k,
+                 "busy": busy.tolist(), "count": count.tolist(), "name": name.tolist()}
+        out.append(w)
     used = {n for w in out for n in w["name"] if n >= 0}
     return {"t0": int(t0), "t1": t1, "px": px, "lanes": out, "names": {int(n): index.names[n] for n in sorted(used)}}
 

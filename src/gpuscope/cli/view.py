@@ -123,6 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
             viewer, line = _open(path, args.no_cache)
             viewers.append(viewer)
             said.append(line)
+        for v in viewers:
+            v.start_lod()
         paths = [v.report.path for v in viewers]
         if len(viewers) == 1:
             server = serve(server_page(paths[0], viewers[0].index), viewers, args.port)
