@@ -283,6 +283,12 @@ def test_a_newer_view_cancels_the_window_in_flight_and_buckets_keep_their_grid(b
         assert after[:3] == [before[0] + 1, before[1] + 1, before[2] + 2]
         assert (after[3], after[4]) == (int(want[0]), pytest.approx(want[1], abs=1))
         assert "timeline:" not in p.page.locator("#tl-note").text_content()  # a cancel is no failure
+        # the page reads the binary form of a window as the JSON form says it
+        same = p.page.evaluate("""(async () => { const q = `t0=0&t1=${Math.round(GS.timeline.span)}&px=700`;
+            const json = await (await fetch("/api/window?" + q)).json();
+            const bin = GS.decodeWindow(await (await fetch("/api/window?bin=1&" + q)).arrayBuffer());
+            return [JSON.stringify(json) === JSON.stringify(bin), json.lanes.map(l => l.kind)]; })()""")
+        assert same[0] is True and "buckets" in same[1] and "slices" in same[1]
         assert not p.errors, p.errors
     finally:
         p.close()

@@ -181,7 +181,10 @@ def test_view_answers_a_window_with_the_reports_slices(adam: tuple[Path, str, di
 def test_view_keeps_the_connection_open_and_says_where_a_windows_time_went(adam: tuple[Path, str, dict],
                                                                             tmp_path: Path) -> None:
     import http.client
+    import urllib.request
     from urllib.parse import urlparse
+
+    from gpuscope.reporters.html import window_bin
 
     report = tmp_path / "r.gpuscope"
     shutil.copyfile(adam[0], report)
@@ -204,6 +207,13 @@ def test_view_keeps_the_connection_open_and_says_where_a_windows_time_went(adam:
         con.close()
         assert socks[0] is not None and socks[0] is socks[1]  # one connection for both windows
         assert answers[0] == view.get(f"/api/window?t0=0&t1={span}&px=500")
+        # the binary form the page asks for holds the same answer, in fewer bytes
+        for t0, t1 in ((0, span), (span // 2, span // 2 + 200_000)):
+            with urllib.request.urlopen(f"{view.url}api/window?t0={t0}&t1={t1}&px=500&bin=1", timeout=60) as r:
+                data = r.read()
+                assert r.headers["Content-Type"] == "application/octet-stream"
+            assert window_bin.decode(data) == view.get(f"/api/window?t0={t0}&t1={t1}&px=500")
+            assert len(data) < len(json.dumps(view.get(f"/api/window?t0={t0}&t1={t1}&px=500")))
     finally:
         view.stop()
 

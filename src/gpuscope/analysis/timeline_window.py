@@ -40,15 +40,18 @@ def lane_window(lane: Lane, t0: int, t1: int, px: int, max_slices: int = MAX_SLI
             "name": name.tolist()}
 
 
-def slices_in(lane: Lane, t0: int, t1: int, limit: int, origin: int = 0) -> dict[str, Any] | None:
-    """Return the slices of ``lane`` in [t0, t1) as :func:`lane_window` does, or None when there
-    are more than ``limit``."""
+def slices_in(lane: Lane, t0: int, t1: int, limit: int, origin: int = 0, arrays: bool = False) -> dict[str, Any] | None:
+    """Return the slices of ``lane`` in [t0, t1) as :func:`lane_window` does (``arrays``: as numpy
+    arrays, not lists), or None when there are more than ``limit``."""
     i0 = int(np.searchsorted(lane.end, t0, "right"))  # ends are sorted: slices of a lane never overlap
     i1 = int(np.searchsorted(lane.start, t1, "left"))
     if max(0, i1 - i0) > limit:
         return None
-    return {"lane": lane.id, "kind": "slices", "first": i0, "start": (lane.start[i0:i1] - origin).tolist(),
-            "end": (lane.end[i0:i1] - origin).tolist(), "name": lane.name[i0:i1].tolist()}
+    i1 = max(i0, i1)
+    start, end, name = lane.start[i0:i1] - origin, lane.end[i0:i1] - origin, lane.name[i0:i1]
+    if not arrays:
+        start, end, name = start.tolist(), end.tolist(), name.tolist()
+    return {"lane": lane.id, "kind": "slices", "first": i0, "start": start, "end": end, "name": name}
 
 
 def buckets(lane: Lane, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,13 +106,14 @@ def busy_before(lane: Lane, t: np.ndarray) -> np.ndarray:
 
 
 def window(index: TimelineIndex, t0: int, t1: int, px: int, lanes: list[int] | None = None,
-           max_slices: int = MAX_SLICES, lod: Mapping[int, Any] | None = None) -> dict[str, Any]:
+           max_slices: int = MAX_SLICES, lod: Mapping[int, Any] | None = None, arrays: bool = False) -> dict[str, Any]:
     """Return the window [t0, t1) (timeline times) on ``px`` pixels of every lane (or of ``lanes``):
     ``{"t0", "t1", "px", "lanes": [...], "names": {position: name}}`` with only the names it uses.
     A lane with few slices in the window (as :func:`lane_window`) answers with them, a lane with
     more with buckets on the window's grid (:mod:`.timeline_lod`): ``{"lane", "kind": "buckets",
     "t0", "step", "busy", "count", "name"}``, bucket ``i`` being [t0 + i * step, t0 + (i + 1) * step),
-    taken from the lane's pyramid in ``lod`` (by lane id) where it holds that grid."""
+    taken from the lane's pyramid in ``lod`` (by lane id) where it holds that grid. ``arrays``:
+    each lane's values as numpy arrays, not lists."""
     from .timeline_lod import grid, grid_buckets
 
     px = max(1, min(int(px), 8192))
@@ -121,14 +125,20 @@ def window(index: TimelineIndex, t0: int, t1: int, px: int, lanes: list[int] | N
     chosen = index.lanes if lanes is None else [index.lanes[i] for i in lanes if 0 <= i < len(index.lanes)]
     out = []
     for lane in chosen:
-        w = slices_in(lane, t0 + o, t1 + o, min(max_slices, 2 * px), origin=o)
+        w = slices_in(lane, t0 + o, t1 + o, min(max_slices, 2 * px), origin=o, arrays=True)
         if w is None:
             busy, count, name = grid_buckets(lane, (lod or {}).get(lane.id), k, b0, b1, o)
-            w = {"lane": lane.id, "kind": "buckets", "t0": b0 << k, "step": 1 << k,
-                 "busy": busy.tolist(), "count": count.tolist(), "name": name.tolist()}
+            w = {"lane": lane.id, "kind": "buckets", "t0": b0 << k, "step": 1 << k, "busy": busy, "count": count,
+                 "name": name}
         out.append(w)
-    used = {n for w in out for n in w["name"] if n >= 0}
-    return {"t0": int(t0), "t1": t1, "px": px, "lanes": out, "names": {int(n): index.names[n] for n in sorted(used)}}
+    used = np.unique(np.concatenate([w["name"] for w in out])) if out else np.zeros(0, dtype=np.int32)
+    if not arrays:
+        for w in out:
+            for key in ("start", "end", "busy", "count", "name"):
+                if key in w:
+                    w[key] = w[key].tolist()
+    return {"t0": int(t0), "t1": t1, "px": px, "lanes": out,
+            "names": {int(n): index.names[n] for n in used.tolist() if n >= 0}}
 
 
 def counters(index: TimelineIndex, t0: int, t1: int, px: int) -> list[dict[str, Any]]:

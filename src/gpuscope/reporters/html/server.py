@@ -1,7 +1,7 @@
 """The local server of ``gpuscope view``: the page, and its answers from the report.
 
 Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
-``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`,
+``/api/window?t0&t1&px[&bin=1]`` the window on screen (``bin=1``: in the binary form of :mod:`.window_bin`) with level of detail (:mod:`...analysis.timeline_window`,
 from the pyramid of :mod:`...analysis.timeline_lod` once read or built; its ``Server-Timing``
 header says how long the query and its encoding took; a request whose connection the page has
 closed, cancelling it, is not computed);
@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlparse
 
 from ...analysis.timeline_tracks import TimelineIndex
 from ...analysis.timeline_window import counters, window
+from . import window_bin
 from ...errors import GpuscopeError
 from ...trace.report import Report
 from ...units import duration, human
@@ -191,6 +192,19 @@ def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
 Route = Callable[[dict[str, list[str]]], Any]
 
 
+class WindowAnswer:
+    """A window whose lanes hold numpy arrays: sent in the binary form when ``as_bytes`` (the
+    page asks so: :mod:`.window_bin`), else as JSON."""
+
+    def __init__(self, value: dict[str, Any], as_bytes: bool) -> None:
+        self.value, self.as_bytes = value, as_bytes
+
+
+def _lists(answer: dict[str, Any]) -> dict[str, Any]:
+    lanes = [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in w.items()} for w in answer["lanes"]]
+    return {**answer, "lanes": lanes}
+
+
 def _search(index: TimelineIndex, text: str) -> dict[str, Any]:
     from ...analysis.timeline_details import search
 
@@ -209,9 +223,10 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
 
     routes: dict[str, Route] = {
         "/api/content": lambda q: side(q).content(q.get("compute") == ["1"]),
-        "/api/window": lambda q: {
-            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000), lod=side(q).lod),
+        "/api/window": lambda q: WindowAnswer({
+            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000), lod=side(q).lod, arrays=True),
             "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
+            as_bytes=q.get("bin") == ["1"]),
         "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
         "/api/search": lambda q: _search(side(q).index, q.get("q", [""])[0]),
         "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
@@ -246,7 +261,17 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
                 return self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
             if body is None:
                 return self._json(HTTPStatus.NOT_FOUND, {"error": "no such slice"})
+            if isinstance(body, WindowAnswer):
+                return self._window(body, started)
             self._json(HTTPStatus.OK, body, started)
+
+        def _window(self, body: WindowAnswer, started: float) -> None:
+            answered = time.perf_counter()
+            if body.as_bytes:
+                data, kind = window_bin.encode(body.value), "application/octet-stream"
+            else:
+                data, kind = json.dumps(_lists(body.value), separators=(",", ":")).encode(), "application/json"
+            self._send(HTTPStatus.OK, data, kind, (answered - started, time.perf_counter() - answered))
 
         def _gone(self) -> bool:
             """Return True when the page has closed the connection (it cancelled this request)."""

@@ -44,17 +44,36 @@ GS.ServerSource = class {
     return r.json();
   }
   async window(t0, t1, px, signal) {
-    const params = { t0: Math.floor(t0), t1: Math.ceil(t1), px };
+    const params = { t0: Math.floor(t0), t1: Math.ceil(t1), px, bin: 1 };
     if (this.side != null) params.side = this.side;
     const r = await fetch("/api/window?" + new URLSearchParams(params), { signal });
     if (!r.ok) throw new Error(`/api/window: HTTP ${r.status}`);
-    const at = performance.now(), w = await r.json();
+    const buf = await r.arrayBuffer(), at = performance.now(), w = GS.decodeWindow(buf);
     performance.measure("tl-decode", { start: at, end: performance.now() });
     return w;
   }
   details(lane, i) { return this.get("/api/slice", { lane, i }); }
   summary(t0, t1) { return this.get("/api/summary", { t0: Math.floor(t0), t1: Math.ceil(t1) }); }
   search(q) { return this.get("/api/search", { q }); }
+};
+
+// A window in the server's binary form (reporters/html/window_bin.py): a u32 length, 4 bytes, that
+// much JSON (each lane's length as n), then each lane's arrays, each at a multiple of 8 bytes.
+GS.decodeWindow = function (buf) {
+  const n = new DataView(buf).getUint32(0, true);
+  const w = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+  let at = 8 + n + (8 - (8 + n) % 8) % 8;
+  const take = (T, len) => {
+    const a = new T(buf, at, len); at += a.byteLength + (8 - a.byteLength % 8) % 8;
+    return Array.from(a);
+  };
+  for (const l of w.lanes) {
+    if (l.kind === "slices") { l.start = take(Float64Array, l.n); l.end = take(Float64Array, l.n); }
+    else { l.busy = take(Uint16Array, l.n).map(v => v / 1000); l.count = take(Uint32Array, l.n); }
+    l.name = take(Int32Array, l.n);
+    delete l.n;
+  }
+  return w;
 };
 
 const LANE_H = 15, GROUP_H = 18, COUNTER_H = 30, AXIS_H = 22, LABEL_W = 210, MAX_H = 620;
