@@ -207,6 +207,16 @@ def test_view_keeps_the_connection_open_and_says_where_a_windows_time_went(adam:
         con.close()
         assert socks[0] is not None and socks[0] is socks[1]  # one connection for both windows
         assert answers[0] == view.get(f"/api/window?t0=0&t1={span}&px=500")
+        # a window asked for on a connection the asker then closed (a cancelled fetch) gets no answer;
+        # the same request on an open connection does, and the server goes on serving
+        request = f"GET /api/window?t0=0&t1={span}&px=500 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        for cancel in (True, False):
+            with socket.create_connection((u.hostname, u.port), timeout=60) as s:
+                s.sendall(request)
+                if cancel:
+                    s.shutdown(socket.SHUT_WR)
+                got = s.recv(100)
+            assert (got == b"") == cancel and (cancel or got.startswith(b"HTTP/1.1 200"))
         # the binary form the page asks for holds the same answer, in fewer bytes
         for t0, t1 in ((0, span), (span // 2, span // 2 + 200_000)):
             with urllib.request.urlopen(f"{view.url}api/window?t0={t0}&t1={t1}&px=500&bin=1", timeout=60) as r:

@@ -1,21 +1,21 @@
 """The local server of ``gpuscope view``: the page, and its answers from the report.
 
 Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
-``/api/window?t0&t1&px[&bin=1]`` the window on screen (``bin=1``: in the binary form of :mod:`.window_bin`) with level of detail (:mod:`...analysis.timeline_window`,
-from the pyramid of :mod:`...analysis.timeline_lod` once read or built; its ``Server-Timing``
-header says how long the query and its encoding took; a request whose connection the page has
-closed, cancelling it, is not computed);
+``/api/window?t0&t1&px[&bin=1]`` the window on screen with level of detail
+(:mod:`...analysis.timeline_window`, from the pyramid of :mod:`...analysis.timeline_lod` once read
+or built; ``bin=1``: in the binary form of :mod:`.window_bin`; a request whose connection the page
+has closed, cancelling it, is not computed); each answer's ``Server-Timing`` header says how long
+its query and its encoding took;
 ``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
 Times are ns from the timeline's start. Connections stay open (HTTP/1.1, no Nagle delay).
-Serving two reports side by side (``gpuscope view BASE NEW``), each route takes ``side=0`` (base, the default) or ``side=1``, and ``/api/diff`` answers
-the comparison. The server binds 127.0.0.1 only.
+Serving two reports side by side (``gpuscope view BASE NEW``), each route takes ``side=0`` (base,
+the default) or ``side=1``, and ``/api/diff`` answers the comparison. The server binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import socket
 import sys
 import threading
@@ -275,11 +275,20 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
 
         def _gone(self) -> bool:
             """Return True when the page has closed the connection (it cancelled this request)."""
+            sock = self.connection
+            timeout = sock.gettimeout()
             try:
-                ready, _, _ = select.select([self.connection], [], [], 0)
-                return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+                sock.setblocking(False)
+                return sock.recv(1, socket.MSG_PEEK) == b""  # end of stream: closed
+            except BlockingIOError:
+                return False  # open, and nothing more sent
             except OSError:
                 return True
+            finally:
+                try:
+                    sock.settimeout(timeout)
+                except OSError:
+                    pass  # closed meanwhile: the answer's write says so
 
         def _json(self, status: HTTPStatus, body: Any, started: float | None = None) -> None:
             answered = time.perf_counter()

@@ -138,8 +138,8 @@ GS.Timeline = class {
   changed() {
     this.seq++;
     performance.mark(this.mark(this.seq));
+    this.request(); // asked first: the previous answer is redrawn at the new scale while the server works
     this.draw();
-    this.request();
     if (this.onChange) this.onChange(this); // another timeline that follows this one
   }
 
