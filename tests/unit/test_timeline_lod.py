@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from gpuscope.analysis import timeline_lod
+from gpuscope.analysis.timeline_buckets import buckets, longest
 from gpuscope.analysis.timeline_lod import build, grid, levels
 from gpuscope.analysis.timeline_tracks import Lane, TimelineIndex, Track, build_index
-from gpuscope.analysis.timeline_window import buckets, longest, window
+from gpuscope.analysis.timeline_window import window
 from gpuscope.trace import sidecar
 from gpuscope.trace.report import Report
 

@@ -4,7 +4,7 @@ A window that holds too many slices to send is answered on a *grid*: buckets of 
 from timeline time 0 (the index's ``start_ns``), ``k`` chosen so that a bucket is the nearest
 power of two to one pixel (:func:`grid`). Buckets on a grid stay where they are as the view pans,
 and the same bucket has the same answer whatever the window. A bucket holds what
-:func:`.timeline_window.buckets` says of it: the exact fraction of its time that something ran,
+:func:`.timeline_buckets.buckets` says of it: the exact fraction of its time that something ran,
 the number of slices that start in it, and its dominant name.
 
 For a lane of many slices those answers are computed once for every bucket of every grid from
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..trace import sidecar
 from .timeline_tracks import Lane, TimelineIndex
-from .timeline_window import buckets
+from .timeline_buckets import buckets
 
 FINEST_SLICES = 16  # the finest grid kept has at most one bucket per this many slices of the lane
 MIN_SLICES = 50_000  # a lane with fewer answers from its slices (a millisecond or two at most)
@@ -60,7 +60,7 @@ def grid(t0: float, t1: float, px: int) -> int:
 
 
 def lane_buckets(lane: Lane, k: int, b0: int, b1: int, origin: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return busy, count and name (as :func:`.timeline_window.buckets`) of buckets ``b0..b1 - 1``
+    """Return busy, count and name (as :func:`.timeline_buckets.buckets`) of buckets ``b0..b1 - 1``
     of grid ``k``, computed from the lane's slices (``origin``: the index's start_ns)."""
     parts = []
     for a in range(b0, max(b1, b0), CHUNK):
