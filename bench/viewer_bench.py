@@ -68,6 +68,7 @@ def one_run(report: Path, chromium: str, cache: bool = True, content_timeout_s: 
     from playwright.sync_api import sync_playwright
 
     env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    load_before = os.getloadavg()[0]
     t_start = time.perf_counter()
     flags = [] if cache else ["--no-cache"]
     proc = subprocess.Popen([sys.executable, "-m", "gpuscope", "view", str(report), "--no-browser", *flags],
@@ -95,6 +96,17 @@ def one_run(report: Path, chromium: str, cache: bool = True, content_timeout_s: 
                 page.keyboard.press(key)
                 page.wait_for_function(f"GS.timeline.stats.updates > {n} && !GS.timeline.inFlight", timeout=60_000)
             updates = page.evaluate("performance.getEntriesByName('tl-update').map(e => e.duration)")
+            parts = page.evaluate("""() => {
+              const d = n => performance.getEntriesByName(n).map(e => e.duration);
+              const res = performance.getEntriesByType('resource').filter(e => e.name.includes('/api/window'));
+              const st = (e, n) => (e.serverTiming.find(s => s.name === n) || { duration: NaN }).duration;
+              return { fetch: d('tl-fetch'), decode: d('tl-decode'), draw: d('tl-draw'),
+                       query: res.map(e => st(e, 'query')), encode: st ? res.map(e => st(e, 'encode')) : [],
+                       bytes: res.map(e => e.encodedBodySize),
+                       connect: res.map(e => e.requestStart - e.startTime),
+                       ttfb: res.map(e => e.responseStart - e.requestStart),
+                       download: res.map(e => e.responseEnd - e.responseStart) };
+            }""")
             slices = page.evaluate("GS.timeline.stats")
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
@@ -108,10 +120,27 @@ def one_run(report: Path, chromium: str, cache: bool = True, content_timeout_s: 
     err = proc.stderr.read()  # type: ignore[union-attr]
     index_s = float(re.search(r"(?:indexed|index of) [\d,]+ timeline slices in ([\d.]+) s", err).group(1))  # type: ignore[union-attr]
     updates = updates[1:]  # the first is the first view
-    return {"served_s": t_served, "index_s": index_s, "first_view_ms": first, "content_s": content_s, "updates": updates,
+    load = (load_before, os.getloadavg()[0])  # the 1-minute load average as the run began and ended
+    return {"load": load, "served_s": t_served, "index_s": index_s, "first_view_ms": first, "content_s": content_s, "updates": updates,
             "p95_ms": _pct(updates, 95), "median_ms": statistics.median(updates), "max_ms": max(updates),
             "server_peak_mb": server_peak / 1e6, "js_heap_mb": metrics["JSHeapUsedSize"] / 1e6,
-            "chromium_pss_mb": chrome_pss / 1e6, "chromium_rss_mb": chrome_rss / 1e6, "chromium_max_rss_mb": chrome_max / 1e6, "last_stats": slices}
+            "chromium_pss_mb": chrome_pss / 1e6, "chromium_rss_mb": chrome_rss / 1e6, "chromium_max_rss_mb": chrome_max / 1e6, "last_stats": slices,
+            "parts": {k: v[1:] for k, v in parts.items()}}
+
+
+def parts_line(r: dict[str, Any]) -> str:
+    """Return where one run's zooms and pans spent their time: median and p95 of each part."""
+    p = r["parts"]
+    names = {"fetch": "asked to decoded", "decode": "decode", "draw": "draw", "query": "server query",
+             "encode": "server encode", "connect": "to request sent", "ttfb": "to first byte",
+             "download": "download", "bytes": "response bytes"}
+    out = []
+    for k, label in names.items():
+        v = [x for x in p.get(k, []) if x == x]
+        if v:
+            unit = "" if k == "bytes" else " ms"
+            out.append(f"{label} {statistics.median(v):,.1f}/{_pct(v, 95):,.1f}{unit}")
+    return "median/p95: " + ", ".join(out)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -134,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = load_or_make(args.path, args.records, log=print)
     print(f"report: {gen.records:,} kernels, {args.path.stat().st_size / 1e6:.0f} MB, span {gen.span_s:.0f} s")
     kept_dir = args.path.with_name(args.path.name + ".cache")
-    for name in ("timeline.bin", "content.json") if args.fresh_analyses else ("timeline.bin",):
+    for name in ("timeline.bin", "lod.bin", "content.json") if args.fresh_analyses else ("timeline.bin", "lod.bin"):
         (kept_dir / name).unlink(missing_ok=True)
     analyses = args.fresh_analyses or (kept_dir / "content.json").exists()  # else the tables are not awaited
     groups: dict[str, list[dict[str, Any]]] = {"first open (no index kept)": [
@@ -156,12 +185,16 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f} at the end")
     for label, runs in groups.items():
         for i, r in enumerate(runs):
-            print(f"{label} run {i + 1}: served after {r['served_s']:.1f} s (index {r['index_s']:.1f} s), first view "
+            print(f"{label} run {i + 1} (load average {r['load'][0]:.1f} to {r['load'][1]:.1f}): served after {r['served_s']:.1f} s (index {r['index_s']:.1f} s), first view "
                   f"{r['first_view_ms']:.0f} ms, tables after {r['content_s']:.1f} s, {len(r['updates'])} zoom/pan: "
                   f"median {r['median_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, max {r['max_ms']:.1f} ms; server peak "
                   f"{r['server_peak_mb']:.0f} MB, JS heap {r['js_heap_mb']:.0f} MB, chromium PSS "
                   f"{r['chromium_pss_mb']:.0f} MB in all (RSS summed {r['chromium_rss_mb']:.0f} MB, largest process "
                   f"{r['chromium_max_rss_mb']:.0f} MB)")
+            print(f"  {parts_line(r)}")
+        pooled = [u for r in runs for u in r["updates"]]
+        print(f"{label}: all {len(pooled)} zooms and pans pooled: median {statistics.median(pooled):.1f} ms, "
+              f"p95 {_pct(pooled, 95):.1f} ms, max {max(pooled):.1f} ms")
         print(f"{label}: median (min-max) of {len(runs)}:")
         for key in ("served_s", "index_s", "first_view_ms", "content_s", "median_ms", "p95_ms", "max_ms",
                     "server_peak_mb", "js_heap_mb", "chromium_pss_mb", "chromium_rss_mb", "chromium_max_rss_mb"):

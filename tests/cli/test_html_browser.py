@@ -250,3 +250,46 @@ def test_two_runs_side_by_side_are_aligned_by_step_with_their_comparison(browser
     finally:
         p.close()
         view.stop()
+
+
+def test_a_newer_view_cancels_the_window_in_flight_and_buckets_keep_their_grid(browser: Any, adam: Path,
+                                                                                tmp_path: Path) -> None:
+    report = tmp_path / "adam.gpuscope"
+    shutil.copyfile(adam, report)
+    view = View(Gpuscope(tmp_path), report)
+    p = Page(browser, "view-cancel")
+    try:
+        p.page.goto(view.url)
+        _wait_drawn(p.page)
+        p.page.wait_for_function("!GS.timeline.inFlight")
+        # a bucket of the whole run: where the server's grid puts it, a power of two ns wide
+        meta = p.page.evaluate("GS.timeline.meta")
+        [gpu] = [t for t in meta["tracks"] if t["group"].startswith("GPU 0")]
+        lane = gpu["lanes"][0]
+        w = p.page.evaluate(f"(({{t0, step, kind}}) => ({{t0, step, kind}}))(GS.timeline.data.byLane.get({lane}))")
+        assert w["kind"] == "buckets" and w["step"] & (w["step"] - 1) == 0 and w["t0"] % w["step"] == 0
+        hit = p.page.evaluate(f"""(() => {{ const tl = GS.timeline, row = tl.rows.find(r => r.track && r.track.lanes.includes({lane}));
+            const w = tl.data.byLane.get({lane}), i = w.busy.indexOf(Math.max(...w.busy)), x = tl.x(w.t0 + (i + 0.5) * w.step);
+            const h = tl.hit(x, 22 - tl.scrollY + row.y + 5); return [h.bucket, h.t0, h.t1, w.t0 + i * w.step]; }})()""")
+        assert hit[0] is True and hit[2] - hit[1] == w["step"] and hit[1] == hit[3]
+        # two views asked for at once: the first one's window is cancelled, only the second's is drawn
+        before = p.page.evaluate("[GS.timeline.stats.updates, GS.timeline.stats.cancelled, GS.timeline.stats.requests]")
+        want = p.page.evaluate("""(() => { const tl = GS.timeline, s = tl.span;
+            tl.setView(s * 0.1, s * 0.6); tl.setView(s * 0.3, s * 0.4); return [tl.t0, tl.t1]; })()""")
+        p.page.wait_for_function(f"GS.timeline.stats.updates > {before[0]} && !GS.timeline.inFlight")
+        p.page.wait_for_timeout(300)  # an answer to the first view, were it not cancelled, would land here
+        after = p.page.evaluate("[GS.timeline.stats.updates, GS.timeline.stats.cancelled, GS.timeline.stats.requests, "
+                                "GS.timeline.data.t0, GS.timeline.data.t1]")
+        assert after[:3] == [before[0] + 1, before[1] + 1, before[2] + 2]
+        assert (after[3], after[4]) == (int(want[0]), pytest.approx(want[1], abs=1))
+        assert "timeline:" not in p.page.locator("#tl-note").text_content()  # a cancel is no failure
+        # the page reads the binary form of a window as the JSON form says it
+        same = p.page.evaluate("""(async () => { const q = `t0=0&t1=${Math.round(GS.timeline.span)}&px=700`;
+            const json = await (await fetch("/api/window?" + q)).json();
+            const bin = GS.decodeWindow(await (await fetch("/api/window?bin=1&" + q)).arrayBuffer());
+            return [JSON.stringify(json) === JSON.stringify(bin), json.lanes.map(l => l.kind)]; })()""")
+        assert same[0] is True and "buckets" in same[1] and "slices" in same[1]
+        assert not p.errors, p.errors
+    finally:
+        p.close()
+        view.stop()

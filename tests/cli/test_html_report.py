@@ -178,6 +178,56 @@ def test_view_answers_a_window_with_the_reports_slices(adam: tuple[Path, str, di
         view.stop()
 
 
+def test_view_keeps_the_connection_open_and_says_where_a_windows_time_went(adam: tuple[Path, str, dict],
+                                                                            tmp_path: Path) -> None:
+    import http.client
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from gpuscope.reporters.html import window_bin
+
+    report = tmp_path / "r.gpuscope"
+    shutil.copyfile(adam[0], report)
+    view = View(Gpuscope(tmp_path), report)
+    try:
+        tl = page_data(urllib_text(view.url))["timeline"]
+        span = tl["end_ns"] - tl["start_ns"]
+        u = urlparse(view.url)
+        con = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+        answers, socks = [], []
+        for t0, t1 in ((0, span), (span // 2, span // 2 + 200_000)):
+            con.request("GET", f"/api/window?t0={t0}&t1={t1}&px=500")
+            r = con.getresponse()
+            body = json.loads(r.read())
+            assert r.status == 200 and r.version == 11
+            timing = dict(part.strip().split(";dur=") for part in r.getheader("Server-Timing").split(","))
+            assert set(timing) == {"query", "encode"} and all(float(v) >= 0 for v in timing.values())
+            answers.append(body)
+            socks.append(con.sock)
+        con.close()
+        assert socks[0] is not None and socks[0] is socks[1]  # one connection for both windows
+        assert answers[0] == view.get(f"/api/window?t0=0&t1={span}&px=500")
+        # a window asked for on a connection the asker then closed (a cancelled fetch) gets no answer;
+        # the same request on an open connection does, and the server goes on serving
+        request = f"GET /api/window?t0=0&t1={span}&px=500 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        for cancel in (True, False):
+            with socket.create_connection((u.hostname, u.port), timeout=60) as s:
+                s.sendall(request)
+                if cancel:
+                    s.shutdown(socket.SHUT_WR)
+                got = s.recv(100)
+            assert (got == b"") == cancel and (cancel or got.startswith(b"HTTP/1.1 200"))
+        # the binary form the page asks for holds the same answer, in fewer bytes
+        for t0, t1 in ((0, span), (span // 2, span // 2 + 200_000)):
+            with urllib.request.urlopen(f"{view.url}api/window?t0={t0}&t1={t1}&px=500&bin=1", timeout=60) as r:
+                data = r.read()
+                assert r.headers["Content-Type"] == "application/octet-stream"
+            assert window_bin.decode(data) == view.get(f"/api/window?t0={t0}&t1={t1}&px=500")
+            assert len(data) < len(json.dumps(view.get(f"/api/window?t0={t0}&t1={t1}&px=500")))
+    finally:
+        view.stop()
+
+
 def test_a_second_view_starts_from_what_the_first_kept(adam: tuple[Path, str, dict], tmp_path: Path) -> None:
     import time
 

@@ -1,26 +1,31 @@
 """Window queries on a timeline index, with level of detail.
 
 Times in and out are *timeline times*: ns from the index's ``start_ns`` (small enough for a
-browser's doubles). A window is a time span drawn on ``px`` pixels. A lane with few slices in the window answers with
-the slices themselves; a lane with more answers with one bucket per pixel: the fraction of the
-pixel's time that something ran (exact: slices of a lane never overlap, so busy time up to any
-instant is a prefix sum and a binary search), the number of slices that start in it, and the name
-that dominates it (the most frequent of :data:`SAMPLES` instants spread over the pixel, else the
-longest slice starting in it). Counters answer with their samples, or per pixel the last, the
-lowest and the highest value. The cost is a few binary searches per pixel, whatever the report's size.
+browser's doubles). A window is a time span drawn on ``px`` pixels. A lane with few slices in the
+window answers with the slices themselves; a lane with more answers with buckets (:func:`buckets`):
+the fraction of the bucket's time that something ran (exact: slices of a lane never overlap, so
+busy time up to any instant is a prefix sum and a binary search), the number of slices that start
+in it, and the name that dominates it (the most frequent of :data:`SAMPLES` instants spread over
+the bucket, else the longest slice starting in it: :mod:`.timeline_buckets`). :func:`lane_window` (the file's timeline) puts
+one bucket on each pixel; :func:`window` (the viewer's) puts them on the window's power-of-two grid,
+read from the lane's pyramid where one was computed (:mod:`.timeline_lod`). Counters answer with
+their samples, or per pixel the last, the lowest and the highest value.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
+from .timeline_buckets import SAMPLES, buckets, busy_before, longest
+from .timeline_lod import grid, grid_buckets
 from .timeline_tracks import Lane, TimelineIndex
+
+__all__ = ["MAX_SLICES", "SAMPLES", "buckets", "busy_before", "counters", "lane_window", "longest", "slices_in", "window"]
 
 # A lane answers with slices when at most this many are in the window (and at most two per pixel).
 MAX_SLICES = 4000
-SAMPLES = 5  # instants per pixel that vote for its dominant name
 
 
 def lane_window(lane: Lane, t0: int, t1: int, px: int, max_slices: int = MAX_SLICES, origin: int = 0) -> dict[str, Any]:
@@ -29,58 +34,61 @@ def lane_window(lane: Lane, t0: int, t1: int, px: int, max_slices: int = MAX_SLI
     ``first`` the index of the first slice (slice ``first + i`` is ``start[i]``...; times less
     ``origin``), or
     ``{"lane", "kind": "buckets", "busy" (0..1 per pixel), "count", "name" (-1: none)}``."""
+    few = slices_in(lane, t0, t1, min(max_slices, 2 * px), origin)
+    if few is not None:
+        return few
+    edges = t0 + (np.arange(px + 1, dtype=np.float64) * ((t1 - t0) / px)).astype(np.int64)
+    busy, count, name = buckets(lane, edges)
+    return {"lane": lane.id, "kind": "buckets", "busy": np.round(busy, 3).tolist(), "count": count.tolist(),
+            "name": name.tolist()}
+
+
+def slices_in(lane: Lane, t0: int, t1: int, limit: int, origin: int = 0, arrays: bool = False) -> dict[str, Any] | None:
+    """Return the slices of ``lane`` in [t0, t1) as :func:`lane_window` does (``arrays``: as numpy
+    arrays, not lists), or None when there are more than ``limit``."""
     i0 = int(np.searchsorted(lane.end, t0, "right"))  # ends are sorted: slices of a lane never overlap
     i1 = int(np.searchsorted(lane.start, t1, "left"))
-    n = max(0, i1 - i0)
-    if n <= min(max_slices, 2 * px):
-        return {"lane": lane.id, "kind": "slices", "first": i0, "start": (lane.start[i0:i1] - origin).tolist(),
-                "end": (lane.end[i0:i1] - origin).tolist(), "name": lane.name[i0:i1].tolist()}
-    edges = t0 + (np.arange(px + 1, dtype=np.float64) * ((t1 - t0) / px)).astype(np.int64)
-    busy = np.diff(busy_before(lane, edges)) / np.maximum(np.diff(edges), 1)
-    starts = np.searchsorted(lane.start, edges, "left")
-    count = np.diff(starts)
-    width = (t1 - t0) / px
-    at = (t0 + (np.arange(px)[:, None] + (np.arange(SAMPLES) + 0.5)[None, :] / SAMPLES) * width).astype(np.int64)
-    j = np.searchsorted(lane.start, at, "right") - 1
-    jc = np.clip(j, 0, len(lane) - 1)
-    hit = (j >= 0) & (lane.end[jc] > at)
-    names = np.where(hit, lane.name[jc], -1)
-    votes = (names[:, :, None] == names[:, None, :]).sum(axis=2) * (names >= 0)
-    dominant = names[np.arange(px), votes.argmax(axis=1)]
-    dominant = np.where(votes.max(axis=1) > 0, dominant, -1)
-    empty = (dominant < 0) & (count > 0)
-    if empty.any():  # nothing ran at the sampled instants: the longest slice starting in the pixel
-        for p in np.flatnonzero(empty):
-            a, b = starts[p], starts[p + 1]
-            dur = lane.end[a:b] - lane.start[a:b]
-            dominant[p] = lane.name[a + int(dur.argmax())]
-    return {"lane": lane.id, "kind": "buckets", "busy": np.round(np.clip(busy, 0.0, 1.0), 3).tolist(),
-            "count": count.tolist(), "name": dominant.astype(int).tolist()}
-
-
-def busy_before(lane: Lane, t: np.ndarray) -> np.ndarray:
-    """Return, for each instant of ``t``, the time (ns) the lane's slices ran before it."""
-    j = np.searchsorted(lane.start, t, "right") - 1
-    jc = np.clip(j, 0, max(len(lane) - 1, 0))
-    if not len(lane):
-        return np.zeros(len(t), dtype=np.int64)
-    inside = np.clip(t - lane.start[jc], 0, lane.end[jc] - lane.start[jc])
-    return np.where(j >= 0, lane.cum[jc] + inside, 0)
+    if max(0, i1 - i0) > limit:
+        return None
+    i1 = max(i0, i1)
+    start, end, name = lane.start[i0:i1] - origin, lane.end[i0:i1] - origin, lane.name[i0:i1]
+    if not arrays:
+        start, end, name = start.tolist(), end.tolist(), name.tolist()
+    return {"lane": lane.id, "kind": "slices", "first": i0, "start": start, "end": end, "name": name}
 
 
 def window(index: TimelineIndex, t0: int, t1: int, px: int, lanes: list[int] | None = None,
-           max_slices: int = MAX_SLICES) -> dict[str, Any]:
+           max_slices: int = MAX_SLICES, lod: Mapping[int, Any] | None = None, arrays: bool = False) -> dict[str, Any]:
     """Return the window [t0, t1) (timeline times) on ``px`` pixels of every lane (or of ``lanes``):
-    ``{"t0", "t1", "px", "lanes": [lane_window...], "names": {position: name}}`` with only the
-    names it uses."""
+    ``{"t0", "t1", "px", "lanes": [...], "names": {position: name}}`` with only the names it uses.
+    A lane with few slices in the window (as :func:`lane_window`) answers with them, a lane with
+    more with buckets on the window's grid (:mod:`.timeline_lod`): ``{"lane", "kind": "buckets",
+    "t0", "step", "busy", "count", "name"}``, bucket ``i`` being [t0 + i * step, t0 + (i + 1) * step),
+    taken from the lane's pyramid in ``lod`` (by lane id) where it holds that grid. ``arrays``:
+    each lane's values as numpy arrays, not lists."""
     px = max(1, min(int(px), 8192))
     t0 = int(t0)
     t1 = max(int(t1), t0 + 1)
     o = index.start_ns
+    k = grid(t0, t1, px)
+    b0, b1 = t0 >> k, ((t1 - 1) >> k) + 1
     chosen = index.lanes if lanes is None else [index.lanes[i] for i in lanes if 0 <= i < len(index.lanes)]
-    out = [lane_window(lane, t0 + o, t1 + o, px, max_slices, origin=o) for lane in chosen]
-    used = {n for w in out for n in w["name"] if n >= 0}
-    return {"t0": int(t0), "t1": t1, "px": px, "lanes": out, "names": {int(n): index.names[n] for n in sorted(used)}}
+    out = []
+    for lane in chosen:
+        w = slices_in(lane, t0 + o, t1 + o, min(max_slices, 2 * px), origin=o, arrays=True)
+        if w is None:
+            busy, count, name = grid_buckets(lane, (lod or {}).get(lane.id), k, b0, b1, o)
+            w = {"lane": lane.id, "kind": "buckets", "t0": b0 << k, "step": 1 << k, "busy": busy, "count": count,
+                 "name": name}
+        out.append(w)
+    used = np.unique(np.concatenate([w["name"] for w in out])) if out else np.zeros(0, dtype=np.int32)
+    if not arrays:
+        for w in out:
+            for key in ("start", "end", "busy", "count", "name"):
+                if key in w:
+                    w[key] = w[key].tolist()
+    return {"t0": int(t0), "t1": t1, "px": px, "lanes": out,
+            "names": {int(n): index.names[n] for n in used.tolist() if n >= 0}}
 
 
 def counters(index: TimelineIndex, t0: int, t1: int, px: int) -> list[dict[str, Any]]:

@@ -38,12 +38,13 @@ def _say(message: str) -> None:
     print(f"gpuscope: {message}", file=sys.stderr, flush=True)
 
 
-def _keep(path: Path, index: TimelineIndex, key: dict[str, int]) -> None:
+def _keep(path: Path, index: TimelineIndex, key: dict[str, int], viewer: Viewer) -> None:
     from ..analysis import timeline_store
 
     if timeline_store.keep(path, index, key) is None:
         _say(f"warning: could not keep the timeline index beside {path} or in the cache directory; "
              "the next view indexes the report again")
+    viewer.start_lod()  # after the index is written: the two never hold their memory at once
 
 
 def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
@@ -67,12 +68,15 @@ def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
             # DuckDB's cache would hold gigabytes while ten million slices are read; the index is what stays
             report.con.execute(f"SET memory_limit = '{INDEX_MEMORY}'")
             index = build_index(report)
-            if key is not None:
-                threading.Thread(target=_keep, args=(report.path, index, key), daemon=True).start()
         if index.events() <= FILE_EVENT_CAP:  # the analyses of the page's other sections run at full width
             report.con.execute("RESET memory_limit")
         said = f"{how} {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s"
-        return Viewer(report, index, FILE_EVENT_CAP, key), said
+        viewer = Viewer(report, index, FILE_EVENT_CAP, key)
+        if how == "indexed" and key is not None:  # kept in the background, then its levels of detail
+            threading.Thread(target=_keep, args=(report.path, index, key, viewer), daemon=True).start()
+        else:  # read beside the report, else built in the background
+            viewer.start_lod()
+        return viewer, said
     except BaseException:
         report.close()
         raise

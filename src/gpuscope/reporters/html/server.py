@@ -1,18 +1,25 @@
 """The local server of ``gpuscope view``: the page, and its answers from the report.
 
 Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
-``/api/window?t0&t1&px`` the window on screen with level of detail (:mod:`...analysis.timeline_window`);
+``/api/window?t0&t1&px[&bin=1]`` the window on screen with level of detail
+(:mod:`...analysis.timeline_window`, from the pyramid of :mod:`...analysis.timeline_lod` once read
+or built; ``bin=1``: in the binary form of :mod:`.window_bin`; a request whose connection the page
+has closed, cancelling it, is not computed); each answer's ``Server-Timing`` header says how long
+its query and its encoding took;
 ``/api/slice?lane&i`` one slice's details; ``/api/search?q``; ``/api/summary?t0&t1`` a span's summary.
-Times are ns from the timeline's start. Serving two reports side by side (``gpuscope view BASE
-NEW``), each route takes ``side=0`` (base, the default) or ``side=1``, and ``/api/diff`` answers
-the comparison. The server binds 127.0.0.1 only.
+Times are ns from the timeline's start. Connections stay open (HTTP/1.1, no Nagle delay).
+Serving two reports side by side (``gpuscope view BASE NEW``), each route takes ``side=0`` (base,
+the default) or ``side=1``, and ``/api/diff`` answers the comparison. The server binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -20,6 +27,7 @@ from urllib.parse import parse_qs, urlparse
 
 from ...analysis.timeline_tracks import TimelineIndex
 from ...analysis.timeline_window import counters, window
+from . import window_bin
 from ...errors import GpuscopeError
 from ...trace.report import Report
 from ...units import duration, human
@@ -37,6 +45,31 @@ class Viewer:
         self._started = False
         self.content_cap = content_cap
         self.key = key  # the report's key when it was opened: derived files are kept under it (None: not kept)
+        self.lod: dict[int, Any] = {}  # the lanes' levels of detail, once read or built (timeline_lod)
+
+    def start_lod(self) -> None:
+        """Read the levels of detail kept beside the report, else build them in the background
+        (seconds on ten million slices; windows are computed from the slices until then) and keep them."""
+        from ...analysis import timeline_lod
+
+        found = timeline_lod.cached(self.report.path) if self.key is not None else None
+        if found is not None:
+            self.lod = found
+            return
+        threading.Thread(target=self._build_lod, name="gpuscope-lod", daemon=True).start()
+
+    def _build_lod(self) -> None:
+        from ...analysis import timeline_lod
+
+        background_priority()
+        try:
+            built = timeline_lod.build(self.index)
+        except Exception as exc:  # the windows are computed from the slices, as before
+            print(f"gpuscope: warning: the timeline's levels of detail failed: {exc}", file=sys.stderr)
+            return
+        self.lod = built
+        if self.key is not None and built:
+            timeline_lod.keep(self.report.path, built, self.key)
 
     def start_content(self) -> None:
         """Compute the analyses' sections in the background (they take seconds on a large report),
@@ -110,6 +143,16 @@ class Viewer:
         return s
 
 
+def background_priority() -> None:
+    """Lower the calling thread's scheduling priority (Linux, where threads have their own), so
+    that work in the background yields the processor to the page's requests."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except OSError as exc:  # not allowed here: the work runs at the server's priority
+            print(f"gpuscope: note: background work at normal priority ({exc.strerror})", file=sys.stderr)
+
+
 class Once:
     """A value computed once, in the background, by ``fn``; :meth:`get` waits for it. A failure
     becomes ``{"error": one line}`` (the page shows it; the server goes on)."""
@@ -149,6 +192,19 @@ def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
 Route = Callable[[dict[str, list[str]]], Any]
 
 
+class WindowAnswer:
+    """A window whose lanes hold numpy arrays: sent in the binary form when ``as_bytes`` (the
+    page asks so: :mod:`.window_bin`), else as JSON."""
+
+    def __init__(self, value: dict[str, Any], as_bytes: bool) -> None:
+        self.value, self.as_bytes = value, as_bytes
+
+
+def _lists(answer: dict[str, Any]) -> dict[str, Any]:
+    lanes = [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in w.items()} for w in answer["lanes"]]
+    return {**answer, "lanes": lanes}
+
+
 def _search(index: TimelineIndex, text: str) -> dict[str, Any]:
     from ...analysis.timeline_details import search
 
@@ -167,9 +223,10 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
 
     routes: dict[str, Route] = {
         "/api/content": lambda q: side(q).content(q.get("compute") == ["1"]),
-        "/api/window": lambda q: {
-            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000)),
+        "/api/window": lambda q: WindowAnswer({
+            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000), lod=side(q).lod, arrays=True),
             "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
+            as_bytes=q.get("bin") == ["1"]),
         "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
         "/api/search": lambda q: _search(side(q).index, q.get("q", [""])[0]),
         "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
@@ -180,6 +237,8 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuscope"
+        protocol_version = "HTTP/1.1"  # connections kept open: a zoom does not wait for a new one
+        disable_nagle_algorithm = True  # on an open connection an answer's last bytes would wait for an ACK
 
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
             url = urlparse(self.path)
@@ -190,6 +249,10 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
             route = routes.get(url.path)
             if route is None:
                 return self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
+            if url.path == "/api/window" and self._gone():
+                self.close_connection = True  # a window the page no longer wants: not computed
+                return
+            started = time.perf_counter()
             try:
                 body = route(parse_qs(url.query))
             except ValueError as exc:
@@ -198,14 +261,46 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
                 return self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
             if body is None:
                 return self._json(HTTPStatus.NOT_FOUND, {"error": "no such slice"})
-            self._json(HTTPStatus.OK, body)
+            if isinstance(body, WindowAnswer):
+                return self._window(body, started)
+            self._json(HTTPStatus.OK, body, started)
 
-        def _json(self, status: HTTPStatus, body: Any) -> None:
-            self._send(status, json.dumps(body, separators=(",", ":"), default=str).encode(), "application/json")
+        def _window(self, body: WindowAnswer, started: float) -> None:
+            answered = time.perf_counter()
+            if body.as_bytes:
+                data, kind = window_bin.encode(body.value), "application/octet-stream"
+            else:
+                data, kind = json.dumps(_lists(body.value), separators=(",", ":")).encode(), "application/json"
+            self._send(HTTPStatus.OK, data, kind, (answered - started, time.perf_counter() - answered))
 
-        def _send(self, status: HTTPStatus, data: bytes, kind: str) -> None:
+        def _gone(self) -> bool:
+            """Return True when the page has closed the connection (it cancelled this request)."""
+            sock = self.connection
+            timeout = sock.gettimeout()
+            try:
+                sock.setblocking(False)
+                return sock.recv(1, socket.MSG_PEEK) == b""  # end of stream: closed
+            except BlockingIOError:
+                return False  # open, and nothing more sent
+            except OSError:
+                return True
+            finally:
+                try:
+                    sock.settimeout(timeout)
+                except OSError:
+                    pass  # closed meanwhile: the answer's write says so
+
+        def _json(self, status: HTTPStatus, body: Any, started: float | None = None) -> None:
+            answered = time.perf_counter()
+            data = json.dumps(body, separators=(",", ":"), default=str).encode()
+            timing = None if started is None else (answered - started, time.perf_counter() - answered)
+            self._send(status, data, "application/json", timing)
+
+        def _send(self, status: HTTPStatus, data: bytes, kind: str, timing: tuple[float, float] | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", kind)
+            if timing is not None:  # the page's performance entries show them (serverTiming)
+                self.send_header("Server-Timing", f"query;dur={timing[0] * 1e3:.2f}, encode;dur={timing[1] * 1e3:.2f}")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()

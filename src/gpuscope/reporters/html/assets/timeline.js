@@ -43,13 +43,43 @@ GS.ServerSource = class {
     if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
     return r.json();
   }
-  window(t0, t1, px) { return this.get("/api/window", { t0: Math.floor(t0), t1: Math.ceil(t1), px }); }
+  async window(t0, t1, px, signal) {
+    const params = { t0: Math.floor(t0), t1: Math.ceil(t1), px, bin: 1 };
+    if (this.side != null) params.side = this.side;
+    const r = await fetch("/api/window?" + new URLSearchParams(params), { signal });
+    if (!r.ok) throw new Error(`/api/window: HTTP ${r.status}`);
+    const buf = await r.arrayBuffer(), at = performance.now(), w = GS.decodeWindow(buf);
+    performance.measure("tl-decode", { start: at, end: performance.now() });
+    return w;
+  }
   details(lane, i) { return this.get("/api/slice", { lane, i }); }
   summary(t0, t1) { return this.get("/api/summary", { t0: Math.floor(t0), t1: Math.ceil(t1) }); }
   search(q) { return this.get("/api/search", { q }); }
 };
 
+// A window in the server's binary form (reporters/html/window_bin.py): a u32 length, 4 bytes, that
+// much JSON (each lane's length as n), then each lane's arrays, each at a multiple of 8 bytes.
+GS.decodeWindow = function (buf) {
+  const n = new DataView(buf).getUint32(0, true);
+  const w = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+  let at = 8 + n + (8 - (8 + n) % 8) % 8;
+  const take = (T, len) => {
+    const a = new T(buf, at, len); at += a.byteLength + (8 - a.byteLength % 8) % 8;
+    return Array.from(a);
+  };
+  for (const l of w.lanes) {
+    if (l.kind === "slices") { l.start = take(Float64Array, l.n); l.end = take(Float64Array, l.n); }
+    else { l.busy = take(Uint16Array, l.n).map(v => v / 1000); l.count = take(Uint32Array, l.n); }
+    l.name = take(Int32Array, l.n);
+    delete l.n;
+  }
+  return w;
+};
+
 const LANE_H = 15, GROUP_H = 18, COUNTER_H = 30, AXIS_H = 22, LABEL_W = 210, MAX_H = 620;
+// A newer view cancels the window in flight, unless views have been cancelling one another for
+// this long (a drag, a long wheel zoom): then the one in flight is drawn, so the screen keeps up.
+const KEEP_MS = 150;
 
 GS.Timeline = class {
   constructor(view, canvas, meta, source, panels) {
@@ -61,7 +91,8 @@ GS.Timeline = class {
     this.t0 = 0; this.t1 = this.span; this.scrollY = 0;
     this.uid = GS.Timeline.count = (GS.Timeline.count || 0) + 1; // its performance marks are its own
     this.data = null; this.seq = 0; this.inFlight = false; this.wanted = false; this.first = true;
-    this.stats = { drawnSlices: 0, drawnBuckets: 0, updates: 0, requests: 0 };
+    this.pending = null; this.cancelling = null; this.colors = new Map();
+    this.stats = { drawnSlices: 0, drawnBuckets: 0, updates: 0, requests: 0, cancelled: 0 };
     this.selected = null; this.selection = null; this.search = null;
     this.layout();
     this.bind();
@@ -107,19 +138,29 @@ GS.Timeline = class {
   changed() {
     this.seq++;
     performance.mark(this.mark(this.seq));
+    this.request(); // asked first: the previous answer is redrawn at the new scale while the server works
     this.draw();
-    this.request();
     if (this.onChange) this.onChange(this); // another timeline that follows this one
   }
 
   mark(seq) { return `tl-change-${this.uid}-${seq}`; }
 
   request() {
-    if (this.inFlight) { this.wanted = true; return; }
+    if (this.inFlight) {
+      const now = performance.now();
+      if (this.cancelling == null) this.cancelling = now;
+      if (now - this.cancelling >= KEEP_MS) { this.wanted = true; return; } // asked again once it is drawn
+      this.pending.abort(); this.stats.cancelled++; // its answer would be drawn only to be replaced
+    }
+    const ctl = this.pending = new AbortController();
     this.inFlight = true; this.wanted = false;
     const seq = this.seq, t0 = this.t0, t1 = this.t1, px = Math.round(this.plotW);
     this.stats.requests++;
-    this.source.window(t0, t1, px).then(w => {
+    const sent = performance.now();
+    this.source.window(t0, t1, px, ctl.signal).then(w => {
+      if (ctl.signal.aborted) return;
+      this.cancelling = null;
+      const got = performance.now();
       for (const [k, v] of Object.entries(w.names || {})) this.names.set(Number(k), v);
       w.byLane = new Map(w.lanes.map(l => [l.lane, l]));
       w.byTrack = new Map((w.counters || []).map(c => [c.track, c]));
@@ -127,13 +168,29 @@ GS.Timeline = class {
       this.draw();
       this.stats.updates++;
       performance.measure("tl-update", this.mark(seq));
+      // where an update's time went: asked and answered (decoded), then drawn
+      performance.measure("tl-fetch", { start: sent, end: got });
+      performance.measure("tl-draw", { start: got, end: performance.now() });
       if (this.first) {
         this.first = false; performance.measure("tl-first-view", { start: 0, end: performance.now() });
         if (this.onFirst) this.onFirst();
       }
       for (let s = 1; s <= seq; s++) performance.clearMarks(this.mark(s));
-    }).catch(e => { this.panels.note.textContent = "timeline: " + e.message; if (this.onFirst) this.onFirst(); })
-      .finally(() => { this.inFlight = false; if (this.wanted || seq !== this.seq) this.request(); });
+    }).catch(e => {
+      if (ctl.signal.aborted) return; // superseded: a newer window is asked for
+      this.panels.note.textContent = "timeline: " + e.message; if (this.onFirst) this.onFirst();
+    }).finally(() => {
+      if (this.pending !== ctl) return;
+      this.pending = null; this.inFlight = false;
+      if (this.wanted || seq !== this.seq) this.request();
+    });
+  }
+
+  // The colour of a name (by position), made once: setting a canvas's fillStyle parses its text.
+  color(i) {
+    let c = this.colors.get(i);
+    if (c === undefined) { c = GS.color(this.name(i) || "?"); this.colors.set(i, c); }
+    return c;
   }
 
   name(i) { return i >= 0 ? (this.names.get(i) ?? "?") : ""; }
@@ -178,31 +235,36 @@ GS.Timeline = class {
     for (let i = lo; i < w.start.length && w.start[i] <= this.t1; i++) {
       const x0 = LABEL_W + (w.start[i] - this.t0) * k, x1 = LABEL_W + (w.end[i] - this.t0) * k;
       if (x1 < lastX + 0.5 && x1 - x0 < 0.5) continue; // many slices in one pixel: drawn once
-      const name = this.name(w.name[i]);
       const sel = this.selected && this.selected.lane === w.lane && this.selected.i === w.first + i;
-      c.fillStyle = sel ? "#ff9800" : GS.color(name);
+      c.fillStyle = sel ? "#ff9800" : this.color(w.name[i]);
       const xa = Math.max(x0, LABEL_W - 1), width = Math.max(1, Math.min(x1, this.w) - xa);
       c.fillRect(xa, y, width, LANE_H - 2);
-      if (width > 28) { c.fillStyle = "#111"; c.fillText(name, xa + 2, y + LANE_H / 2 - 1, width - 4); }
+      if (width > 28) { c.fillStyle = "#111"; c.fillText(this.name(w.name[i]), xa + 2, y + LANE_H / 2 - 1, width - 4); }
       lastX = Math.max(x1, x0 + 1); n++;
     }
     return n;
   }
 
+  // Where a lane's buckets lie: their own grid (from the server: t0, step), else the window's pixels.
+  grid(w) {
+    const d = this.data;
+    return w.step ? [w.t0, w.step] : [d.t0, (d.t1 - d.t0) / d.px];
+  }
+
   drawBuckets(w, y) {
-    const c = this.ctx, px = this.data.px;
-    const wt0 = this.data.t0, step = (this.data.t1 - this.data.t0) / px, k = this.plotW / (this.t1 - this.t0);
-    const i0 = Math.max(0, Math.floor((this.t0 - wt0) / step)), i1 = Math.min(px, Math.ceil((this.t1 - wt0) / step));
-    let n = 0;
+    const c = this.ctx, [wt0, step] = this.grid(w), k = this.plotW / (this.t1 - this.t0);
+    const i0 = Math.max(0, Math.floor((this.t0 - wt0) / step)), i1 = Math.min(w.busy.length, Math.ceil((this.t1 - wt0) / step));
+    let n = 0, last = null;
     for (let i = i0; i < i1; i++) {
       if (!w.count[i] && !w.busy[i]) continue;
-      const x0 = LABEL_W + (wt0 + i * step - this.t0) * k;
-      const name = this.name(w.name[i]);
-      c.fillStyle = GS.color(name || "?", 0.3 + 0.7 * w.busy[i]);
+      const x0 = LABEL_W + (wt0 + i * step - this.t0) * k, color = this.color(w.name[i]);
+      if (color !== last) { c.fillStyle = color; last = color; }
+      c.globalAlpha = 0.3 + 0.7 * w.busy[i];
       const h = Math.max(2, (LANE_H - 2) * Math.max(w.busy[i], 0.15));
       c.fillRect(x0, y + (LANE_H - 2 - h), Math.max(1, step * k), h);
       n++;
     }
+    c.globalAlpha = 1;
     return n;
   }
 
@@ -257,9 +319,9 @@ GS.Timeline = class {
     if (!w) return null;
     const t = this.time(x), tol = 2 * (this.t1 - this.t0) / this.plotW;
     if (w.kind === "buckets") {
-      const step = (this.data.t1 - this.data.t0) / this.data.px, i = Math.floor((t - this.data.t0) / step);
+      const [wt0, step] = this.grid(w), i = Math.floor((t - wt0) / step);
       if (i < 0 || i >= w.busy.length || (!w.count[i] && !w.busy[i])) return null;
-      return { bucket: true, lane, t0: this.data.t0 + i * step, t1: this.data.t0 + (i + 1) * step,
+      return { bucket: true, lane, t0: wt0 + i * step, t1: wt0 + (i + 1) * step,
                busy: w.busy[i], count: w.count[i], name: this.name(w.name[i]), track: r.track };
     }
     let best = -1, dist = Infinity;
