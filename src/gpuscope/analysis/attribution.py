@@ -200,9 +200,8 @@ def innermost_table(
     Only ranges of the given ``sources`` and ``categories`` (None: all) take part; operations that
     no such range encloses have no row. With ``same_thread=False`` the launching thread is ignored.
 
-    Per thread key, the innermost range is a step function of time that can change only where a
-    range starts or just after one ends; it is computed at those points, and each launch takes the
-    value of the last point at or before it (an as-of join).
+    Per thread key, the innermost range is the last range started by the launch that has not
+    ended (:mod:`.nesting`).
     """
     where = _where(sources, categories)
     if (sources, categories) != (None, None) and _selects_all(report, where):
@@ -210,8 +209,10 @@ def innermost_table(
     name = _name("innermost", sources, categories, same_thread)
     if _exists(report, name):
         return name
+    from .nesting import innermost_into  # it builds on this module
+
     ops, ranges = _keyed(report, where, same_thread)
-    return temp_table(report, name, innermost_query(ops, ranges, _levels(report, where)))
+    return innermost_into(report, name, ops, ranges)
 
 
 def innermost_query(ops: str, intervals: str, levels: int) -> str:
@@ -308,10 +309,9 @@ def range_tree_table(report: Report) -> str:
     name = "gpuscope_range_tree"
     if _exists(report, name):
         return name
-    levels = _levels(report, "TRUE")
-    ranges = f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}"
-    query = f"WITH RECURSIVE {parent_tree(ranges, levels, 'level')} SELECT * FROM tree"
-    return temp_table(report, name, query)
+    from .nesting import tree_into  # it builds on this module
+
+    return tree_into(report, name, f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}")
 
 
 def _op_name() -> str:
