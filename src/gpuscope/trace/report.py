@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,10 @@ _API_CALLS = """
 
 # What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
 DAMAGED = (duckdb.Error,)
+# DuckDB's memory while reading a report: past it, sorts, joins and the analyses' temporary tables
+# spill to a private temporary folder, so that reading a report of tens of millions of rows stays
+# within a machine's memory. GPUSCOPE_MEMORY_LIMIT (a DuckDB size, such as 4GB) sets it.
+MEMORY_LIMIT = "1GB"
 
 
 class Report:
@@ -45,6 +52,7 @@ class Report:
         self.path = path
         self.con = con
         self.meta = meta
+        self._spill: str | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> Report:
@@ -63,13 +71,27 @@ class Report:
                                      "that run has ended") from None
             raise ReportError(p, f"not a gpuscope report, or a damaged one ({text})") from None
         try:
-            return cls(p, con, _meta(p, con))
+            report = cls(p, con, _meta(p, con))
+            report._bound_memory()
+            return report
         except BaseException:
             con.close()
             raise
 
+    def _bound_memory(self) -> None:
+        limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
+        try:
+            self.con.execute(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
+        except duckdb.Error:
+            raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB") from None
+        self._spill = tempfile.mkdtemp(prefix="gpuscope-spill-")
+        self.con.execute(f"SET temp_directory = '{self._spill}'")
+
     def close(self) -> None:
         self.con.close()
+        if self._spill:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
 
     def __enter__(self) -> Report:
         return self
@@ -99,7 +121,12 @@ class Report:
             raise self.damaged(exc) from None
 
     def damaged(self, exc: BaseException) -> ReportError:
-        """Return the error that says this report's data cannot be read."""
+        """Return the error that says this report's data cannot be read (or, where DuckDB ran out
+        of the memory it may use, that and how to give it more)."""
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
+            return ReportError(self.path, f"reading it needed more than the memory allowed ({limit}): set "
+                                          f"GPUSCOPE_MEMORY_LIMIT higher, such as 4GB ({_first_line(exc)})")
         return ReportError(self.path, f"damaged or truncated report ({_first_line(exc)})")
 
     # -- DataFrames -------------------------------------------------------------------------
