@@ -137,6 +137,31 @@ class Report:
         except DAMAGED as exc:
             raise self.damaged(exc) from None
 
+    def df_shared(self, query: str) -> pd.DataFrame:
+        """:meth:`df`, for results of millions of rows whose text repeats (kernel, operator and range
+        names): the rows are read in batches and each distinct text is one Python object shared by
+        its rows, not one per row (hundreds of bytes each). Returns the same frame as :meth:`df`."""
+        import numpy as np
+        import pandas as pd
+
+        try:
+            res = self.con.execute(query)
+            parts = []
+            texts: dict[str, str] = {}
+            while not (chunk := res.fetch_df_chunk(64)).empty or not parts:
+                for column in chunk.columns:
+                    values = chunk[column]
+                    if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
+                        codes, uniques = pd.factorize(values)
+                        shared = np.array([texts.setdefault(u, u) for u in uniques] + [None], dtype=object)
+                        chunk[column] = pd.Series(shared[codes], index=values.index, dtype=values.dtype)
+                parts.append(chunk)
+                if chunk.empty:
+                    break
+        except DAMAGED as exc:
+            raise self.damaged(exc) from None
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
     def kernels(self) -> pd.DataFrame:
         """Every kernel with its name, launch configuration and times (ns), by start time."""
         return self.df(_KERNELS)
