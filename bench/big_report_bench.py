@@ -160,9 +160,10 @@ def run(argv: list[str], limit: float) -> tuple[float, float, float, bool]:
             time.sleep(0.1)
         wall = time.perf_counter() - t
         code = os.waitstatus_to_exitcode(status)
-        if code:
+        if code:  # said, and the round goes on
             err.seek(0)
-            raise SystemExit(f"gpuscope {' '.join(argv)} failed ({code}):\n{err.read()[-2000:].decode()}")
+            print(f"gpuscope {' '.join(argv)} failed ({code}):\n{err.read()[-2000:].decode()}", flush=True)
+            return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, False
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, True
 
 

@@ -109,8 +109,13 @@ def ops_table(report: Report) -> str:
                    g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL
             FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
             LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
-        SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""
-    return temp_table(report, OPS, query)
+        SELECT * FROM ops"""
+    if not _exists(report, OPS):  # joined first, numbered after: together they need more memory
+        report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_unnumbered AS {query}")
+        report.sql(f"CREATE TEMP TABLE {OPS} AS SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) "
+                   f"AS op_id, * FROM {OPS}_unnumbered")
+        report.sql(f"DROP TABLE {OPS}_unnumbered")
+    return OPS
 
 
 def ranges_table(report: Report) -> str:
