@@ -85,16 +85,16 @@ def fetch_columns(report: Report, query: str, columns: Sequence[str], extra: int
     return out
 
 
-def _sorted_ranges(report: Report, ranges: str, keys: str) -> list[np.ndarray]:
+def _sorted_ranges(report: Report, ranges: str, keys: str, columns: Sequence[str]) -> list[np.ndarray]:
     """Create table ``keys`` (``pid, ktid, r0, rn``: where each thread key's ranges start in the
-    order below, and how many) and return ``start_ns``, ``end_eff`` and ``rid`` of ``ranges``
-    (``pid, ktid, rid, start_ns, end_eff``) by key, start, longer first, rid."""
+    order below, and how many) and return ``columns`` of ``ranges`` (``pid, ktid, rid, start_ns,
+    end_eff``) by key, start, longer first, rid."""
     report.sql(f"""
         CREATE OR REPLACE TEMP TABLE {keys} AS
         SELECT pid, ktid, rn, (sum(rn) OVER (ORDER BY pid, ktid) - rn)::BIGINT AS r0
         FROM (SELECT pid, ktid, count(*) AS rn FROM ({ranges}) GROUP BY pid, ktid)""")
-    return fetch_columns(report, f"SELECT start_ns, end_eff, rid FROM ({ranges}) "
-                                 "ORDER BY pid, ktid, start_ns, end_eff DESC, rid", ("start_ns", "end_eff", "rid"))
+    return fetch_columns(report, f"SELECT {', '.join(columns)} FROM ({ranges}) "
+                                 "ORDER BY pid, ktid, start_ns, end_eff DESC, rid", columns)
 
 
 def _insert(report: Report, table: str, frame: object) -> None:
@@ -110,7 +110,7 @@ def innermost_into(report: Report, name: str, ops: str, ranges: str) -> str:
     import pandas as pd
 
     keys = f"{name}_keys"
-    start, end, rid = _sorted_ranges(report, ranges, keys)
+    start, end, rid = _sorted_ranges(report, ranges, keys, ("start_ns", "end_eff", "rid"))
     levels = pyramid(end)
     report.sql(f"CREATE TEMP TABLE {name} (op_id BIGINT, rid BIGINT)")
     (top,) = report.sql(f"SELECT coalesce(max(op_id), 0) FROM ({ops})")[0]
@@ -139,17 +139,16 @@ def tree_into(report: Report, name: str, ranges: str) -> str:
     import pandas as pd
 
     keys = f"{name}_keys"
-    _, end, rid = _sorted_ranges(report, ranges, keys)
-    first = np.zeros(len(end), dtype=np.int64)  # per position, where its key's ranges start
-    for r0, rn in report.sql(f"SELECT r0, rn FROM {keys}"):
-        first[r0:r0 + rn] = r0
+    end, rid = _sorted_ranges(report, ranges, keys, ("end_eff", "rid"))
+    starts = np.array(sorted(r0 for (r0,) in report.sql(f"SELECT r0 FROM {keys}")), dtype=np.int64)
     levels = pyramid(end)
     parent = np.empty(len(end), dtype=np.int64)
     for at in range(0, len(end), CHUNK):
         pos = np.arange(at, min(at + CHUNK, len(end)))
+        first = starts[np.searchsorted(starts, pos, side="right") - 1]  # where its key's ranges start
         found = last_at_least(levels, pos - 1, end[pos])
-        parent[pos] = np.where(found >= first[pos], found, -1)
-    del first, levels
+        parent[pos] = np.where(found >= first, found, -1)
+    del levels
     depth = np.zeros(len(end), dtype=np.int32)
     up = parent.copy()
     active = np.flatnonzero(up >= 0)
