@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from .nesting import fetch_columns
 from .attribution import ANY_THREAD, _exists, _keyed, _name, _selects_all, _where, ranges_table
 
 CHUNK = 1 << 20  # ranges per batch
@@ -29,7 +30,7 @@ EARLIEST = -LATEST  # stands for a NULL end (never the latest)
 
 def _keys(report: Report, ops: str, name: str) -> str:
     """Create table ``name`` of the thread keys with operations: ``pid, ktid, k0`` (the number of
-    the key's first operation in :func:`_op_column` order) and ``n``; return its name."""
+    the key's first operation in :func:`_op_columns` order) and ``n``; return its name."""
     if not _exists(report, name):
         report.sql(f"""
             CREATE TEMP TABLE {name} AS
@@ -38,18 +39,15 @@ def _keys(report: Report, ops: str, name: str) -> str:
     return name
 
 
-def _op_column(report: Report, ops: str, expr: str) -> np.ndarray:
-    """``expr`` over the operations of ``ops`` (with a launch time) as int64, in key and launch
-    order, with one extra element at the end (so that a run may end at the last operation)."""
-    (n,) = report.sql(f"SELECT count(*) FROM ({ops}) WHERE launch_ns IS NOT NULL")[0]
-    out = np.zeros(int(n) + 1, dtype=np.int64)
-    res = report.con.execute(f"""
-        SELECT {expr} AS v FROM ({ops}) WHERE launch_ns IS NOT NULL ORDER BY pid, ktid, launch_ns, op_id""")
-    at = 0
-    while not (chunk := res.fetch_df_chunk(64)).empty:  # streamed: one copy of the column at a time
-        out[at:at + len(chunk)] = chunk["v"].to_numpy(dtype=np.int64)
-        at += len(chunk)
-    return out
+def _op_columns(report: Report, ops: str, exprs: Sequence[str]) -> list[np.ndarray]:
+    """Each of ``exprs`` over the operations of ``ops`` (with a launch time) as int64, in key and
+    launch order (one sort), each with one extra element at the end (so that a run may end at the
+    last operation)."""
+    columns = [f"v{i}" for i in range(len(exprs))]
+    listed = ", ".join(f"{e} AS {c}" for e, c in zip(exprs, columns))
+    (rows,) = report.sql(f"SELECT count(*) FROM ({ops}) WHERE launch_ns IS NOT NULL")[0]
+    return fetch_columns(report, f"SELECT {listed} FROM ({ops}) WHERE launch_ns IS NOT NULL "
+                                 "ORDER BY pid, ktid, launch_ns, op_id", columns, int(rows), extra=1)
 
 
 def _runs(report: Report, launch: np.ndarray, intervals: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -125,9 +123,8 @@ def projection_table(
     ops, _ = _keyed(report, where, same_thread)
     keys = _keys(report, ops, _name("opkeys", same_thread))
     intervals = _intervals(report, f"{name}_in", _keyed_ranges(report, keys, where, "r.rid AS id"))
-    launch = _op_column(report, ops, "launch_ns")
-    firsts = _op_column(report, ops, f"coalesce(start_ns, {LATEST})")
-    lasts = _op_column(report, ops, f"coalesce(end_ns, {EARLIEST})")
+    launch, firsts, lasts = _op_columns(
+        report, ops, ("launch_ns", f"coalesce(start_ns, {LATEST})", f"coalesce(end_ns, {EARLIEST})"))
     stage = f"{name}_stage"
     report.sql(f"CREATE OR REPLACE TEMP TABLE {stage} (rid BIGINT, ops BIGINT, first_start BIGINT, last_end BIGINT)")
     for ident, lo, hi in _runs(report, launch, intervals):
@@ -180,8 +177,7 @@ def union_gpu_time(report: Report, sources: Sequence[str], categories: Sequence[
         GROUP BY m.id, g.k0, g.name_id, g.category, g.g"""
     intervals = _intervals(report, _name("merged", sources, categories), merged)
     report.con.unregister("gpuscope_names")
-    launch = _op_column(report, ops, "launch_ns")
-    running = _op_column(report, ops, "coalesce(end_ns - start_ns, 0)")
+    launch, running = _op_columns(report, ops, ("launch_ns", "coalesce(end_ns - start_ns, 0)"))
     running = np.concatenate(([0], np.cumsum(running[:-1])))  # running[i]: operations 0 .. i-1
     totals = np.zeros(len(names) + 1, dtype=np.int64)
     for ident, lo, hi in _runs(report, launch, intervals):

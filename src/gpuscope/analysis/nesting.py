@@ -71,10 +71,10 @@ def last_at_least(levels: list[np.ndarray], b: np.ndarray, c: np.ndarray, level:
     return out
 
 
-def fetch_columns(report: Report, query: str, columns: Sequence[str], extra: int = 0) -> list[np.ndarray]:
-    """The ``columns`` of ``query``'s rows as int64 arrays (NULL as 0), streamed so that one copy of
-    the rows is held, each with ``extra`` zeros at the end."""
-    (n,) = report.sql(f"SELECT count(*) FROM ({query})")[0]
+def fetch_columns(report: Report, query: str, columns: Sequence[str], rows: int, extra: int = 0) -> list[np.ndarray]:
+    """The ``columns`` of the ``rows`` rows of ``query`` as int64 arrays (NULL as 0), streamed so
+    that one copy of the rows is held, each with ``extra`` zeros at the end."""
+    n = rows
     out = [np.zeros(int(n) + extra, dtype=np.int64) for _ in columns]
     res = report.con.execute(query)
     at = 0
@@ -93,8 +93,9 @@ def _sorted_ranges(report: Report, ranges: str, keys: str, columns: Sequence[str
         CREATE OR REPLACE TEMP TABLE {keys} AS
         SELECT pid, ktid, rn, (sum(rn) OVER (ORDER BY pid, ktid) - rn)::BIGINT AS r0
         FROM (SELECT pid, ktid, count(*) AS rn FROM ({ranges}) GROUP BY pid, ktid)""")
+    (rows,) = report.sql(f"SELECT coalesce(sum(rn), 0) FROM {keys}")[0]
     return fetch_columns(report, f"SELECT {', '.join(columns)} FROM ({ranges}) "
-                                 "ORDER BY pid, ktid, start_ns, end_eff DESC, rid", columns)
+                                 "ORDER BY pid, ktid, start_ns, end_eff DESC, rid", columns, int(rows))
 
 
 def _insert(report: Report, table: str, frame: object) -> None:
