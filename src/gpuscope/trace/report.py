@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +86,11 @@ class Report:
             self.con.execute(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
         except duckdb.Error:
             raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB") from None
-        self._spill = tempfile.mkdtemp(prefix="gpuscope-spill-")
+        # DuckDB makes the folder when it first spills; it goes on close, or when the report is
+        # collected or the interpreter ends if the report was never closed
+        self._spill = os.path.join(tempfile.gettempdir(), f"gpuscope-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         self.con.execute(f"SET temp_directory = '{self._spill}'")
+        weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
 
     def close(self) -> None:
         self.con.close()
