@@ -64,7 +64,7 @@ COMMANDS = {
     "stats": ["stats", "{r}"],
 }
 # one command per stats report as well: stats:NAME
-from gpuscope.analysis import STATS_REPORTS  # noqa: E402
+from gpuscope.analysis import STATS_REPORTS
 
 COMMANDS.update({f"stats:{n}": ["stats", "{r}", "-r", n, "-f", "csv"] for n in STATS_REPORTS})
 TIMED_TABLES = ("kernel", "launch_call", "nvtx_range", "cpu_sample", "memcpy", "memset", "sync", "sync_site",

@@ -20,8 +20,16 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from .attribution import (
+    ANY_THREAD,
+    _exists,
+    _keyed,
+    _name,
+    _selects_all,
+    _where,
+    ranges_table,
+)
 from .nesting import fetch_columns
-from .attribution import ANY_THREAD, _exists, _keyed, _name, _selects_all, _where, ranges_table
 
 CHUNK = 1 << 20  # ranges per batch
 LATEST = np.iinfo(np.int64).max  # stands for a NULL start (never the earliest)
