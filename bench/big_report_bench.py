@@ -14,8 +14,9 @@ DuckDB, in about a minute:
 - ranges and samples are repeated on further threads of the process (time shifted by a few µs)
   until each has at least as many rows as the kernels.
 
-``stats`` runs twice: with every report (the default), and without the two that list every
-(operation, enclosing range) pair (``nvtx_gpu_proj_sum``, ``layer_sum``). A command still running
+``stats`` runs with every report (the default), without the reports that once listed every
+(operation, enclosing range) pair (``nvtx_gpu_proj_sum``, ``layer_sum``), and (``--only
+stats:NAME``, repeatable) one report at a time. A command still running
 after ``--limit`` seconds is stopped and shown so.
 
 ``gpuscope view`` is measured as started to served (the index build) and the window queries a page
@@ -62,6 +63,10 @@ COMMANDS = {
     "stats-without-pairs": ["stats", "{r}", *(a for n in WITHOUT_PAIRS for a in ("-r", n))],
     "stats": ["stats", "{r}"],
 }
+# one command per stats report as well: stats:NAME
+from gpuscope.analysis import STATS_REPORTS
+
+COMMANDS.update({f"stats:{n}": ["stats", "{r}", "-r", n, "-f", "csv"] for n in STATS_REPORTS})
 TIMED_TABLES = ("kernel", "launch_call", "nvtx_range", "cpu_sample", "memcpy", "memset", "sync", "sync_site",
                 "host_counter", "thread_time")
 
@@ -155,9 +160,10 @@ def run(argv: list[str], limit: float) -> tuple[float, float, float, bool]:
             time.sleep(0.1)
         wall = time.perf_counter() - t
         code = os.waitstatus_to_exitcode(status)
-        if code:
+        if code:  # said, and the round goes on
             err.seek(0)
-            raise SystemExit(f"gpuscope {' '.join(argv)} failed ({code}):\n{err.read()[-2000:].decode()}")
+            print(f"gpuscope {' '.join(argv)} failed ({code}):\n{err.read()[-2000:].decode()}", flush=True)
+            return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, False
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, True
 
 
@@ -246,8 +252,8 @@ def main() -> None:
             times.setdefault(name, []).append(wall)
             cpu.setdefault(name, []).append(used)
             rss.setdefault(name, []).append(peak)
-            print(f"  {name}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB{'' if done else ' (stopped)'}",
-                  flush=True)
+            print(f"  {name}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB{'' if done else ' (stopped)'}, "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
     print("| command | wall min | wall median | wall max | CPU median | peak RSS (median) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, values in times.items():

@@ -65,33 +65,57 @@ def ops_table(report: Report) -> str:
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
     GPU start between its anchors, like a memory operation (trace/launch.py).
     """
+    # Anchors are looked up only for the operations placed by nothing else, on the three columns
+    # they need: an as-of join holds its whole input (gigabytes on ten million kernels with every
+    # column).
+    def placed(base: str) -> str:
+        return f"""
+            SELECT DISTINCT x.pid, x.correlation_id, x.start_ns, {anchored_start('x')} AS anchored
+            FROM (SELECT pid, correlation_id, start_ns FROM {base} WHERE known IS NULL) x {anchor_joins('x')}"""
+
+    def joined(base: str) -> str:
+        return (f"{base} b LEFT JOIN ({placed(base)}) p ON b.known IS NULL AND p.pid IS NOT DISTINCT FROM b.pid "
+                "AND p.correlation_id IS NOT DISTINCT FROM b.correlation_id AND p.start_ns IS NOT DISTINCT FROM b.start_ns")
+
     query = f"""
-        WITH ops AS (
-            SELECT 'kernel' AS kind, k.pid, coalesce(a.tid, g.tid) AS tid,
-                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0), {anchored_start('k')}) AS launch_ns,
-                   k.start_ns, k.end_ns, k.device_id, c.name_id, CAST(NULL AS VARCHAR) AS copy_kind,
-                   k.config_id
+        WITH kb AS NOT MATERIALIZED (
+            SELECT k.pid, k.correlation_id, coalesce(a.tid, g.tid) AS tid,
+                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0)) AS known,
+                   k.start_ns, k.end_ns, k.device_id, c.name_id, k.config_id
             FROM kernel k JOIN kernel_config c ON c.id = k.config_id
             LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
-            LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id
-            {anchor_joins('k')}
+            LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id),
+        cb AS NOT MATERIALIZED (
+            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id,
+                   m.copy_kind
+            FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
+        sb AS NOT MATERIALIZED (
+            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id
+            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
+        ops AS (
+            SELECT 'kernel' AS kind, b.pid, b.tid, coalesce(b.known, p.anchored) AS launch_ns,
+                   b.start_ns, b.end_ns, b.device_id, b.name_id, CAST(NULL AS VARCHAR) AS copy_kind, b.config_id
+            FROM {joined('kb')}
             UNION ALL
-            SELECT 'memcpy', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
-                   m.device_id, NULL, m.copy_kind, NULL
-            FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
-            {anchor_joins('m')}
+            SELECT 'memcpy', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
+                   b.device_id, NULL, b.copy_kind, NULL
+            FROM {joined('cb')}
             UNION ALL
-            SELECT 'memset', m.pid, a.tid, coalesce(a.start_ns, {anchored_start('m')}), m.start_ns, m.end_ns,
-                   m.device_id, NULL, NULL, NULL
-            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id
-            {anchor_joins('m')}
+            SELECT 'memset', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
+                   b.device_id, NULL, NULL, NULL
+            FROM {joined('sb')}
             UNION ALL
             SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
                    g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL
             FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
             LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
-        SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) AS op_id, * FROM ops"""
-    return temp_table(report, OPS, query)
+        SELECT * FROM ops"""
+    if not _exists(report, OPS):  # joined first, numbered after: together they need more memory
+        report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_unnumbered AS {query}")
+        report.sql(f"CREATE TEMP TABLE {OPS} AS SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) "
+                   f"AS op_id, * FROM {OPS}_unnumbered")
+        report.sql(f"DROP TABLE {OPS}_unnumbered")
+    return OPS
 
 
 def ranges_table(report: Report) -> str:
@@ -200,9 +224,8 @@ def innermost_table(
     Only ranges of the given ``sources`` and ``categories`` (None: all) take part; operations that
     no such range encloses have no row. With ``same_thread=False`` the launching thread is ignored.
 
-    Per thread key, the innermost range is a step function of time that can change only where a
-    range starts or just after one ends; it is computed at those points, and each launch takes the
-    value of the last point at or before it (an as-of join).
+    Per thread key, the innermost range is the last range started by the launch that has not
+    ended (:mod:`.nesting`).
     """
     where = _where(sources, categories)
     if (sources, categories) != (None, None) and _selects_all(report, where):
@@ -210,8 +233,10 @@ def innermost_table(
     name = _name("innermost", sources, categories, same_thread)
     if _exists(report, name):
         return name
+    from .nesting import innermost_into  # it builds on this module
+
     ops, ranges = _keyed(report, where, same_thread)
-    return temp_table(report, name, innermost_query(ops, ranges, _levels(report, where)))
+    return innermost_into(report, name, ops, ranges)
 
 
 def innermost_query(ops: str, intervals: str, levels: int) -> str:
@@ -308,10 +333,9 @@ def range_tree_table(report: Report) -> str:
     name = "gpuscope_range_tree"
     if _exists(report, name):
         return name
-    levels = _levels(report, "TRUE")
-    ranges = f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}"
-    query = f"WITH RECURSIVE {parent_tree(ranges, levels, 'level')} SELECT * FROM tree"
-    return temp_table(report, name, query)
+    from .nesting import tree_into  # it builds on this module
+
+    return tree_into(report, name, f"SELECT pid, tid AS ktid, rid, start_ns, end_eff FROM {ranges_table(report)}")
 
 
 def _op_name() -> str:

@@ -13,7 +13,8 @@ ranges of every thread of the process count (:mod:`.attribution`).
 from __future__ import annotations
 
 from ..trace.report import Report
-from .attribution import enclosing_table, innermost_table, ops_table, ranges_table
+from .attribution import innermost_table, ops_table, ranges_table
+from .enclosed import union_gpu_time
 from .steps import StepSource, op_steps_table, step_source
 from .table import Column, Table
 
@@ -89,7 +90,7 @@ def layer_sum(report: Report) -> Table:
     )[0][0]:
         return Table(name, title, COLUMNS, [], _no_torch(report))
     ops, ranges = ops_table(report), ranges_table(report)
-    total = enclosing_table(report, sources=("torch",), categories=MODULE)
+    report.con.register("gpuscope_module_gpu", union_gpu_time(report, ("torch",), MODULE))
     source = step_source(report)
     rows = report.sql(
         f"""
@@ -104,12 +105,10 @@ def layer_sum(report: Report) -> Table:
             SELECT row_kind, row_name, arg_max(name_id, t) AS top_id FROM (
                 SELECT row_kind, row_name, name_id, sum(d) AS t FROM owned WHERE kind = 'kernel' GROUP BY ALL)
             GROUP BY ALL),
-        inclusive AS (  -- distinct: an operation counts once even where instances overlap
-            SELECT n.value AS row_name, sum(o.end_ns - o.start_ns) FILTER (WHERE forward) AS fwd,
-                   sum(o.end_ns - o.start_ns) FILTER (WHERE NOT forward) AS bwd
-            FROM (SELECT DISTINCT p.op_id, r.name_id, r.category = 'forward' AS forward
-                  FROM {total} p JOIN {ranges} r USING (rid)) p
-            JOIN {ops} o USING (op_id) JOIN string n ON n.id = p.name_id
+        inclusive AS (  -- an operation counts once even where instances overlap
+            SELECT n.value AS row_name, sum(g.gpu_ns) FILTER (WHERE g.category = 'forward') AS fwd,
+                   sum(g.gpu_ns) FILTER (WHERE g.category <> 'forward') AS bwd
+            FROM gpuscope_module_gpu g JOIN string n ON n.id = g.name_id
             GROUP BY ALL),
         calls AS (
             SELECT CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
@@ -137,6 +136,7 @@ def layer_sum(report: Report) -> Table:
         LEFT JOIN string k ON k.id = t.top_id
         ORDER BY 4 DESC, a.row_name, a.row_kind"""
     )
+    report.con.unregister("gpuscope_module_gpu")
     share = f"within steps ({source.description})" if source.kind else "(no steps were found)"
     notes = [
         (

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..trace.report import Report
-from .attribution import enclosing_table, ops_table, range_tree_table, ranges_table
+from .attribution import ops_table, range_tree_table, ranges_table
 from .cuda_summaries import STAT_COLUMNS, _pct, _stats
+from .enclosed import projection_table
 from .layers import layer_sum
 from .steps import step_sum
 from .table import Column, Table
@@ -87,12 +88,10 @@ def nvtx_gpu_proj_sum(report: Report) -> Table:
     if not report.count("nvtx_range"):
         return Table("nvtx_gpu_proj_sum", title, cols, [], _no_ranges(report))
     ops, ranges = ops_table(report), ranges_table(report)
-    pairs, tree = enclosing_table(report), range_tree_table(report)
+    projected, tree = projection_table(report), range_tree_table(report)
     rows = report.sql(
         f"""
-        WITH inst AS (
-            SELECT p.rid, max(o.end_ns) - min(o.start_ns) AS proj, count(*) AS ops
-            FROM {pairs} p JOIN {ops} o USING (op_id) GROUP BY p.rid),
+        WITH inst AS (SELECT rid, last_end - first_start AS proj, ops FROM {projected}),
         kids AS (
             SELECT t.parent AS rid, count(*) AS children
             FROM {tree} t JOIN inst USING (rid) GROUP BY t.parent),

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +41,10 @@ _API_CALLS = """
 
 # What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
 DAMAGED = (duckdb.Error,)
+# DuckDB's memory while reading a report: past it, sorts, joins and the analyses' temporary tables
+# spill to a private temporary folder, so that reading a report of tens of millions of rows stays
+# within a machine's memory. GPUSCOPE_MEMORY_LIMIT (a DuckDB size, such as 4GB) sets it.
+MEMORY_LIMIT = "1GB"
 
 
 class Report:
@@ -45,6 +54,7 @@ class Report:
         self.path = path
         self.con = con
         self.meta = meta
+        self._spill: str | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> Report:
@@ -63,13 +73,30 @@ class Report:
                                      "that run has ended") from None
             raise ReportError(p, f"not a gpuscope report, or a damaged one ({text})") from None
         try:
-            return cls(p, con, _meta(p, con))
+            report = cls(p, con, _meta(p, con))
+            report._bound_memory()
+            return report
         except BaseException:
             con.close()
             raise
 
+    def _bound_memory(self) -> None:
+        limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
+        try:
+            self.con.execute(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
+        except duckdb.Error:
+            raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB") from None
+        # DuckDB makes the folder when it first spills; it goes on close, or when the report is
+        # collected or the interpreter ends if the report was never closed
+        self._spill = os.path.join(tempfile.gettempdir(), f"gpuscope-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self.con.execute(f"SET temp_directory = '{self._spill}'")
+        weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
+
     def close(self) -> None:
         self.con.close()
+        if self._spill:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
 
     def __enter__(self) -> Report:
         return self
@@ -99,7 +126,12 @@ class Report:
             raise self.damaged(exc) from None
 
     def damaged(self, exc: BaseException) -> ReportError:
-        """Return the error that says this report's data cannot be read."""
+        """Return the error that says this report's data cannot be read (or, where DuckDB ran out
+        of the memory it may use, that and how to give it more)."""
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
+            return ReportError(self.path, f"reading it needed more than the memory allowed ({limit}): set "
+                                          f"GPUSCOPE_MEMORY_LIMIT higher, such as 4GB ({_first_line(exc)})")
         return ReportError(self.path, f"damaged or truncated report ({_first_line(exc)})")
 
     # -- DataFrames -------------------------------------------------------------------------
@@ -109,6 +141,31 @@ class Report:
             return self.con.execute(query, params or []).df()
         except DAMAGED as exc:
             raise self.damaged(exc) from None
+
+    def df_shared(self, query: str) -> pd.DataFrame:
+        """:meth:`df`, for results of millions of rows whose text repeats (kernel, operator and range
+        names): the rows are read in batches and each distinct text is one Python object shared by
+        its rows, not one per row (hundreds of bytes each). Returns the same frame as :meth:`df`."""
+        import numpy as np
+        import pandas as pd
+
+        try:
+            res = self.con.execute(query)
+            parts = []
+            texts: dict[str, str] = {}
+            while not (chunk := res.fetch_df_chunk(64)).empty or not parts:
+                for column in chunk.columns:
+                    values = chunk[column]
+                    if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
+                        codes, uniques = pd.factorize(values)
+                        shared = np.array([texts.setdefault(u, u) for u in uniques] + [None], dtype=object)
+                        chunk[column] = pd.Series(shared[codes], index=values.index, dtype=values.dtype)
+                parts.append(chunk)
+                if chunk.empty:
+                    break
+        except DAMAGED as exc:
+            raise self.damaged(exc) from None
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
     def kernels(self) -> pd.DataFrame:
         """Every kernel with its name, launch configuration and times (ns), by start time."""

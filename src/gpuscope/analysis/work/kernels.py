@@ -90,13 +90,21 @@ def _works(report: Report, ops: str, ids: str) -> pd.DataFrame:
     report.con.register("_work_models", frame)
     try:
         same = " AND ".join(f"m.{k} IS NOT DISTINCT FROM t.{k}" for k in keys.split(", "))
-        return report.df(
+        return report.df_shared(
             f"""SELECT t.torch_op_id, t.name AS op_name, m.work_kind, m.precision, m.op_flops, m.op_matrix_flops,
                        m.op_bytes
                 FROM {ops} t JOIN _work_models m ON {same}
                 WHERE t.torch_op_id IN ({ids}) ORDER BY t.torch_op_id""")
     finally:
         report.con.unregister("_work_models")
+
+
+def _matches(names: pd.Series, pattern: re.Pattern[str]) -> pd.Series:
+    """Whether each name contains ``pattern``, searched once per distinct name (a report of ten
+    million kernels has a few hundred names)."""
+    text = names.astype(str)
+    found = {name: bool(pattern.search(name)) for name in text.unique()}
+    return text.map(found).astype(bool)
 
 
 def _tensor_state(frame: pd.DataFrame) -> pd.Series:
@@ -110,11 +118,11 @@ def _tensor_state(frame: pd.DataFrame) -> pd.Series:
 def _share(frame: pd.DataFrame) -> pd.Series:
     """Each kernel's share of its operator's work (see the module docstring)."""
     op = frame["torch_op_id"].fillna(-1)
-    main = frame["work_kind"].isin(MATRIX_KINDS) & frame["name"].str.contains(MAIN_KERNEL)
+    main = frame["work_kind"].isin(MATRIX_KINDS) & _matches(frame["name"], MAIN_KERNEL)
     has_main = main.groupby(op).transform("any").astype(bool)
     # a random-number, fill or workspace-init kernel of an operator that also launched others gets
     # none of its work: the others do it
-    writer = frame["name"].astype(str).str.contains(WRITER_KERNEL)
+    writer = _matches(frame["name"], WRITER_KERNEL)
     has_other = (~writer).groupby(op).transform("any").astype(bool)
     eligible = (main | ~has_main) & ~(writer & has_other)
     weight = frame["time_ns"].where(eligible, 0).astype(float)
@@ -153,7 +161,7 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     if not report.count("kernel"):
         return _cpu_work(report, ops)
     links = op_kernels_table(report)  # type: ignore[operator]
-    frame = report.df(
+    frame = report.df_shared(
         f"""SELECT o.op_id AS item, n.value AS name, o.pid, o.start_ns, o.end_ns - o.start_ns AS time_ns,
                    l.torch_op_id, w.row_name AS owner, w.row_kind, w.owner_rid, w.in_step
             FROM {ops_table(report)} o JOIN string n ON n.id = o.name_id
@@ -167,8 +175,8 @@ def _kernel_work(report: Report) -> pd.DataFrame:
     share = _share(frame)
     for col in ("flops", "matrix_flops", "bytes"):
         frame[col] = frame[f"op_{col}"] * share
-    tf32 = ((frame["precision"] == "fp32") & (frame["matrix_flops"] > 0) & frame["name"].str.contains(TENSOR_KERNEL)
-            & ~frame["name"].str.contains(SIMT_KERNEL))
+    tf32 = ((frame["precision"] == "fp32") & (frame["matrix_flops"] > 0) & _matches(frame["name"], TENSOR_KERNEL)
+            & ~_matches(frame["name"], SIMT_KERNEL))
     frame.loc[tf32, "precision"] = "tf32"
     frame.loc[frame["flops"].isna(), ["precision", "work_kind"]] = None
     frame["tensor_cores"] = _tensor_state(frame)
@@ -189,7 +197,7 @@ def _writers_only(frame: pd.DataFrame) -> pd.DataFrame:
     Launched by another operator (a workspace that cuDNN clears, a buffer zeroed inside a
     convolution's backward) or by none, what they write is not known: no work model (ncu's DRAM
     bytes are not it: what a kernel writes stays in L2 past its end)."""
-    writer = frame["name"].astype(str).str.contains(WRITER_KERNEL)
+    writer = _matches(frame["name"], WRITER_KERNEL)
     if writer.any():
         own = writer & frame["op_name"].map(lambda n: isinstance(n, str) and is_writer(n)).astype(bool)
         unknown = writer & ~own
