@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, Union
 
 import msgspec
@@ -28,7 +30,7 @@ _INT64_SAFE = 2**62
 _EXACT_FLOAT_US = 2**53 / 1000  # below this, v * 1000 in float64 is exact for an integer v
 
 
-class Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False, frozen=True):
     """The ``args`` of an event: the keys the importer reads, typed as the bulk mapping expects."""
 
     correlation: Union[int, None] = None
@@ -57,6 +59,7 @@ class Args(msgspec.Struct, gc=False):
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
 
 
+_EMPTY_ARGS = Args()
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _OP_KEYS = [("input_dims", "Input Dims"), ("input_dims_old", "Input dims"), ("input_type", "Input type"),
             ("input_types_old", "Input types"), ("concrete", "Concrete Inputs")]
@@ -72,11 +75,10 @@ class Event(msgspec.Struct, gc=False):
     tid: Any = None
     ts: Union[int, float, None] = None
     dur: Union[int, float, None] = None
-    args: Union[Args, None] = None
+    args: Union[Args, None] = _EMPTY_ARGS  # an explicit null (never written by Kineto) maps event by event
 
 
 DECODER = msgspec.json.Decoder(list[Event])
-_EMPTY_ARGS = Args()
 BULK = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "python_function")
 RARE = ("user_annotation", "cuda_sync", "cpu_instant_event", "overhead",
         # older spellings: rare in practice, mapped per event
@@ -120,39 +122,29 @@ class Tail(msgspec.Struct, gc=False):
 
 
 TAIL_DECODER = msgspec.json.Decoder(Tail)
+MAPPED = frozenset((None, *BULK, *RARE))  # the categories mapped in bulk or one by one
+_CAT, _NAME = attrgetter("cat"), attrgetter("name")
 TAIL_PREFIX = b'{"traceEvents":['
 API = ("cuda_runtime", "cuda_driver")
 
 
-def decode(text: bytes, tail: bool = False) -> list[Event]:
-    """Return the events of ``text``: whole events and their commas, or with ``tail`` the rest of the
-    trace from an event on (msgspec.DecodeError where it is not)."""
+def decode(text: bytes | bytearray, tail: bool = False, array: bool = False) -> list[Event]:
+    """Return the events of ``text``: whole events and their commas, with ``array`` already
+    enclosed in ``[`` and ``]``, or with ``tail`` the rest of the trace from an event on
+    (msgspec.DecodeError where it is not)."""
     if tail:
         return TAIL_DECODER.decode(TAIL_PREFIX + text).traceEvents
-    return DECODER.decode(b"[" + text + b"]")
+    return DECODER.decode(text if array else b"[" + text + b"]")
 
 
-def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
+def map_chunk(text: bytes | bytearray, base: int, tail: bool = False, array: bool = False) -> ChunkColumns:
     """Decode ``text`` (as :func:`decode` takes it) and return its rows as columns.
 
     Raises msgspec.DecodeError for text that is not such events and :class:`Unusual` for events
     whose values the bulk mapping does not take."""
-    events = decode(text, tail)
+    events = decode(text, tail, array)
     out = ChunkColumns(len(events))
-    api: list[Event] = []  # runtime and driver calls together, in event order (one api_call table)
-    buckets: dict[Any, list[Event]] = {}
-    for e in events:
-        c = e.cat
-        bucket = buckets.get(c)
-        if bucket is None:
-            bucket = buckets[c] = api if c in API else []
-        bucket.append(e)
-    api_counts = Counter(e.cat for e in api) if "cuda_driver" in buckets else {"cuda_runtime": len(api)}
-    for cat, bucket in buckets.items():  # categories in the order they first appear, as counted event by event
-        if cat is not None:
-            out.cats[cat] = api_counts[cat] if cat in API else len(bucket)
-    buckets.pop("cuda_driver", None)
-    buckets["cuda_runtime"] = api
+    buckets = _buckets(events, out)
     try:
         rare = _map(buckets, base, out)
     except (TypeError, AttributeError, ValueError, OverflowError) as exc:
@@ -167,6 +159,49 @@ def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
                 first[e.pid] = i
         out.pid_counts.sort(key=lambda item: first[item[0]])
     return out
+
+
+def _buckets(events: list[Event], out: ChunkColumns) -> dict[Any, list[Event]]:
+    """The events of each category that is mapped (in bulk or one by one), in event order, with the
+    runtime and driver calls together under ``cuda_runtime`` (one api_call table); count every
+    category in ``out.cats`` in the order they first appear, as counted event by event."""
+    codes, distinct = _codes(list(map(_CAT, events)))
+    counts = np.bincount(codes, minlength=len(distinct)).tolist()
+    for cat, n in zip(distinct, counts):
+        if cat is not None:
+            out.cats[cat] = n
+    group = codes
+    api = [i for i, c in enumerate(distinct) if c in API]
+    if len(api) > 1:  # driver calls join the runtime's group
+        remap = np.arange(len(distinct))
+        remap[api[1:]] = api[0]
+        group = remap[codes]
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group, minlength=len(distinct)).tolist()
+    ends = np.cumsum(sizes).tolist()
+    buckets: dict[Any, list[Event]] = {"cuda_runtime": []}
+    for i, cat in enumerate(distinct):
+        if cat in MAPPED and sizes[i]:
+            buckets["cuda_runtime" if cat in API else cat] = _pick(events, order[ends[i] - sizes[i]:ends[i]])
+    return buckets
+
+
+def _get(items: list[Any], attr: str) -> list[Any]:
+    """The attribute ``attr`` of each item (AttributeError where an item has none)."""
+    getter = _GETTERS.get(attr)
+    if getter is None:
+        getter = _GETTERS[attr] = attrgetter(attr)
+    return list(map(getter, items))
+
+
+_GETTERS: dict[str, Any] = {}
+
+
+def _pick(items: list[Any], index: np.ndarray) -> list[Any]:
+    """The items at ``index``, in its order."""
+    if len(index) > 1:
+        return list(itemgetter(*index.tolist())(items))
+    return [items[int(i)] for i in index]
 
 
 def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: list[Event]) -> list[Event]:
@@ -185,7 +220,7 @@ def as_dict(e: Event) -> dict[str, Any]:
     """The event as the JSON object the per-event mapping reads (keys without a value left out)."""
     ev: dict[str, Any] = {k: v for k, v in (("ph", e.ph), ("cat", e.cat), ("name", e.name), ("pid", e.pid),
                                             ("tid", e.tid), ("ts", e.ts), ("dur", e.dur)) if v is not None}
-    if e.args is not None:
+    if e.args is not None and e.args is not _EMPTY_ARGS:
         args = {}
         for attr, key in _ARG_KEYS:
             v = getattr(e.args, attr)
@@ -198,13 +233,14 @@ def as_dict(e: Event) -> dict[str, Any]:
 def _timed(evs: list[Event], base: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
     """The events that have a time (the per-event mapping skips the others), with their start and
     end in ns."""
-    start = _scaled([e.ts for e in evs], base)
+    start = _scaled(_get(evs, "ts"), base)
     if start is None:
         evs = [e for e in evs if e.ts is not None]
-        start = _scaled([e.ts for e in evs], base)
+        start = _scaled(_get(evs, "ts"), base)
         if start is None:
             raise Unusual("times that are not numbers")
-    end = _scaled([e.dur or 0 for e in evs], 0)
+    durs = _get(evs, "dur")
+    end = _scaled([d or 0 for d in durs] if None in durs else durs, 0)
     if end is None:
         raise Unusual("durations that are not numbers")
     return evs, start, start + end
@@ -222,11 +258,11 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
         if not evs:
             continue
         if cat == "python_function":
-            evs = [e for e in evs if e.name.startswith(MODULE_PREFIX)]
+            evs = list(compress(evs, map(str.startswith, _get(evs, "name"), repeat(MODULE_PREFIX))))
             if not evs:
                 continue
         elif cat == "cpu_op":
-            names = [e.name for e in evs]
+            names = _get(evs, "name")
             codes, distinct = _codes(names)
             step = [n.startswith("ProfilerStep#") for n in distinct]
             if any(step):
@@ -244,7 +280,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
             n = len(MODULE_PREFIX)
             out.modules = [(e.pid, e.tid, s, t, e.name[n:]) for e, s, t in zip(evs, start.tolist(), end.tolist())]
             continue
-        args = [e.args or _EMPTY_ARGS for e in evs]
+        args = _get(evs, "args")
         if cat == "kernel":
             _kernels(evs, args, start, end, out)
         elif cat in ("gpu_memcpy", "gpu_memset"):
@@ -254,7 +290,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
                 _ops(evs, args, start, end, out)
             else:
                 _api(evs, args, start, end, out)
-            pids.update([e.pid for e in evs])
+            pids.update(_get(evs, "pid"))
     if starts:
         out.first_ns, out.last_ns = min(starts), max(0, max(ends))
     out.pid_counts = list(pids.items())
@@ -326,13 +362,13 @@ def _kernels(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndar
     if any(k[0] is None for k in keys):
         raise Unusual("a kernel without a name")
     out.config_codes, out.config_keys = _codes(keys)  # type: ignore[arg-type]
-    pids = [e.pid for e in evs]
+    pids = _get(evs, "pid")
     _add(out, "kernel", {
         "start_ns": start, "end_ns": end,
-        "device_id": _ints(_or([a.device for a in args], pids)),
-        "context_id": _ints([a.context for a in args]),
-        "stream_id": _ints(_or([a.stream for a in args], [e.tid for e in evs])),
-        "correlation_id": _ints([a.correlation for a in args]),
+        "device_id": _ints(_or(_get(args, "device"), pids)),
+        "context_id": _ints(_get(args, "context")),
+        "stream_id": _ints(_or(_get(args, "stream"), _get(evs, "tid"))),
+        "correlation_id": _ints(_get(args, "correlation")),
     })  # fmt: skip
 
 
@@ -342,20 +378,20 @@ def _copies(cat: str, evs: list[Event], args: list[Args], start: np.ndarray, end
     codes, distinct = _codes(names)
     common = {
         "start_ns": start, "end_ns": end,
-        "device_id": _ints(_or([a.device for a in args], [e.pid for e in evs])),
-        "context_id": _ints([a.context for a in args]),
-        "stream_id": _ints(_or([a.stream for a in args], [e.tid for e in evs])),
-        "correlation_id": _ints([a.correlation for a in args]),
+        "device_id": _ints(_or(_get(args, "device"), _get(evs, "pid"))),
+        "context_id": _ints(_get(args, "context")),
+        "stream_id": _ints(_or(_get(args, "stream"), _get(evs, "tid"))),
+        "correlation_id": _ints(_get(args, "correlation")),
     }  # fmt: skip
     if cat == "gpu_memcpy":
         kinds = [copy_kind(n) for n in distinct]
         for i, col in enumerate(("copy_kind", "src_kind", "dst_kind")):
             common[col] = _objects([k[i] for k in kinds])[codes]
-        common["bytes"] = _ints([a.bytes for a in args])
+        common["bytes"] = _ints(_get(args, "bytes"))
         _add(out, "memcpy", common)
     else:
         common["memory_kind"] = _objects([set_kind(n) for n in distinct])[codes]
-        common["bytes"] = _ints([a.bytes for a in args])
+        common["bytes"] = _ints(_get(args, "bytes"))
         _add(out, "memset", common)
 
 
@@ -366,9 +402,9 @@ def _api(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray,
     domain = _objects(["driver" if d else "runtime" for d in driver])[codes]
     if any(e.cat == "cuda_driver" for e in evs):
         domain[[i for i, e in enumerate(evs) if e.cat == "cuda_driver"]] = "driver"
-    pid, tid, corr = _ints([e.pid for e in evs]), _ints([e.tid for e in evs]), _ints([a.correlation for a in args])
+    pid, tid, corr = _ints(_get(evs, "pid")), _ints(_get(evs, "tid")), _ints(_get(args, "correlation"))
     _add(out, "api_call", {"start_ns": start, "end_ns": end, "pid": pid, "tid": tid, "domain": domain,
-                           "cbid": _ints([a.cbid for a in args]), "name_id": codes, "correlation_id": corr})
+                           "cbid": _ints(_get(args, "cbid")), "name_id": codes, "correlation_id": corr})
     out.names["api_call"] = distinct
     sync = np.array([n in SYNC_APIS for n in distinct], dtype=bool)[codes]
     if sync.any():
@@ -385,16 +421,18 @@ def _take(col: tuple[np.ndarray, np.ndarray | None], sel: np.ndarray) -> tuple[n
 
 
 def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray, out: ChunkColumns) -> None:
-    names = [e.name for e in evs]
+    names = _get(evs, "name")
     codes, distinct = _codes(names)
     shapes: list[Any] = [None] * len(evs)
     dtypes: list[Any] = [None] * len(evs)
     outs: list[Any] = [None] * len(evs)
     scalars: list[Any] = [None] * len(evs)
     cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for i, a in enumerate(args):
-        if a.input_dims is None and a.input_dims_old is None:
-            continue
+    dims, dims_old = _get(args, "input_dims"), _get(args, "input_dims_old")
+    with_dims = [] if dims.count(None) == len(dims) and dims_old.count(None) == len(dims_old) else \
+        [i for i, (d, o) in enumerate(zip(dims, dims_old)) if d is not None or o is not None]
+    for i in with_dims:
+        a = args[i]
         raws = tuple(None if (r := getattr(a, attr)) is None else bytes(r) for attr, _ in _OP_KEYS)
         key = (names[i], *raws)
         cols = cache.get(key)
@@ -403,10 +441,12 @@ def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray,
             cols = cache[key] = op_columns(names[i], given)
         shapes[i], dtypes[i], outs[i], scalars[i] = cols
         out.with_shapes = out.with_shapes or cols[0] is not None
-    _add(out, "torch_op", {
-        "start_ns": start, "end_ns": end, "pid": _ints([e.pid for e in evs]), "tid": _ints([e.tid for e in evs]),
-        "name_id": codes, "seq": _ints([a.sequence for a in args]),
-        "shapes": _objects(shapes), "dtypes": _objects(dtypes), "out_shapes": _objects(outs),
-        "scalars": _objects(scalars),
-    })  # fmt: skip
+    columns = {
+        "start_ns": start, "end_ns": end, "pid": _ints(_get(evs, "pid")), "tid": _ints(_get(evs, "tid")),
+        "name_id": codes, "seq": _ints(_get(args, "sequence")),
+    }  # fmt: skip
+    if with_dims:  # otherwise NULL, as the columns not named
+        columns.update(shapes=_objects(shapes), dtypes=_objects(dtypes), out_shapes=_objects(outs),
+                       scalars=_objects(scalars))
+    _add(out, "torch_op", columns)
     out.names["torch_op"] = distinct
