@@ -204,3 +204,27 @@ def test_workers_for_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert kineto_read.workers_for(small) == 0
     monkeypatch.setenv("GPUSCOPE_IMPORT_WORKERS", "3")
     assert kineto_read.workers_for(small) == 3
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 0), (2, 2), (3, 3), (64, kineto_read.MAX_WORKERS)])
+def test_workers_for_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, workers: int) -> None:
+    """A large trace gets one worker per core the import may run on (none on one core: a worker
+    would only add its start and the transfer of its columns), at most MAX_WORKERS."""
+    big = tmp_path / "big.json"
+    big.write_text("{}")
+    monkeypatch.delenv("GPUSCOPE_IMPORT_WORKERS", raising=False)
+    monkeypatch.setattr(kineto_read, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(kineto_read.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert kineto_read.workers_for(big) == workers
+
+
+def test_run_array_reads_the_part_of_the_file(tmp_path: Path) -> None:
+    """A run of a plain file is read straight into a JSON array: its bytes between ``[`` and ``]``;
+    a file that shrank since it was cut gives what is left, closed the same way."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [{"a": 1}, {"b": 2}]}')
+    run = kineto_chunks.Run(None, False, offset=17, length=18)
+    assert bytes(run.array(path)) == b'[{"a": 1}, {"b": 2}]'
+    assert kineto_columns.decode(run.array(path), array=True) == kineto_columns.decode(run.load(path))
+    assert bytes(kineto_chunks.Run(None, False, offset=27, length=30).array(path)) == b'[{"b": 2}]}]'
+    assert bytes(kineto_chunks.Run(b'{"c": 3}', False).array(path)) == b'[{"c": 3}]'
