@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
@@ -199,9 +199,7 @@ _GETTERS: dict[str, Any] = {}
 
 def _pick(items: list[Any], index: np.ndarray) -> list[Any]:
     """The items at ``index``, in its order."""
-    if len(index) > 1:
-        return list(itemgetter(*index.tolist())(items))
-    return [items[int(i)] for i in index]
+    return [items[i] for i in index.tolist()]
 
 
 def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: list[Event]) -> list[Event]:
@@ -240,7 +238,9 @@ def _timed(evs: list[Event], base: int) -> tuple[list[Event], np.ndarray, np.nda
         if start is None:
             raise Unusual("times that are not numbers")
     durs = _get(evs, "dur")
-    end = _scaled([d or 0 for d in durs] if None in durs else durs, 0)
+    end = _scaled(durs, 0)
+    if end is None:  # events without a duration: 0, as the per-event mapping reads them
+        end = _scaled([d or 0 for d in durs], 0)
     if end is None:
         raise Unusual("durations that are not numbers")
     return evs, start, start + end
@@ -328,8 +328,10 @@ def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         return np.array(values, dtype=np.int64), None
     except TypeError:
-        mask = np.array([v is None for v in values])
-        return np.array([0 if v is None else v for v in values], dtype=np.int64), mask
+        column = np.array(values, dtype=object)
+        mask = np.equal(column, None)
+        column[mask] = 0
+        return column.astype(np.int64), mask
 
 
 def _codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
