@@ -16,7 +16,8 @@ from conftest import FIXTURES
 from import_helpers import shared
 
 from gpuscope.errors import GpuscopeError
-from gpuscope.trace.importers import import_trace, kineto_chunks, kineto_columns, kineto_read, kineto_worker
+from gpuscope.trace.importers import (import_trace, kineto_chunks, kineto_columns, kineto_events, kineto_read,
+                                      kineto_worker)
 
 GPT_TRACE = FIXTURES / "gpt_eager.torch_trace.json.gz"
 VOLATILE_META = {"gpuscope_version", "created", "recorded_at", "finished_at"}
@@ -161,6 +162,29 @@ def test_values_of_other_types_are_mapped_event_by_event(tmp_path: Path, monkeyp
     runs = _count_runs(monkeypatch)
     tables = _same(src, tmp_path, monkeypatch)
     assert runs[0] > 5 and len(tables["torch_op"]) == 600
+
+
+def test_a_category_outside_the_known_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Categories are decoded as constants of the known list; a run with another category (and the
+    runs after it) is decoded with any string, still in bulk, and counted: the same report."""
+    monkeypatch.setattr(kineto_chunks, "CHUNK", 4096)
+    events = _events(600)
+    for i in (30, 1500, 1700):
+        events.insert(i, {"ph": "X", "cat": "a_new_category", "name": "x", "pid": 7, "tid": 7, "ts": 1.0, "dur": 1})
+    src = tmp_path / "cats.json"
+    src.write_text(_trace(events, indent=True))
+    runs = _count_runs(monkeypatch)
+    tables = _same(src, tmp_path, monkeypatch)
+    assert runs[0] > 5 and json.loads(tables["meta"]["imported_from"])["categories"]["a_new_category"] == 3
+    assert len(tables["kernel"]) == 600
+    kineto_events.expect_known()  # the import above met the new category
+    first = kineto_columns.decode(b'{"cat": "kernel"}, {"cat": "cpu_op"}')
+    again = kineto_columns.decode(b'{"cat": "kernel"}')
+    assert first[0].cat is again[0].cat and all(isinstance(e, kineto_events.KnownEvent) for e in first)
+    mixed = kineto_columns.decode(b'{"cat": "kernel"}, {"cat": "a_new_category"}')
+    assert [e.cat for e in mixed] == ["kernel", "a_new_category"]
+    assert not any(isinstance(e, kineto_events.KnownEvent) for e in kineto_columns.decode(b'{"cat": "kernel"}'))
+    kineto_events.expect_known()
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -1,7 +1,7 @@
 """One chunk of a Kineto trace's ``traceEvents`` as table columns, built in bulk.
 
 :func:`map_chunk` decodes a run of whole events (the text between two event boundaries) with msgspec
-into typed structs, groups them by category and builds each table's columns with list comprehensions
+into typed structs (:mod:`.kineto_events`), groups them by category and builds each table's columns with list comprehensions
 and numpy, instead of one Python call per event. It maps events exactly as
 :class:`~.kineto.KinetoImporter` does, for the events whose fields have the types that mapping
 expects; a chunk with anything else (a string where a number belongs, a grid of two numbers) raises
@@ -18,67 +18,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from .kineto_args import SYNC_APIS, copy_kind, op_columns, set_kind
+from .kineto_events import TAIL_PREFIX, Args, Event, as_dict, decode
+
+__all__ = ["TAIL_PREFIX", "ChunkColumns", "Unusual", "decode", "map_chunk"]
 
 MODULE_PREFIX = "nn.Module: "
 _INT64_SAFE = 2**62
 _EXACT_FLOAT_US = 2**53 / 1000  # below this, v * 1000 in float64 is exact for an integer v
-
-
-class Args(msgspec.Struct, gc=False, frozen=True):
-    """The ``args`` of an event: the keys the importer reads, typed as the bulk mapping expects."""
-
-    correlation: Union[int, None] = None
-    device: Union[int, None] = None
-    stream: Union[int, None] = None
-    context: Union[int, None] = None
-    grid: Union[tuple[int, int, int], None] = None
-    block: Union[tuple[int, int, int], None] = None
-    registers: Union[int, None] = msgspec.field(default=None, name="registers per thread")
-    shared_memory: Union[int, None] = msgspec.field(default=None, name="shared memory")
-    bytes: Union[int, None] = None
-    cbid: Union[int, None] = None
-    sequence: Union[int, None] = msgspec.field(default=None, name="Sequence number")
-    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
-    input_dims_old: msgspec.Raw = msgspec.field(default=None, name="Input dims")
-    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
-    input_types_old: msgspec.Raw = msgspec.field(default=None, name="Input types")
-    concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
-    # read only by the per-event mapping of rare events
-    name: Any = None
-    cuda_sync_kind: Any = None
-    event_id: Any = msgspec.field(default=None, name="Event ID")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-
-
-_EMPTY_ARGS = Args()
-_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _OP_KEYS = [("input_dims", "Input Dims"), ("input_dims_old", "Input dims"), ("input_type", "Input type"),
             ("input_types_old", "Input types"), ("concrete", "Concrete Inputs")]
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event, with the fields the importer reads."""
-
-    ph: Any = None
-    cat: Union[str, None] = None
-    name: Union[str, None] = None
-    pid: Any = None  # metadata events name theirs ("Spans"); table columns take the numbers as the per-event mapping does
-    tid: Any = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: Union[Args, None] = _EMPTY_ARGS  # an explicit null (never written by Kineto) maps event by event
-
-
-DECODER = msgspec.json.Decoder(list[Event])
 BULK = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "python_function")
 RARE = ("user_annotation", "cuda_sync", "cpu_instant_event", "overhead",
         # older spellings: rare in practice, mapped per event
@@ -115,26 +69,9 @@ class ChunkColumns:
     last_ns: int = 0
 
 
-class Tail(msgspec.Struct, gc=False):
-    """The end of the trace: its last events, the end of ``traceEvents`` and the keys after it."""
-
-    traceEvents: list[Event]
-
-
-TAIL_DECODER = msgspec.json.Decoder(Tail)
 MAPPED = frozenset((None, *BULK, *RARE))  # the categories mapped in bulk or one by one
 _CAT, _NAME = attrgetter("cat"), attrgetter("name")
-TAIL_PREFIX = b'{"traceEvents":['
 API = ("cuda_runtime", "cuda_driver")
-
-
-def decode(text: bytes | bytearray, tail: bool = False, array: bool = False) -> list[Event]:
-    """Return the events of ``text``: whole events and their commas, with ``array`` already
-    enclosed in ``[`` and ``]``, or with ``tail`` the rest of the trace from an event on
-    (msgspec.DecodeError where it is not)."""
-    if tail:
-        return TAIL_DECODER.decode(TAIL_PREFIX + text).traceEvents
-    return DECODER.decode(text if array else b"[" + text + b"]")
 
 
 def map_chunk(text: bytes | bytearray, base: int, tail: bool = False, array: bool = False) -> ChunkColumns:
@@ -212,20 +149,6 @@ def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: li
         merged = [e for e in events if id(e) in wanted]
         return [e for p in parts if p is not buckets["user_annotation"] for e in p] + merged
     return [e for p in parts for e in p] + steps
-
-
-def as_dict(e: Event) -> dict[str, Any]:
-    """The event as the JSON object the per-event mapping reads (keys without a value left out)."""
-    ev: dict[str, Any] = {k: v for k, v in (("ph", e.ph), ("cat", e.cat), ("name", e.name), ("pid", e.pid),
-                                            ("tid", e.tid), ("ts", e.ts), ("dur", e.dur)) if v is not None}
-    if e.args is not None and e.args is not _EMPTY_ARGS:
-        args = {}
-        for attr, key in _ARG_KEYS:
-            v = getattr(e.args, attr)
-            if v is not None:
-                args[key] = msgspec.json.decode(v) if isinstance(v, msgspec.Raw) else v
-        ev["args"] = args
-    return ev
 
 
 def _timed(evs: list[Event], base: int) -> tuple[list[Event], np.ndarray, np.ndarray]:

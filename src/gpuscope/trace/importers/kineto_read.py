@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from . import kineto_chunks, kineto_columns, kineto_stream
+from . import kineto_chunks, kineto_columns, kineto_events, kineto_stream
 from .kineto_chunks import Run
 from .kineto_worker import Worker, map_run
 
@@ -65,6 +65,7 @@ def read_events(path: Path, importer: KinetoImporter, counter: list[int], header
     if runs is None:
         _per_event(importer, kineto_stream.events(path, counter))
         return
+    kineto_events.expect_known()
     workers = workers_for(path)
     pool = [Worker() for _ in range(workers)]
     try:
