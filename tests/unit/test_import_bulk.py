@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 import pytest
 from conftest import FIXTURES
 from import_helpers import shared
@@ -165,8 +166,9 @@ def test_values_of_other_types_are_mapped_event_by_event(tmp_path: Path, monkeyp
 
 
 def test_a_category_outside_the_known_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Categories are decoded as constants of the known list; a run with another category (and the
-    runs after it) is decoded with any string, still in bulk, and counted: the same report."""
+    """Events of a known category are decoded as that category's struct; a run with another
+    category (and the runs after it) is decoded with any string, still in bulk, and counted: the
+    same report."""
     monkeypatch.setattr(kineto_chunks, "CHUNK", 4096)
     events = _events(600)
     for i in (30, 1500, 1700):
@@ -177,14 +179,28 @@ def test_a_category_outside_the_known_ones(tmp_path: Path, monkeypatch: pytest.M
     tables = _same(src, tmp_path, monkeypatch)
     assert runs[0] > 5 and json.loads(tables["meta"]["imported_from"])["categories"]["a_new_category"] == 3
     assert len(tables["kernel"]) == 600
-    kineto_events.expect_known()  # the import above met the new category
-    first = kineto_columns.decode(b'{"cat": "kernel"}, {"cat": "cpu_op"}')
-    again = kineto_columns.decode(b'{"cat": "kernel"}')
-    assert first[0].cat is again[0].cat and all(isinstance(e, kineto_events.KnownEvent) for e in first)
+
+
+def test_decoders_in_turn() -> None:
+    """A struct per known category first (a flow keeps no field); events without a category (the
+    metadata at a trace's end) are decoded with the known categories as constants, and so is every
+    later run once two runs in a row had such events; a category outside the list: any string from
+    then on."""
+    ev = kineto_events
+    ev.reset_decoders()
+    tagged = kineto_columns.decode(b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1}, {"cat": "ac2g", "ts": 2}')
+    assert [e.cat for e in tagged] == ["kernel", "ac2g"] and tagged[0].name == "k" and not hasattr(tagged[1], "ts")
+    assert isinstance(kineto_columns.decode(b'{"ph": "M", "name": "process_name"}')[0], ev.KnownEvent)
+    assert not isinstance(kineto_columns.decode(b'{"cat": "kernel"}')[0], ev.Event)  # one such run: back
+    for _ in range(2):
+        assert kineto_columns.decode(b'{"ph": "M"}, {"cat": "cpu_op"}')[1].cat == "cpu_op"
+    assert isinstance(kineto_columns.decode(b'{"cat": "kernel"}')[0], ev.KnownEvent)  # two in a row: stays
     mixed = kineto_columns.decode(b'{"cat": "kernel"}, {"cat": "a_new_category"}')
     assert [e.cat for e in mixed] == ["kernel", "a_new_category"]
-    assert not any(isinstance(e, kineto_events.KnownEvent) for e in kineto_columns.decode(b'{"cat": "kernel"}'))
-    kineto_events.expect_known()
+    assert type(kineto_columns.decode(b'{"cat": "kernel"}')[0]) is ev.Event
+    with pytest.raises(msgspec.ValidationError):
+        kineto_columns.decode(b'{"cat": "kernel", "ts": "1"}')
+    ev.reset_decoders()
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -91,8 +91,8 @@ def map_chunk(text: bytes | bytearray, base: int, tail: bool = False, array: boo
     if len(out.pid_counts) > 1:  # several processes: count them in the order they first appear
         first: dict[Any, int] = {}
         for i, e in enumerate(events):
-            if e.pid not in first and (e.cat in API or e.cat == "cpu_op" and not e.name.startswith("ProfilerStep#")) \
-                    and e.ts is not None:
+            if (e.cat in API or e.cat == "cpu_op" and not e.name.startswith("ProfilerStep#")) and e.ts is not None \
+                    and e.pid not in first:
                 first[e.pid] = i
         out.pid_counts.sort(key=lambda item: first[item[0]])
     return out

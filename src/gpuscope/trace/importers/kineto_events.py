@@ -58,55 +58,87 @@ class Event(msgspec.Struct, gc=False):
     args: Union[Args, None] = _EMPTY_ARGS  # an explicit null (never written by Kineto) maps event by event
 
 
-# The categories the PyTorch profiler writes (Kineto's activity types, its flows, older spellings):
-# decoded as these constant strings, not a new string per event. A run with another category is
-# decoded again with any string (and so is every later run of the same import).
-KnownCategory = Literal[
-    "cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset", "concurrent_kernel",
-    "kernel", "external_correlation", "cuda_runtime", "cuda_driver", "cpu_instant_event", "python_function",
-    "overhead", "cuda_sync", "cuda_event", "cuda_profiler_range", "mtia_runtime", "mtia_ccp_events",
-    "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver", "collective_comm", "gpu_pm_counter",
-    "privateuse1_runtime", "privateuse1_driver", "Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu",
-    "Kernel", "Memcpy", "Memset", "Runtime", "Operator",
-]  # fmt: skip
+# Categories whose events are mapped (in bulk or one by one): decoded with every field the importer
+# reads. python_function events are mapped only where they are nn.Module events, which need no args;
+# the others are only counted.
+FULL_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
+                   "user_annotation", "cuda_sync", "cpu_instant_event", "overhead",
+                   "Kernel", "Memcpy", "Memset", "Runtime", "Operator")  # fmt: skip
+COUNTED_CATEGORIES = (
+    "gpu_user_annotation", "concurrent_kernel", "external_correlation", "cuda_event", "cuda_profiler_range",
+    "mtia_runtime", "mtia_ccp_events", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver", "collective_comm",
+    "gpu_pm_counter", "privateuse1_runtime", "privateuse1_driver", "Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu",
+)  # fmt: skip
+KnownCategory = Literal[FULL_CATEGORIES + ("python_function",) + COUNTED_CATEGORIES]  # type: ignore[valid-type]
 
 
 class KnownEvent(Event, gc=False):
-    """An event whose category is one of :data:`KnownCategory` (or none)."""
+    """An event whose category is one of :data:`KnownCategory` (or none): the category is one of
+    those constant strings, not a new string per event."""
 
     cat: Union[KnownCategory, None] = None
 
 
-DECODER = msgspec.json.Decoder(list[Event])
-KNOWN_DECODER = msgspec.json.Decoder(list[KnownEvent])
-_known = [True]  # whether this import has met only known categories so far
+_TIMES = [("name", Union[str, None], None), ("pid", Any, None), ("tid", Any, None),
+          ("ts", Union[int, float, None], None), ("dur", Union[int, float, None], None)]
+
+
+def _tagged(cat: str, fields: list[tuple[str, Any, Any]]) -> type:
+    """A struct for the events of category ``cat`` (told apart by their ``cat`` key, which is not
+    a field but the class's ``cat``)."""
+    return msgspec.defstruct(f"Event_{cat}", fields, tag_field="cat", tag=cat, gc=False, namespace={"cat": cat},
+                             module=__name__)
+
+
+TAGGED = tuple(_tagged(c, [("ph", Any, None), *_TIMES, ("args", Union[Args, None], _EMPTY_ARGS)])
+               for c in FULL_CATEGORIES) + (_tagged("python_function", _TIMES),) + \
+    tuple(_tagged(c, []) for c in COUNTED_CATEGORIES)  # fmt: skip
+
+# Three decoders, fastest first: a struct per category (every event has a known category); the
+# same fields for all events, the category one of the known strings (events without a category:
+# Kineto's metadata at the end of the trace); any category. A run is decoded with the next one
+# where one fails; an import that met a category outside the known list goes on with the last,
+# one whose runs keep having events without a category with the second.
+DECODERS = (msgspec.json.Decoder(list[Union[TAGGED]]), msgspec.json.Decoder(list[KnownEvent]),  # type: ignore[valid-type]
+            msgspec.json.Decoder(list[Event]))
+DECODER = DECODERS[2]
+_first = [0]  # the decoder this import starts each run with
+_untagged = [0]  # runs in a row that had events without a category
 
 
 class Tail(msgspec.Struct, gc=False):
     """The end of the trace: its last events, the end of ``traceEvents`` and the keys after it."""
 
-    traceEvents: list[Event]
+    traceEvents: list[Event]  # one run: the decoder that takes any category
 
 
 TAIL_DECODER = msgspec.json.Decoder(Tail)
 TAIL_PREFIX = b'{"traceEvents":['
 
 
-def decode(text: bytes | bytearray, tail: bool = False, array: bool = False) -> list[Event]:
-    """Return the events of ``text``: whole events and their commas, with ``array`` already
-    enclosed in ``[`` and ``]``, or with ``tail`` the rest of the trace from an event on
+def decode(text: bytes | bytearray, tail: bool = False, array: bool = False) -> list[Any]:
+    """Return the events of ``text`` (structs with a ``cat`` attribute and, for the categories that
+    are mapped, the fields the importer reads): whole events and their commas, with ``array``
+    already enclosed in ``[`` and ``]``, or with ``tail`` the rest of the trace from an event on
     (msgspec.DecodeError where it is not)."""
     if tail:
         return TAIL_DECODER.decode(TAIL_PREFIX + text).traceEvents
     data = text if array else b"[" + text + b"]"
-    if _known[0]:
+    for level in range(_first[0], len(DECODERS)):
         try:
-            return KNOWN_DECODER.decode(data)  # type: ignore[return-value]
+            events: list[Any] = DECODERS[level].decode(data)
         except msgspec.ValidationError:
-            events = DECODER.decode(data)  # raises again where the category was not the cause
-            _known[0] = False
-            return events
-    return DECODER.decode(data)
+            if level == len(DECODERS) - 1:
+                raise  # not the category: values of other types, mapped event by event
+            continue
+        if level == 2:
+            _first[0] = 2
+        elif _first[0] == 0:
+            _untagged[0] = _untagged[0] + 1 if level == 1 else 0
+            if _untagged[0] >= 2:
+                _first[0] = 1
+        return events
+    raise AssertionError("unreachable")
 
 
 def as_dict(e: Event) -> dict[str, Any]:
@@ -123,6 +155,6 @@ def as_dict(e: Event) -> dict[str, Any]:
     return ev
 
 
-def expect_known() -> None:
-    """Decode the next runs with the known categories first again (at the start of an import)."""
-    _known[0] = True
+def reset_decoders() -> None:
+    """Decode the next runs with the fastest decoder first again (at the start of an import)."""
+    _first[0] = _untagged[0] = 0

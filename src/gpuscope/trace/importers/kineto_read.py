@@ -65,7 +65,7 @@ def read_events(path: Path, importer: KinetoImporter, counter: list[int], header
     if runs is None:
         _per_event(importer, kineto_stream.events(path, counter))
         return
-    kineto_events.expect_known()
+    kineto_events.reset_decoders()
     workers = workers_for(path)
     pool = [Worker() for _ in range(workers)]
     try:
