@@ -2,8 +2,9 @@
 
 Traces: the largest shared sample trace (``--shared``, read where it is), and a synthetic trace of
 ``--size-gb`` gigabytes: the recorded GPT trace (tests/fixtures/gpt_eager.torch_trace.json.gz, 25,087
-events) repeated, each copy shifted in time and in correlation and external ids, written in Kineto's
-own layout (one event a paragraph), plain and, with ``--gzip``, gzip (level 6). Each repeat imports
+events) repeated, each copy shifted in time and in correlation and external ids, its 62 events
+without a category (process and thread names) written once at the end as Kineto writes them, in
+Kineto's own layout (one event a paragraph), plain and, with ``--gzip``, gzip (level 6). Each repeat imports
 each input in a fresh process (``python -m gpuscope import``), the inputs interleaved; ``--reference``
 adds the event-by-event import (``GPUSCOPE_IMPORT_BULK=0``) of each input once. Measured: wall time,
 CPU time of the importing process and its workers together (``getrusage``), and the peak of their
@@ -73,6 +74,10 @@ def make_trace(out: Path, size_bytes: int) -> int:
         for key in ("correlation", "External id"):
             text = text.replace(f'"\\u0000ID{key}\\u0000"', "%d")
         templates.append((text, values))
+    # events without a category (process and thread names, Kineto's own instants): once, at the
+    # end of traceEvents, where Kineto writes them
+    tail = [t for t, ev in zip(templates, events) if "cat" not in ev]
+    templates = [t for t, ev in zip(templates, events) if "cat" in ev]
     n = 0
     with open(out, "w") as fh:
         fh.write("{\n" + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in doc.items()) + ',\n  "traceEvents": [\n')
@@ -85,6 +90,8 @@ def make_trace(out: Path, size_bytes: int) -> int:
             fh.write(("" if copy == 0 else ",\n") + ",\n".join(parts))
             n += len(templates)
             copy += 1
+        fh.write(",\n" + ",\n".join(text % tuple(v for _, v in values) for text, values in tail))
+        n += len(tail)
         fh.write("\n  ]\n}\n")
     return n
 
