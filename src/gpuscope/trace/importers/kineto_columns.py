@@ -174,6 +174,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
     an event of each rare category present (empty: nothing left to map one by one)."""
     starts: list[int] = []
     ends: list[int] = []
+    coded: tuple[int, np.ndarray, list[str]] | None = None
     left: list[Event] = [buckets[c][0] for c in (None, *RARE) if c in buckets]
     pids: Counter[Any] = Counter()
     for cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "python_function"):
@@ -188,6 +189,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
             names = _get(evs, "name")
             codes, distinct = _codes(names)
             step = [n.startswith("ProfilerStep#") for n in distinct]
+            coded = (len(evs), codes, distinct) if not any(step) else None  # the names' codes, reused
             if any(step):
                 is_step = np.array(step)[codes]
                 left += [e for e, s in zip(evs, is_step.tolist()) if s]
@@ -210,7 +212,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
             _copies(cat, evs, args, start, end, out)
         else:
             if cat == "cpu_op":
-                _ops(evs, args, start, end, out)
+                _ops(evs, args, start, end, out, coded[1:] if coded and coded[0] == len(evs) else None)
             else:
                 _api(evs, args, start, end, out)
             pids.update(_get(evs, "pid"))
@@ -345,9 +347,10 @@ def _take(col: tuple[np.ndarray, np.ndarray | None], sel: np.ndarray) -> tuple[n
     return values[sel], None if mask is None else mask[sel]
 
 
-def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray, out: ChunkColumns) -> None:
+def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray, out: ChunkColumns,
+         coded: tuple[np.ndarray, list[str]] | None = None) -> None:
     names = _get(evs, "name")
-    codes, distinct = _codes(names)
+    codes, distinct = _codes(names) if coded is None else coded
     shapes: list[Any] = [None] * len(evs)
     dtypes: list[Any] = [None] * len(evs)
     outs: list[Any] = [None] * len(evs)

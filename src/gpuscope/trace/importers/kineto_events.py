@@ -90,8 +90,37 @@ def _tagged(cat: str, fields: list[tuple[str, Any, Any]]) -> type:
                              module=__name__)
 
 
-TAGGED = tuple(_tagged(c, [("ph", Any, None), *_TIMES, ("args", Union[Args, None], _EMPTY_ARGS)])
-               for c in FULL_CATEGORIES) + (_tagged("python_function", _TIMES),) + \
+def _args_of(cat: str, attrs: tuple[str, ...]) -> tuple[type, Any]:
+    """A struct with the fields ``attrs`` of :class:`Args` (the args that the bulk mapping of
+    ``cat`` reads), and its empty instance."""
+    info = {f.name: f for f in msgspec.structs.fields(Args)}
+    fields = [(a, info[a].type, msgspec.field(default=None, name=info[a].encode_name)) for a in attrs]
+    cls = msgspec.defstruct(f"Args_{cat}", fields, gc=False, frozen=True, module=__name__)
+    return cls, cls()
+
+
+_LAUNCH = ("correlation", "device", "stream", "context")
+_ARGS_OF = {
+    "kernel": _args_of("kernel", (*_LAUNCH, "grid", "block", "registers", "shared_memory")),
+    "gpu_memcpy": _args_of("gpu_memcpy", (*_LAUNCH, "bytes")),
+    "gpu_memset": _args_of("gpu_memset", (*_LAUNCH, "bytes")),
+    "cuda_runtime": _args_of("cuda_runtime", ("correlation", "cbid")),
+    "cuda_driver": _args_of("cuda_driver", ("correlation", "cbid")),
+    "cpu_op": _args_of("cpu_op", ("sequence", "input_dims", "input_dims_old", "input_type", "input_types_old",
+                                  "concrete")),
+}  # fmt: skip
+_EMPTIES = frozenset({id(_EMPTY_ARGS)} | {id(empty) for _, empty in _ARGS_OF.values()})
+_ARG_KEYS_OF: dict[type, list[tuple[str, str]]] = {Args: _ARG_KEYS}
+for _cls, _ in _ARGS_OF.values():
+    _ARG_KEYS_OF[_cls] = [(f.name, f.encode_name) for f in msgspec.structs.fields(_cls)]
+
+
+def _full(cat: str) -> type:
+    args, empty = _ARGS_OF.get(cat, (Args, _EMPTY_ARGS))
+    return _tagged(cat, [("ph", Any, None), *_TIMES, ("args", Union[args, None], empty)])
+
+
+TAGGED = tuple(_full(c) for c in FULL_CATEGORIES) + (_tagged("python_function", _TIMES),) + \
     tuple(_tagged(c, []) for c in COUNTED_CATEGORIES)  # fmt: skip
 
 # Three decoders, fastest first: a struct per category (every event has a known category); the
@@ -145,9 +174,9 @@ def as_dict(e: Event) -> dict[str, Any]:
     """The event as the JSON object the per-event mapping reads (keys without a value left out)."""
     ev: dict[str, Any] = {k: v for k, v in (("ph", e.ph), ("cat", e.cat), ("name", e.name), ("pid", e.pid),
                                             ("tid", e.tid), ("ts", e.ts), ("dur", e.dur)) if v is not None}
-    if e.args is not None and e.args is not _EMPTY_ARGS:
+    if e.args is not None and id(e.args) not in _EMPTIES:
         args = {}
-        for attr, key in _ARG_KEYS:
+        for attr, key in _ARG_KEYS_OF[type(e.args)]:
             v = getattr(e.args, attr)
             if v is not None:
                 args[key] = msgspec.json.decode(v) if isinstance(v, msgspec.Raw) else v
