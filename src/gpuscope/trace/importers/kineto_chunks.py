@@ -52,11 +52,11 @@ class Run:
             fh.seek(self.offset)
             return fh.read(self.length)
 
-    def array(self, path: Path) -> bytearray:
+    def array(self, path: Path) -> bytes | bytearray:
         """Return the run's events as a JSON array, ``[`` + text + ``]`` (not for the tail run):
         a part of a plain file is read straight into the array, without a copy of the text."""
         if self.text is not None:
-            return bytearray(b"[" + self.text + b"]")
+            return b"[" + self.text + b"]"
         buf = bytearray(self.length + 2)
         with open(path, "rb") as fh:
             fh.seek(self.offset)
