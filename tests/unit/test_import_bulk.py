@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 import pytest
 from conftest import FIXTURES
 from import_helpers import shared
 
 from gpuscope.errors import GpuscopeError
-from gpuscope.trace.importers import import_trace, kineto_chunks, kineto_columns, kineto_read, kineto_worker
+from gpuscope.trace.importers import (import_trace, kineto_chunks, kineto_columns, kineto_events, kineto_read,
+                                      kineto_worker)
 
 GPT_TRACE = FIXTURES / "gpt_eager.torch_trace.json.gz"
 VOLATILE_META = {"gpuscope_version", "created", "recorded_at", "finished_at"}
@@ -163,6 +165,44 @@ def test_values_of_other_types_are_mapped_event_by_event(tmp_path: Path, monkeyp
     assert runs[0] > 5 and len(tables["torch_op"]) == 600
 
 
+def test_a_category_outside_the_known_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events of a known category are decoded as that category's struct; a run with another
+    category (and the runs after it) is decoded with any string, still in bulk, and counted: the
+    same report."""
+    monkeypatch.setattr(kineto_chunks, "CHUNK", 4096)
+    events = _events(600)
+    for i in (30, 1500, 1700):
+        events.insert(i, {"ph": "X", "cat": "a_new_category", "name": "x", "pid": 7, "tid": 7, "ts": 1.0, "dur": 1})
+    src = tmp_path / "cats.json"
+    src.write_text(_trace(events, indent=True))
+    runs = _count_runs(monkeypatch)
+    tables = _same(src, tmp_path, monkeypatch)
+    assert runs[0] > 5 and json.loads(tables["meta"]["imported_from"])["categories"]["a_new_category"] == 3
+    assert len(tables["kernel"]) == 600
+
+
+def test_decoders_in_turn() -> None:
+    """A struct per known category first (a flow keeps no field); events without a category (the
+    metadata at a trace's end) are decoded with the known categories as constants, and so is every
+    later run once two runs in a row had such events; a category outside the list: any string from
+    then on."""
+    ev = kineto_events
+    ev.reset_decoders()
+    tagged = kineto_columns.decode(b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1}, {"cat": "ac2g", "ts": 2}')
+    assert [e.cat for e in tagged] == ["kernel", "ac2g"] and tagged[0].name == "k" and not hasattr(tagged[1], "ts")
+    assert isinstance(kineto_columns.decode(b'{"ph": "M", "name": "process_name"}')[0], ev.KnownEvent)
+    assert not isinstance(kineto_columns.decode(b'{"cat": "kernel"}')[0], ev.Event)  # one such run: back
+    for _ in range(2):
+        assert kineto_columns.decode(b'{"ph": "M"}, {"cat": "cpu_op"}')[1].cat == "cpu_op"
+    assert isinstance(kineto_columns.decode(b'{"cat": "kernel"}')[0], ev.KnownEvent)  # two in a row: stays
+    mixed = kineto_columns.decode(b'{"cat": "kernel"}, {"cat": "a_new_category"}')
+    assert [e.cat for e in mixed] == ["kernel", "a_new_category"]
+    assert type(kineto_columns.decode(b'{"cat": "kernel"}')[0]) is ev.Event
+    with pytest.raises(msgspec.ValidationError):
+        kineto_columns.decode(b'{"cat": "kernel", "ts": "1"}')
+    ev.reset_decoders()
+
+
 @pytest.mark.parametrize("compress", [False, True])
 def test_damaged_and_truncated_traces_name_the_same_event(compress: bool, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,3 +244,27 @@ def test_workers_for_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert kineto_read.workers_for(small) == 0
     monkeypatch.setenv("GPUSCOPE_IMPORT_WORKERS", "3")
     assert kineto_read.workers_for(small) == 3
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 0), (2, 2), (3, 3), (64, kineto_read.MAX_WORKERS)])
+def test_workers_for_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, workers: int) -> None:
+    """A large trace gets one worker per core the import may run on (none on one core: a worker
+    would only add its start and the transfer of its columns), at most MAX_WORKERS."""
+    big = tmp_path / "big.json"
+    big.write_text("{}")
+    monkeypatch.delenv("GPUSCOPE_IMPORT_WORKERS", raising=False)
+    monkeypatch.setattr(kineto_read, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(kineto_read.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert kineto_read.workers_for(big) == workers
+
+
+def test_run_array_reads_the_part_of_the_file(tmp_path: Path) -> None:
+    """A run of a plain file is read straight into a JSON array: its bytes between ``[`` and ``]``;
+    a file that shrank since it was cut gives what is left, closed the same way."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [{"a": 1}, {"b": 2}]}')
+    run = kineto_chunks.Run(None, False, offset=17, length=18)
+    assert bytes(run.array(path)) == b'[{"a": 1}, {"b": 2}]'
+    assert kineto_columns.decode(run.array(path), array=True) == kineto_columns.decode(run.load(path))
+    assert bytes(kineto_chunks.Run(None, False, offset=27, length=30).array(path)) == b'[{"b": 2}]}]'
+    assert bytes(kineto_chunks.Run(b'{"c": 3}', False).array(path)) == b'[{"c": 3}]'

@@ -270,14 +270,22 @@ class KinetoImporter:
         for (pid, tid), items in by_thread.items():
             items.sort(key=lambda x: (x[0], -x[1]))
             stack: list[tuple[int, str]] = []
+            names = []
             for start, end, label in items:
                 while stack and stack[-1][0] <= start:
                     stack.pop()
                 name = f"{stack[-1][1]}.{label}" if stack else label.rsplit("_", 1)[0]
                 stack.append((end, name))
-                self.range_id += 1
-                self.sink.add("nvtx_range", (start, end, pid, tid, self.range_id, 0, self._name(name), "range",
-                                             "torch", "forward", None))
+                names.append(name)
+            first = self.range_id + 1
+            self.range_id += len(items)
+            self.sink.add_block("nvtx_range", {
+                "start_ns": np.array([x[0] for x in items], dtype=np.int64),
+                "end_ns": np.array([x[1] for x in items], dtype=np.int64), "pid": pid, "tid": tid,
+                "id": np.arange(first, self.range_id + 1, dtype=np.int64), "domain_id": 0,
+                "name_id": np.array([self._name(n) for n in names], dtype=np.int64),
+                "kind": "range", "source": "torch", "category": "forward",
+            }, len(items))  # fmt: skip
 
     def finish(self, path: Path, events: int) -> dict[str, Any]:
         """Write what needs the whole trace (process, devices, modules, step marks); return ``meta``."""

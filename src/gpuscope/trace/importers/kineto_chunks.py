@@ -52,6 +52,20 @@ class Run:
             fh.seek(self.offset)
             return fh.read(self.length)
 
+    def array(self, path: Path) -> bytes | bytearray:
+        """Return the run's events as a JSON array, ``[`` + text + ``]`` (not for the tail run):
+        a part of a plain file is read straight into the array, without a copy of the text."""
+        if self.text is not None:
+            return b"[" + self.text + b"]"
+        buf = bytearray(self.length + 2)
+        with open(path, "rb") as fh:
+            fh.seek(self.offset)
+            got = fh.readinto(memoryview(buf)[1:-1])
+        if got < self.length:  # the file shrank since it was cut: what is there (it will not decode)
+            del buf[got + 1:-1]
+        buf[0], buf[-1] = 0x5B, 0x5D  # [ and ]
+        return buf
+
 
 class EventRuns:
     """The runs of a trace's ``traceEvents``, read from ``stream`` (already past the ``[``, with

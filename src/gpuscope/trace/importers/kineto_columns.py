@@ -1,7 +1,7 @@
 """One chunk of a Kineto trace's ``traceEvents`` as table columns, built in bulk.
 
 :func:`map_chunk` decodes a run of whole events (the text between two event boundaries) with msgspec
-into typed structs, groups them by category and builds each table's columns with list comprehensions
+into typed structs (:mod:`.kineto_events`), groups them by category and builds each table's columns with list comprehensions
 and numpy, instead of one Python call per event. It maps events exactly as
 :class:`~.kineto.KinetoImporter` does, for the events whose fields have the types that mapping
 expects; a chunk with anything else (a string where a number belongs, a grid of two numbers) raises
@@ -16,67 +16,23 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Union
+from itertools import compress, repeat
+from operator import attrgetter
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from .kineto_args import SYNC_APIS, copy_kind, op_columns, set_kind
+from .kineto_events import TAIL_PREFIX, Args, Event, as_dict, decode
+
+__all__ = ["TAIL_PREFIX", "ChunkColumns", "Unusual", "decode", "map_chunk"]
 
 MODULE_PREFIX = "nn.Module: "
 _INT64_SAFE = 2**62
 _EXACT_FLOAT_US = 2**53 / 1000  # below this, v * 1000 in float64 is exact for an integer v
-
-
-class Args(msgspec.Struct, gc=False):
-    """The ``args`` of an event: the keys the importer reads, typed as the bulk mapping expects."""
-
-    correlation: Union[int, None] = None
-    device: Union[int, None] = None
-    stream: Union[int, None] = None
-    context: Union[int, None] = None
-    grid: Union[tuple[int, int, int], None] = None
-    block: Union[tuple[int, int, int], None] = None
-    registers: Union[int, None] = msgspec.field(default=None, name="registers per thread")
-    shared_memory: Union[int, None] = msgspec.field(default=None, name="shared memory")
-    bytes: Union[int, None] = None
-    cbid: Union[int, None] = None
-    sequence: Union[int, None] = msgspec.field(default=None, name="Sequence number")
-    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
-    input_dims_old: msgspec.Raw = msgspec.field(default=None, name="Input dims")
-    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
-    input_types_old: msgspec.Raw = msgspec.field(default=None, name="Input types")
-    concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
-    # read only by the per-event mapping of rare events
-    name: Any = None
-    cuda_sync_kind: Any = None
-    event_id: Any = msgspec.field(default=None, name="Event ID")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-
-
-_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _OP_KEYS = [("input_dims", "Input Dims"), ("input_dims_old", "Input dims"), ("input_type", "Input type"),
             ("input_types_old", "Input types"), ("concrete", "Concrete Inputs")]
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event, with the fields the importer reads."""
-
-    ph: Any = None
-    cat: Union[str, None] = None
-    name: Union[str, None] = None
-    pid: Any = None  # metadata events name theirs ("Spans"); table columns take the numbers as the per-event mapping does
-    tid: Any = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: Union[Args, None] = None
-
-
-DECODER = msgspec.json.Decoder(list[Event])
-_EMPTY_ARGS = Args()
 BULK = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "python_function")
 RARE = ("user_annotation", "cuda_sync", "cpu_instant_event", "overhead",
         # older spellings: rare in practice, mapped per event
@@ -113,46 +69,19 @@ class ChunkColumns:
     last_ns: int = 0
 
 
-class Tail(msgspec.Struct, gc=False):
-    """The end of the trace: its last events, the end of ``traceEvents`` and the keys after it."""
-
-    traceEvents: list[Event]
-
-
-TAIL_DECODER = msgspec.json.Decoder(Tail)
-TAIL_PREFIX = b'{"traceEvents":['
+MAPPED = frozenset((None, *BULK, *RARE))  # the categories mapped in bulk or one by one
+_CAT, _NAME = attrgetter("cat"), attrgetter("name")
 API = ("cuda_runtime", "cuda_driver")
 
 
-def decode(text: bytes, tail: bool = False) -> list[Event]:
-    """Return the events of ``text``: whole events and their commas, or with ``tail`` the rest of the
-    trace from an event on (msgspec.DecodeError where it is not)."""
-    if tail:
-        return TAIL_DECODER.decode(TAIL_PREFIX + text).traceEvents
-    return DECODER.decode(b"[" + text + b"]")
-
-
-def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
+def map_chunk(text: bytes | bytearray, base: int, tail: bool = False, array: bool = False) -> ChunkColumns:
     """Decode ``text`` (as :func:`decode` takes it) and return its rows as columns.
 
     Raises msgspec.DecodeError for text that is not such events and :class:`Unusual` for events
     whose values the bulk mapping does not take."""
-    events = decode(text, tail)
+    events = decode(text, tail, array)
     out = ChunkColumns(len(events))
-    api: list[Event] = []  # runtime and driver calls together, in event order (one api_call table)
-    buckets: dict[Any, list[Event]] = {}
-    for e in events:
-        c = e.cat
-        bucket = buckets.get(c)
-        if bucket is None:
-            bucket = buckets[c] = api if c in API else []
-        bucket.append(e)
-    api_counts = Counter(e.cat for e in api) if "cuda_driver" in buckets else {"cuda_runtime": len(api)}
-    for cat, bucket in buckets.items():  # categories in the order they first appear, as counted event by event
-        if cat is not None:
-            out.cats[cat] = api_counts[cat] if cat in API else len(bucket)
-    buckets.pop("cuda_driver", None)
-    buckets["cuda_runtime"] = api
+    buckets = _buckets(events, out)
     try:
         rare = _map(buckets, base, out)
     except (TypeError, AttributeError, ValueError, OverflowError) as exc:
@@ -162,11 +91,52 @@ def map_chunk(text: bytes, base: int, tail: bool = False) -> ChunkColumns:
     if len(out.pid_counts) > 1:  # several processes: count them in the order they first appear
         first: dict[Any, int] = {}
         for i, e in enumerate(events):
-            if e.pid not in first and (e.cat in API or e.cat == "cpu_op" and not e.name.startswith("ProfilerStep#")) \
-                    and e.ts is not None:
+            if (e.cat in API or e.cat == "cpu_op" and not e.name.startswith("ProfilerStep#")) and e.ts is not None \
+                    and e.pid not in first:
                 first[e.pid] = i
         out.pid_counts.sort(key=lambda item: first[item[0]])
     return out
+
+
+def _buckets(events: list[Event], out: ChunkColumns) -> dict[Any, list[Event]]:
+    """The events of each category that is mapped (in bulk or one by one), in event order, with the
+    runtime and driver calls together under ``cuda_runtime`` (one api_call table); count every
+    category in ``out.cats`` in the order they first appear, as counted event by event."""
+    codes, distinct = _codes(list(map(_CAT, events)))
+    counts = np.bincount(codes, minlength=len(distinct)).tolist()
+    for cat, n in zip(distinct, counts):
+        if cat is not None:
+            out.cats[cat] = n
+    group = codes
+    api = [i for i, c in enumerate(distinct) if c in API]
+    if len(api) > 1:  # driver calls join the runtime's group
+        remap = np.arange(len(distinct))
+        remap[api[1:]] = api[0]
+        group = remap[codes]
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group, minlength=len(distinct)).tolist()
+    ends = np.cumsum(sizes).tolist()
+    buckets: dict[Any, list[Event]] = {"cuda_runtime": []}
+    for i, cat in enumerate(distinct):
+        if cat in MAPPED and sizes[i]:
+            buckets["cuda_runtime" if cat in API else cat] = _pick(events, order[ends[i] - sizes[i]:ends[i]])
+    return buckets
+
+
+def _get(items: list[Any], attr: str) -> list[Any]:
+    """The attribute ``attr`` of each item (AttributeError where an item has none)."""
+    getter = _GETTERS.get(attr)
+    if getter is None:
+        getter = _GETTERS[attr] = attrgetter(attr)
+    return list(map(getter, items))
+
+
+_GETTERS: dict[str, Any] = {}
+
+
+def _pick(items: list[Any], index: np.ndarray) -> list[Any]:
+    """The items at ``index``, in its order."""
+    return [items[i] for i in index.tolist()]
 
 
 def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: list[Event]) -> list[Event]:
@@ -181,30 +151,19 @@ def _rare_events(events: list[Event], buckets: dict[Any, list[Event]], steps: li
     return [e for p in parts for e in p] + steps
 
 
-def as_dict(e: Event) -> dict[str, Any]:
-    """The event as the JSON object the per-event mapping reads (keys without a value left out)."""
-    ev: dict[str, Any] = {k: v for k, v in (("ph", e.ph), ("cat", e.cat), ("name", e.name), ("pid", e.pid),
-                                            ("tid", e.tid), ("ts", e.ts), ("dur", e.dur)) if v is not None}
-    if e.args is not None:
-        args = {}
-        for attr, key in _ARG_KEYS:
-            v = getattr(e.args, attr)
-            if v is not None:
-                args[key] = msgspec.json.decode(v) if isinstance(v, msgspec.Raw) else v
-        ev["args"] = args
-    return ev
-
-
 def _timed(evs: list[Event], base: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
     """The events that have a time (the per-event mapping skips the others), with their start and
     end in ns."""
-    start = _scaled([e.ts for e in evs], base)
+    start = _scaled(_get(evs, "ts"), base)
     if start is None:
         evs = [e for e in evs if e.ts is not None]
-        start = _scaled([e.ts for e in evs], base)
+        start = _scaled(_get(evs, "ts"), base)
         if start is None:
             raise Unusual("times that are not numbers")
-    end = _scaled([e.dur or 0 for e in evs], 0)
+    durs = _get(evs, "dur")
+    end = _scaled(durs, 0)
+    if end is None:  # events without a duration: 0, as the per-event mapping reads them
+        end = _scaled([d or 0 for d in durs], 0)
     if end is None:
         raise Unusual("durations that are not numbers")
     return evs, start, start + end
@@ -215,6 +174,7 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
     an event of each rare category present (empty: nothing left to map one by one)."""
     starts: list[int] = []
     ends: list[int] = []
+    coded: tuple[int, np.ndarray, list[str]] | None = None
     left: list[Event] = [buckets[c][0] for c in (None, *RARE) if c in buckets]
     pids: Counter[Any] = Counter()
     for cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "python_function"):
@@ -222,13 +182,14 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
         if not evs:
             continue
         if cat == "python_function":
-            evs = [e for e in evs if e.name.startswith(MODULE_PREFIX)]
+            evs = list(compress(evs, map(str.startswith, _get(evs, "name"), repeat(MODULE_PREFIX))))
             if not evs:
                 continue
         elif cat == "cpu_op":
-            names = [e.name for e in evs]
+            names = _get(evs, "name")
             codes, distinct = _codes(names)
             step = [n.startswith("ProfilerStep#") for n in distinct]
+            coded = (len(evs), codes, distinct) if not any(step) else None  # the names' codes, reused
             if any(step):
                 is_step = np.array(step)[codes]
                 left += [e for e, s in zip(evs, is_step.tolist()) if s]
@@ -244,17 +205,17 @@ def _map(buckets: dict[Any, list[Event]], base: int, out: ChunkColumns) -> list[
             n = len(MODULE_PREFIX)
             out.modules = [(e.pid, e.tid, s, t, e.name[n:]) for e, s, t in zip(evs, start.tolist(), end.tolist())]
             continue
-        args = [e.args or _EMPTY_ARGS for e in evs]
+        args = _get(evs, "args")
         if cat == "kernel":
             _kernels(evs, args, start, end, out)
         elif cat in ("gpu_memcpy", "gpu_memset"):
             _copies(cat, evs, args, start, end, out)
         else:
             if cat == "cpu_op":
-                _ops(evs, args, start, end, out)
+                _ops(evs, args, start, end, out, coded[1:] if coded and coded[0] == len(evs) else None)
             else:
                 _api(evs, args, start, end, out)
-            pids.update([e.pid for e in evs])
+            pids.update(_get(evs, "pid"))
     if starts:
         out.first_ns, out.last_ns = min(starts), max(0, max(ends))
     out.pid_counts = list(pids.items())
@@ -292,8 +253,10 @@ def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         return np.array(values, dtype=np.int64), None
     except TypeError:
-        mask = np.array([v is None for v in values])
-        return np.array([0 if v is None else v for v in values], dtype=np.int64), mask
+        column = np.array(values, dtype=object)
+        mask = np.equal(column, None)
+        column[mask] = 0
+        return column.astype(np.int64), mask
 
 
 def _codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -326,13 +289,13 @@ def _kernels(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndar
     if any(k[0] is None for k in keys):
         raise Unusual("a kernel without a name")
     out.config_codes, out.config_keys = _codes(keys)  # type: ignore[arg-type]
-    pids = [e.pid for e in evs]
+    pids = _get(evs, "pid")
     _add(out, "kernel", {
         "start_ns": start, "end_ns": end,
-        "device_id": _ints(_or([a.device for a in args], pids)),
-        "context_id": _ints([a.context for a in args]),
-        "stream_id": _ints(_or([a.stream for a in args], [e.tid for e in evs])),
-        "correlation_id": _ints([a.correlation for a in args]),
+        "device_id": _ints(_or(_get(args, "device"), pids)),
+        "context_id": _ints(_get(args, "context")),
+        "stream_id": _ints(_or(_get(args, "stream"), _get(evs, "tid"))),
+        "correlation_id": _ints(_get(args, "correlation")),
     })  # fmt: skip
 
 
@@ -342,20 +305,20 @@ def _copies(cat: str, evs: list[Event], args: list[Args], start: np.ndarray, end
     codes, distinct = _codes(names)
     common = {
         "start_ns": start, "end_ns": end,
-        "device_id": _ints(_or([a.device for a in args], [e.pid for e in evs])),
-        "context_id": _ints([a.context for a in args]),
-        "stream_id": _ints(_or([a.stream for a in args], [e.tid for e in evs])),
-        "correlation_id": _ints([a.correlation for a in args]),
+        "device_id": _ints(_or(_get(args, "device"), _get(evs, "pid"))),
+        "context_id": _ints(_get(args, "context")),
+        "stream_id": _ints(_or(_get(args, "stream"), _get(evs, "tid"))),
+        "correlation_id": _ints(_get(args, "correlation")),
     }  # fmt: skip
     if cat == "gpu_memcpy":
         kinds = [copy_kind(n) for n in distinct]
         for i, col in enumerate(("copy_kind", "src_kind", "dst_kind")):
             common[col] = _objects([k[i] for k in kinds])[codes]
-        common["bytes"] = _ints([a.bytes for a in args])
+        common["bytes"] = _ints(_get(args, "bytes"))
         _add(out, "memcpy", common)
     else:
         common["memory_kind"] = _objects([set_kind(n) for n in distinct])[codes]
-        common["bytes"] = _ints([a.bytes for a in args])
+        common["bytes"] = _ints(_get(args, "bytes"))
         _add(out, "memset", common)
 
 
@@ -366,9 +329,9 @@ def _api(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray,
     domain = _objects(["driver" if d else "runtime" for d in driver])[codes]
     if any(e.cat == "cuda_driver" for e in evs):
         domain[[i for i, e in enumerate(evs) if e.cat == "cuda_driver"]] = "driver"
-    pid, tid, corr = _ints([e.pid for e in evs]), _ints([e.tid for e in evs]), _ints([a.correlation for a in args])
+    pid, tid, corr = _ints(_get(evs, "pid")), _ints(_get(evs, "tid")), _ints(_get(args, "correlation"))
     _add(out, "api_call", {"start_ns": start, "end_ns": end, "pid": pid, "tid": tid, "domain": domain,
-                           "cbid": _ints([a.cbid for a in args]), "name_id": codes, "correlation_id": corr})
+                           "cbid": _ints(_get(args, "cbid")), "name_id": codes, "correlation_id": corr})
     out.names["api_call"] = distinct
     sync = np.array([n in SYNC_APIS for n in distinct], dtype=bool)[codes]
     if sync.any():
@@ -384,17 +347,20 @@ def _take(col: tuple[np.ndarray, np.ndarray | None], sel: np.ndarray) -> tuple[n
     return values[sel], None if mask is None else mask[sel]
 
 
-def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray, out: ChunkColumns) -> None:
-    names = [e.name for e in evs]
-    codes, distinct = _codes(names)
+def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray, out: ChunkColumns,
+         coded: tuple[np.ndarray, list[str]] | None = None) -> None:
+    names = _get(evs, "name")
+    codes, distinct = _codes(names) if coded is None else coded
     shapes: list[Any] = [None] * len(evs)
     dtypes: list[Any] = [None] * len(evs)
     outs: list[Any] = [None] * len(evs)
     scalars: list[Any] = [None] * len(evs)
     cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for i, a in enumerate(args):
-        if a.input_dims is None and a.input_dims_old is None:
-            continue
+    dims, dims_old = _get(args, "input_dims"), _get(args, "input_dims_old")
+    with_dims = [] if dims.count(None) == len(dims) and dims_old.count(None) == len(dims_old) else \
+        [i for i, (d, o) in enumerate(zip(dims, dims_old)) if d is not None or o is not None]
+    for i in with_dims:
+        a = args[i]
         raws = tuple(None if (r := getattr(a, attr)) is None else bytes(r) for attr, _ in _OP_KEYS)
         key = (names[i], *raws)
         cols = cache.get(key)
@@ -403,10 +369,12 @@ def _ops(evs: list[Event], args: list[Args], start: np.ndarray, end: np.ndarray,
             cols = cache[key] = op_columns(names[i], given)
         shapes[i], dtypes[i], outs[i], scalars[i] = cols
         out.with_shapes = out.with_shapes or cols[0] is not None
-    _add(out, "torch_op", {
-        "start_ns": start, "end_ns": end, "pid": _ints([e.pid for e in evs]), "tid": _ints([e.tid for e in evs]),
-        "name_id": codes, "seq": _ints([a.sequence for a in args]),
-        "shapes": _objects(shapes), "dtypes": _objects(dtypes), "out_shapes": _objects(outs),
-        "scalars": _objects(scalars),
-    })  # fmt: skip
+    columns = {
+        "start_ns": start, "end_ns": end, "pid": _ints(_get(evs, "pid")), "tid": _ints(_get(evs, "tid")),
+        "name_id": codes, "seq": _ints(_get(args, "sequence")),
+    }  # fmt: skip
+    if with_dims:  # otherwise NULL, as the columns not named
+        columns.update(shapes=_objects(shapes), dtypes=_objects(dtypes), out_shapes=_objects(outs),
+                       scalars=_objects(scalars))
+    _add(out, "torch_op", columns)
     out.names["torch_op"] = distinct

@@ -2,7 +2,8 @@
 
 Runs of whole events (:mod:`.kineto_chunks`) are decoded and turned into columns
 (:mod:`.kineto_columns`) in this process or, for a large trace, in worker processes (one per core
-up to :data:`MAX_WORKERS`; ``GPUSCOPE_IMPORT_WORKERS`` sets the number, 0 for none;
+this process may run on, up to :data:`MAX_WORKERS`, none on a single core; ``GPUSCOPE_IMPORT_WORKERS``
+sets the number, 0 for none;
 ``GPUSCOPE_IMPORT_BULK=0`` parses the whole trace event by event, as a reference). The importer
 takes the results in the order of the runs, so the report is the same however many workers there
 are. A run whose values the bulk mapping does not take is mapped event by event; a run that does not
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from . import kineto_chunks, kineto_columns, kineto_stream
+from . import kineto_chunks, kineto_columns, kineto_events, kineto_stream
 from .kineto_chunks import Run
 from .kineto_worker import Worker, map_run
 
@@ -36,7 +37,7 @@ class KinetoImporter(Protocol):
 
     def apply(self, chunk: kineto_columns.ChunkColumns) -> None: ...
 
-MAX_WORKERS = 2
+MAX_WORKERS = 4  # each holds about one run's objects (~100 MB): the import stays within 1 GB
 PARALLEL_BYTES = 64 << 20  # smaller traces are mapped in this process (a worker takes ~0.3 s to start)
 
 
@@ -46,7 +47,16 @@ def workers_for(path: Path) -> int:
     if given is not None and given.strip().isdigit():
         return int(given)
     size = path.stat().st_size * (8 if kineto_stream.is_gzip(path) else 1)  # JSON compresses about 8:1
-    return min(MAX_WORKERS, os.cpu_count() or 1) if size >= PARALLEL_BYTES else 0
+    cores = usable_cores()
+    return min(MAX_WORKERS, cores) if size >= PARALLEL_BYTES and cores > 1 else 0
+
+
+def usable_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def read_events(path: Path, importer: KinetoImporter, counter: list[int], header: dict[str, Any]) -> None:
@@ -55,6 +65,7 @@ def read_events(path: Path, importer: KinetoImporter, counter: list[int], header
     if runs is None:
         _per_event(importer, kineto_stream.events(path, counter))
         return
+    kineto_events.reset_decoders()
     workers = workers_for(path)
     pool = [Worker() for _ in range(workers)]
     try:

@@ -154,7 +154,8 @@ class ReportSink:
                 continue
             types = _types(name)
             sizes = [n for _, n in blocks]
-            frame = pd.DataFrame({c: _block_column([b.get(c) for b, _ in blocks], sizes, t) for c, t in types.items()})
+            named = [c for c in types if any(b.get(c) is not None for b, _ in blocks)]  # the rest: NULL
+            frame = pd.DataFrame({c: _block_column([b.get(c) for b, _ in blocks], sizes, types[c]) for c in named})
             self.writer._store_strings()
             self.writer._insert(name, frame)
             self.counts[name] = self.counts.get(name, 0) + sum(sizes)
