@@ -1,0 +1,51 @@
+"""Data-parallel jobs recorded on two H100s with NCCL (tests/device/workloads/ddp_nccl.py under
+``torchrun --nproc_per_node=2``, each rank on its own GPU): a rank that sleeps 5 ms per step, a rank
+with a 4x batch, and an FSDP job with nothing planted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from gpuscope.analysis.diagnosis import diagnose
+from gpuscope.analysis.rank_summaries import collective_sum, rank_sum
+from gpuscope.trace.report import Report
+
+
+def _ranks(report: Report) -> dict[int, int]:
+    return {int(pid): int(rank) for pid, rank in report.sql("SELECT pid, rank FROM rank")}
+
+
+def test_the_sleeping_rank_is_the_top_finding_with_its_cause(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("nccl_ddp_slow_rank")) as report:
+        ranks = _ranks(report)
+        assert sorted(ranks.values()) == [0, 1]
+        assert set(report.sql("SELECT DISTINCT backend FROM rank")) == {("nccl",)}
+        diag = diagnose(report)
+    top = diag.findings[0]
+    assert top.rule == "straggler" and top.title.startswith("Rank 1 ")
+    assert any("CPU work" in e for e in top.evidence)  # the sleep launches nothing
+    # the other rank waits about the 5 ms the straggler sleeps (plus its slower relaunch)
+    assert 4e6 < top.saving_ns < 8e6
+
+
+def test_the_bigger_batch_is_found_as_slower_kernels_on_its_rank(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("nccl_ddp_big_batch")) as report:
+        diag = diagnose(report)
+    straggler = next(f for f in diag.findings if f.rule == "straggler")
+    assert straggler.title.startswith("Rank 0 ")
+    assert any("slower kernels" in e and "bigger batch" in e for e in straggler.evidence)
+
+
+def test_fsdp_collectives_are_recognized_and_it_analyzes(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("nccl_fsdp")) as report:
+        kinds = {k for (k,) in report.sql(
+            """SELECT DISTINCT s.value FROM kernel k JOIN kernel_config c ON c.id = k.config_id
+               JOIN string s ON s.id = c.name_id WHERE s.value LIKE 'ncclDevKernel%'""")}
+        assert any("AllGather" in k for k in kinds) and any("ReduceScatter" in k for k in kinds)
+        ranks = rank_sum(report).column("Rank")
+        collectives = collective_sum(report).column("Kind")
+        diag = diagnose(report)  # a sync whose line also waited for no copy once made this fail
+    assert sorted(ranks) == [0, 1]
+    assert {"all_gather", "reduce_scatter"} <= set(collectives)
+    assert diag.findings
