@@ -40,3 +40,30 @@ def test_the_limit_is_set_and_the_spill_folder_removed(real_report: Path, monkey
         report.sql("CREATE TEMP TABLE t AS SELECT range AS a, hash(range) AS b FROM range(6000000)")
         assert os.path.isdir(folder)
     assert not os.path.exists(folder)
+
+
+def test_a_size_duckdb_will_not_take_now_asks_for_more(real_report: Path, monkeypatch) -> None:
+    """DuckDB refuses a limit below the memory the open report already holds: that is too little
+    memory, not a malformed size."""
+    import duckdb
+    import pytest
+
+    from gpuscope.errors import ReportError
+
+    report = Report.open(real_report)
+    try:
+        class Refusing:
+            def execute(self, sql: str, *a: object) -> None:
+                if "memory_limit" in sql:
+                    raise duckdb.InvalidInputException("Failed to set memory limit: usage is above the new limit")
+
+        real, report.con = report.con, Refusing()  # type: ignore[assignment]
+        monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "1KB")
+        with pytest.raises(ReportError, match="GPUSCOPE_MEMORY_LIMIT higher"):
+            report._bound_memory()
+        monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "lots")
+        with pytest.raises(ReportError, match="is not a size"):
+            report._bound_memory()
+    finally:
+        report.con = real
+        report.close()

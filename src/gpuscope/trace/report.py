@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -45,6 +46,7 @@ DAMAGED = (duckdb.Error,)
 # spill to a private temporary folder, so that reading a report of tens of millions of rows stays
 # within a machine's memory. GPUSCOPE_MEMORY_LIMIT (a DuckDB size, such as 4GB) sets it.
 MEMORY_LIMIT = "1GB"
+_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([kmgt]i?b|b|bytes)?\s*", re.IGNORECASE)  # what DuckDB takes as a size
 
 
 class Report:
@@ -82,10 +84,13 @@ class Report:
 
     def _bound_memory(self) -> None:
         limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
+        if not _SIZE.fullmatch(limit):
+            raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB")
         try:
-            self.con.execute(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
-        except duckdb.Error:
-            raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB") from None
+            self.con.execute(f"SET memory_limit = '{limit}'")
+        except duckdb.Error as exc:  # a size, but below what the open report already holds
+            raise ReportError(self.path, f"opening it needs more than the memory allowed ({limit}): set "
+                                         f"GPUSCOPE_MEMORY_LIMIT higher, such as 4GB ({_first_line(exc)})") from None
         # DuckDB makes the folder when it first spills; it goes on close, or when the report is
         # collected or the interpreter ends if the report was never closed
         self._spill = os.path.join(tempfile.gettempdir(), f"gpuscope-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}")
