@@ -18,9 +18,7 @@ is: :mod:`..trace.sidecar`) and read back mapped.
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from ..trace import sidecar
-from .timeline_tracks import Lane, TimelineIndex
+from ..trace.packed import Packer, unpack
 from .timeline_buckets import buckets
+from .timeline_tracks import Lane, TimelineIndex
 
 FINEST_SLICES = 16  # the finest grid kept has at most one bucket per this many slices of the lane
 MIN_SLICES = 50_000  # a lane with fewer answers from its slices (a millisecond or two at most)
@@ -121,62 +120,34 @@ def grid_buckets(lane: Lane, pyramid: Pyramid | None, k: int, b0: int, b1: int,
     return busy, count, name
 
 
-def _pad(n: int) -> int:
-    return -n % 64  # arrays at multiples of 64 bytes, as in the index's file
-
-
 def _thousandths(busy: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(busy, 0.0, 1.0) * 1000).astype(np.uint16)
 
 
 def dump(pyramids: Mapping[int, Pyramid], key: dict[str, int]) -> list[bytes | memoryview]:
     """Return the file of ``pyramids`` (made from the report whose key is ``key``) as chunks."""
-    arrays: list[np.ndarray] = []
-    offset = 0
-    lanes = {}
-    for lane_id, p in pyramids.items():
-        specs = []
-        for k in sorted(p.busy):
-            spec = [k]
-            for field, dt in _ARRAYS.items():
-                a = np.ascontiguousarray(getattr(p, field)[k], dtype=dt)
-                spec += [offset, len(a)]
-                arrays.append(a)
-                offset += a.nbytes + _pad(a.nbytes)
-            specs.append(spec)
-        lanes[str(lane_id)] = specs
-    header = json.dumps({"version": VERSION, "key": key, "lanes": lanes}, separators=(",", ":")).encode()
-    head = MAGIC + struct.pack("<Q", len(header)) + header
-    chunks: list[bytes | memoryview] = [head, b"\0" * _pad(len(head))]
-    for a in arrays:
-        chunks += [memoryview(a).cast("B"), b"\0" * _pad(a.nbytes)]
-    return chunks
+    pack = Packer()
+    lanes = {str(lane_id): [[k, *(x for field, dt in _ARRAYS.items() for x in pack.place(getattr(p, field)[k], dt))]
+                            for k in sorted(p.busy)]
+             for lane_id, p in pyramids.items()}
+    return pack.chunks(MAGIC, {"version": VERSION, "key": key, "lanes": lanes})
 
 
 def load(buf: Any, key: dict[str, int]) -> dict[int, Pyramid] | None:
     """Return the pyramids held in ``buf`` (a file of :func:`dump`) when made from the report
     whose key is ``key``; None when not, or when the file is not whole."""
-    size = len(buf)
-    if size < 16 or bytes(buf[:8]) != MAGIC:
+    unpacked = unpack(buf, MAGIC, VERSION, key)
+    if unpacked is None:
         return None
-    (n,) = struct.unpack("<Q", bytes(buf[8:16]))
-    if 16 + n > size:
-        return None
+    h, view = unpacked
     try:
-        h = json.loads(bytes(buf[16:16 + n]))
-        if not isinstance(h, dict) or h.get("version") != VERSION or h.get("key") != key:
-            return None
-        base = 16 + n + _pad(16 + n)
         out = {}
         for lane_id, specs in h["lanes"].items():
             p = Pyramid(min(int(s[0]) for s in specs), {}, {}, {})
             for s in specs:
                 k = int(s[0])
                 for i, (field, dt) in enumerate(_ARRAYS.items()):
-                    at, count = int(s[1 + 2 * i]), int(s[2 + 2 * i])
-                    if at < 0 or count < 0 or base + at + count * np.dtype(dt).itemsize > size:
-                        return None
-                    getattr(p, field)[k] = np.frombuffer(buf, dtype=dt, count=count, offset=base + at)
+                    getattr(p, field)[k] = view(s[1 + 2 * i:3 + 2 * i], dt)
                 if not len(p.busy[k]) == len(p.count[k]) == len(p.name[k]):
                     return None
             out[int(lane_id)] = p
