@@ -3,26 +3,10 @@ a recorded step, per run and summarized over rounds, and the command line of a m
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+from bench_module import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load("cpu_overhead")
+bench = load_bench("cpu_overhead")
 
 
 def _run(rnd: int, mode: str, loop_s: float, step_s: float, probe: tuple[float, float] | None = None) -> dict:
@@ -70,7 +54,7 @@ def test_a_base_mode_runs_the_same_collectors_from_another_tree(monkeypatch: pyt
 
 
 def test_a_gpu_mode_at_base_runs_another_tree_and_keeps_its_report_apart(monkeypatch: pytest.MonkeyPatch) -> None:
-    gpu = _load("overhead")
+    gpu = load_bench("overhead")
     monkeypatch.setenv("OVERHEAD_BASE_PYTHONPATH", "/elsewhere/src")
     argv, env = gpu.command("gpuscope@base", "mlp", "/t/timing.json", "/scratch")
     mine, own_env = gpu.command("gpuscope", "mlp", "/t/timing.json", "/scratch")

@@ -5,30 +5,16 @@ programs with nothing to fix, and the bookkeeping of split runs.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from bench_module import load_bench
 
 from gpuscope.analysis.diagnosis import Finding
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cmp = _load("diagnosis_compare")
-bench = _load("diagnosis")
+cmp = load_bench("diagnosis_compare")
+bench = load_bench("diagnosis")
 
 
 def variant(rounds: list[float], rules: tuple[str, ...] = (), samples: int = 1, work_changing: bool = False,

@@ -11,14 +11,12 @@ or breaks one shows here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import Callable
 
 import pytest
+from bench_module import load_bench
 
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.trace.report import Report
@@ -30,16 +28,7 @@ MEASURED = json.loads((ROOT / "tests" / "fixtures" / "programs.measured.json").r
 KNOWN_MISSES: dict[str, str] = {}
 
 
-def _bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-compare_mod = _bench("diagnosis_compare")
+compare_mod = load_bench("diagnosis_compare")
 
 
 def _row(f) -> dict:  # type: ignore[no-untyped-def]
