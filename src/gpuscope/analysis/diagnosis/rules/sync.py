@@ -117,10 +117,8 @@ class HostSync(Rule):
                                     "time is host work the GPU would still wait for")
                 if p.power_text(waited):
                     evidence.append(p.power_text(waited))
-                copy_kinds = at["copy_kind"].dropna().mode() if len(at) else at["copy_kind"]
-                if kind in ("read", "copy") and len(copy_kinds) and at["bytes"].notna().any():
-                    # (a copy whose record is missing, e.g. one a collective's stream made, has no kind)
-                    evidence.append(f"each waited for a {copy_kinds.iloc[0]} copy of "
+                if kind in ("read", "copy") and len(at):
+                    evidence.append(f"each waited for a {at['copy_kind'].mode().iloc[0]} copy of "
                                     f"{fmt_bytes(float(at['bytes'].median()))}")
                 if location == "(line not recorded)":
                     evidence.append("this report has no sync_site rows, so the line is unknown "
