@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -385,6 +385,43 @@ if has multi-gpu-truth; then
     timeout 120 $TR --timing-dir "$M/tplain_$r" > "$M/tplain_$r.log" 2>&1; echo "plain $r rc=$?"
     gs profile --no-overhead-probe -o "$M/truth_$r" --force-overwrite $TR --timing-dir "$M/ttraced_$r" > "$M/truth_$r.log" 2>&1; echo "traced $r rc=$?"
   done
+fi
+
+if has multi-gpu-compare; then
+  step "multi-GPU: the DDP job untraced, under gpuscope and under torch.profiler, rotating; GEMM windows and all-reduces against CUDA events; FSDP with a straggler"
+  N=$(nvidia-smi -L | wc -l); M=$OUT/multi2; mkdir -p "$M"
+  TR="$PY -m torch.distributed.run --nproc_per_node=$N $WL/ddp_nccl.py"
+  plain() { timeout 150 $TR --steps 300 --timing-dir "$M/plain_$1" > "$M/plain_$1.log" 2>&1; echo "plain $1 rc=$?"; }
+  gsrun() { gs profile --no-overhead-probe -o "$M/gs_$1" --force-overwrite $TR --steps 300 --timing-dir "$M/gs_t_$1" > "$M/gs_$1.log" 2>&1; echo "gpuscope $1 rc=$?"; }
+  tprun() { timeout 150 $TR --steps 300 --torch-profiler "$M/tp_$1" --timing-dir "$M/tp_t_$1" > "$M/tp_$1.log" 2>&1; echo "torch.profiler $1 rc=$?"; }
+  plain 1; gsrun 1; tprun 1
+  gsrun 2; tprun 2; plain 2
+  tprun 3; plain 3; gsrun 3
+  for r in 1 2 3; do $PY tests/device/multi_gpu_truth.py "$M/gs_$r.gpuscope" "$M/gs_t_$r" --json "$M/truth_$r.json" > /dev/null || echo "truth $r failed"; done
+  $PY - "$M" <<'PYEOF'
+import json, pathlib, statistics, sys
+m = pathlib.Path(sys.argv[1])
+def step(d):
+    f = sorted((m / d).glob("rank*.json"))
+    return statistics.mean(json.loads(x.read_text())["mean_step_ms"] for x in f) if f else float("nan")
+for r in (1, 2, 3):
+    p, g, t = step(f"plain_{r}"), step(f"gs_t_{r}"), step(f"tp_t_{r}")
+    print(f"round {r}: untraced {p:.3f} ms, gpuscope {g:.3f} ms ({g/p:.3f}x), torch.profiler {t:.3f} ms ({t/p:.3f}x)")
+for r in (1, 2, 3):
+    d = json.loads((m / f"truth_{r}.json").read_text())
+    for k in d["ranks"]:
+        w = k["windows"]
+        print(r, "rank", k["rank"], "kernels", [x["kernels"] for x in w], "sum/event", [round(x["sum_over_event"], 4) for x in w],
+              "span/event", [round(x["span_over_event"], 4) for x in w])
+        print("   all-reduce kernel", [round(x, 3) for x in k["all_reduce_kernel_ms"]], "event", [round(x, 3) for x in k["all_reduce_event_ms"]])
+PYEOF
+  for rk in 0 1; do gs import "$M/tp_1/rank$rk.json" -o "$M/tp_1_rank$rk" --force-overwrite > "$M/import_$rk.log" 2>&1; echo "import rank$rk rc=$?"; done
+  gs profile -o "$M/fsdp_slow" --force-overwrite $TR --steps 60 --fsdp --slow-rank 1 --timing-dir "$M/fsdp_slow_t" > "$M/fsdp_slow.log" 2>&1; echo "fsdp slow rc=$?"
+  gs analyze "$M/fsdp_slow.gpuscope" > "$M/fsdp_slow.analyze.txt" 2>&1
+  gs analyze "$M/gs_1.gpuscope" > "$M/gs_1.analyze.txt" 2>&1
+  gs stats -r rank_sum -r collective_sum "$M/gs_1.gpuscope" > "$M/gs_1.stats.txt" 2>&1
+  sed -n '/Findings/,/^ 3 /p' "$M/fsdp_slow.analyze.txt" | head -30
+  ls -la "$M"
 fi
 
 if has overhead; then

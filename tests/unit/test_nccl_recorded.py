@@ -49,3 +49,29 @@ def test_fsdp_collectives_are_recognized_and_it_analyzes(recorded: Callable[[str
     assert sorted(ranks) == [0, 1]
     assert {"all_gather", "reduce_scatter"} <= set(collectives)
     assert diag.findings
+
+
+def test_a_long_ddp_job_has_no_false_hang_and_one_finding_per_fix(recorded: Callable[[str], Path]) -> None:
+    # 300 steps: rank 1 recorded the c10d operators of its start-up collectives, rank 0 did not (they
+    # fell outside its operator sample windows); matched by group on one side only, rank 1 seemed to wait
+    # seconds for a rank 0 that "never entered" an all-gather, and each rank's findings came twice
+    from gpuscope.analysis.collectives import arrivals, collectives
+
+    with Report.open(recorded("nccl_ddp_300_steps")) as report:
+        coll = collectives(report)
+        diag = diagnose(report)
+    assert (arrivals(coll)["ranks"] == 2).all()
+    rules = [f.rule for f in diag.findings]
+    assert "hung_rank" not in rules
+    assert len(rules) == len(set(rules))  # one finding per fix, not one per rank
+    launch = next(f for f in diag.findings if f.rule == "launch_bound")
+    assert len(launch.data["ranks"]) == 2 and launch.saving_ns == min(launch.data["ranks"].values())
+    assert diag.findings[0].share < 1.0
+
+
+def test_an_fsdp_straggler_is_the_top_finding_with_its_rank(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("nccl_fsdp_slow_rank")) as report:
+        diag = diagnose(report)
+    top = diag.findings[0]
+    assert top.rule == "straggler" and top.title.startswith("Rank 1 ")
+    assert any("CPU work" in e for e in top.evidence)

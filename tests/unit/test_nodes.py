@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 
-from gpuscope.analysis.collectives import bus_bandwidth, collectives, data_bytes, group_of
+from gpuscope.analysis.collectives import _groups_alike, arrivals, bus_bandwidth, collectives, data_bytes, group_of
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.analysis.nodes import clock_offsets, merge_nodes, one_run
 from gpuscope.analysis.rank_layers import rank_layer_sum
@@ -150,5 +151,20 @@ def test_kernels_take_the_group_of_their_operator_only_where_every_kernel_has_on
     with Report.open(path) as r:
         coll = collectives(r)
     by_pid = {pid: f for pid, f in coll.groupby("pid")}
-    assert by_pid[100]["group"].isna().all() and by_pid[100]["bytes"].isna().all()
+    assert by_pid[100]["bytes"].isna().all()
     assert set(by_pid[101]["group"]) == {"0"} and set(by_pid[101]["bytes"]) == {4 * 2**20}
+    # the group that only the other rank knows is taken as pid 100's too, so the calls still pair up
+    # (a rank that knows none against one that knows its group would leave every call unmatched)
+    assert set(by_pid[100]["group"]) == {"0"}
+    assert (arrivals(coll)["ranks"] == 2).all()
+
+
+def test_where_the_known_groups_are_several_a_kind_matches_in_one_sequence() -> None:
+    found = pd.DataFrame({"pid": [1, 1, 2, 2], "kind": ["all_reduce"] * 4, "start_ns": [0, 10, 1, 11],
+                          "group": ["0", "1", None, None], "group_desc": ["dp", "tp", None, None],
+                          "group_size": [2, 2, None, None]})
+    out = _groups_alike(found)
+    assert out["group"].isna().all() and out["group_desc"].isna().all()
+    # every process knows its groups: left as they are
+    known = found.assign(group=["0", "1", "0", "1"])
+    assert list(_groups_alike(known)["group"]) == ["0", "1", "0", "1"]

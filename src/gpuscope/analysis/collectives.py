@@ -14,7 +14,9 @@ Ranks are matched call by call: the *n*-th collective of a kind and process grou
 the *n*-th of that kind and group on every other (a collective is entered by every rank of its
 group in the same order). The group is known from the c10d operator (its process group's name,
 description and member ranks, recorded with the call); NCCL kernels take the group of the operator
-of the same kind and number in their process; without operators all calls are of one group. Its
+of the same kind and number in their process; without operators all calls are of one group (and
+where only some processes know a kind's group, every process takes the one group the others named,
+or none). Its
 *arrival* on a rank is the start of its call; no rank can leave before the last one arrived, so a
 rank waits ``last arrival - own arrival`` for the slowest (arrival skew), and the last to arrive is
 the one the others wait for. Times of processes of one host share one clock; across hosts they are
@@ -224,7 +226,7 @@ def collectives(report: Report) -> pd.DataFrame:
     order = {"kernel": 0, "torch_op": 1, "range": 2}
     best = found.groupby("pid")["source"].agg(lambda s: min(s, key=order.__getitem__))
     found = found[found["source"] == found["pid"].map(best)]
-    found = _bytes_from_ops(found, ops)
+    found = _groups_alike(_bytes_from_ops(found, ops))
     found = found.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
     found["seq"] = found.groupby(["pid", group_key(found), "kind"]).cumcount()
     ranks = rank_table(report).set_index("pid")
@@ -237,6 +239,34 @@ def collectives(report: Report) -> pd.DataFrame:
 def group_key(coll: pd.DataFrame) -> pd.Series:
     """The process group of each collective as a key to group by ("" where not recorded)."""
     return coll["group"].astype(object).where(coll["group"].notna(), "").astype(str).rename("group_key")
+
+
+def _groups_alike(found: pd.DataFrame) -> pd.DataFrame:
+    """Make the process group, the key calls are matched by across ranks, known alike on every process.
+    Where some processes know the group of a kind's calls and others do not (their operators fell
+    outside the sample windows), the calls of that kind match by number within one group on every
+    side: the one group the others named, or none (every call of the kind in one sequence) where they
+    named several. Matching known groups on one rank against none on another would leave every call
+    unmatched, each rank seeming to wait for the others forever."""
+    if not len(found):
+        return found
+    found = found.copy()
+    for column in ("group", "group_desc", "group_size"):
+        found[column] = found[column].astype(object)
+    for kind, rows in found.groupby("kind").groups.items():
+        part = found.loc[rows]
+        known = part["group"].notna()
+        if known.all() or not known.any():
+            continue
+        named = part.loc[known, ["group", "group_desc", "group_size"]].drop_duplicates("group")
+        if len(named) == 1:
+            g = named.iloc[0]
+            for column in ("group", "group_desc", "group_size"):
+                found.loc[rows[~known.to_numpy()], column] = g[column]
+        else:
+            for column in ("group", "group_desc", "group_size"):
+                found.loc[rows, column] = None
+    return found
 
 
 def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from ...trace.report import Report
 from .breakdown import ProcessBreakdown
 from .context import MIN_SHARE, Context, Process, fmt_ns
-from .finding import Finding, Skipped, cap_to_step
+from ..ranks import rank_of
+from .finding import Finding, Skipped, cap_to_step, merge_ranks
 from .result import Diagnosis
 from .rule import Rule
 
@@ -94,6 +95,7 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
         findings += rule.evaluate(ctx)
     findings = cap_to_step(findings, {p.pid: p.base_ns for p in ctx.processes},
                            {p.pid: p.share for p in ctx.processes}, ctx.min_share, fmt_ns)
+    findings = merge_ranks(findings, rank_of(report), fmt_ns)
     findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
     processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)

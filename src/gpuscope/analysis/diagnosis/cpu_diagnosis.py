@@ -18,7 +18,8 @@ from .context import MIN_SHARE, fmt_ns
 from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
 from .cpu_context import CpuContext
 from .cpu_rules import CPU_RULES, CpuRule
-from .finding import Finding, Skipped, cap_to_step
+from ..ranks import rank_of
+from .finding import Finding, Skipped, cap_to_step, merge_ranks
 from .rule import Rule
 
 __all__ = ["CpuDiagnosis", "diagnose_cpu"]
@@ -92,6 +93,7 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
         findings += rule.evaluate(ctx)
     findings = cap_to_step(findings, {p.pid: p.step_ns for p in ctx.processes}, {p.pid: p.share for p in ctx.processes},
                            ctx.min_share, fmt_ns)
+    findings = merge_ranks(findings, rank_of(report), fmt_ns)
     findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
     skipped += [Skipped(r.name, GPU_REASON) for r in gpu_rules]
     processes = [p.breakdown for p in ctx.processes]

@@ -71,3 +71,37 @@ def cap_to_step(findings: list[Finding], step_ns: dict[int, float], share: dict[
         if f.share >= min_share:
             out.append(f)
     return out
+
+
+# rules whose findings are about one rank against the others: never merged across ranks
+PER_RANK_RULES = ("straggler", "hung_rank")
+
+
+def merge_ranks(findings: list[Finding], ranks: dict[int, int], fmt: Callable[[float], str]) -> list[Finding]:
+    """One finding per fix across the ranks of a job: where the same rule finds the same fix on
+    several ranks (each rank runs the same program), keep one finding, of the rank it saves least
+    on (the job steps at the pace of its slowest rank, so a fix made on every rank shortens the
+    job's step by about the smallest of the ranks' savings), with each rank's saving in its
+    evidence and in ``data["ranks"]`` (pid → saving in ns). Findings of processes without a rank,
+    and those about one rank against the others (stragglers, hung ranks), stay as they are."""
+    groups: dict[tuple[object, ...], list[Finding]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        if f.pid not in ranks or f.rule.endswith(PER_RANK_RULES):
+            out.append(f)
+            continue
+        groups.setdefault((f.rule, f.fix, f.one_time, f.advisory, f.work_changing), []).append(f)
+    for group in groups.values():
+        pids = {f.pid for f in group}
+        if len(group) < 2 or len(pids) < len(group):
+            out += group
+            continue
+        keep = min(group, key=lambda f: f.saving_ns)
+        each = ", ".join(f"rank {ranks[f.pid]} (pid {f.pid}) ~{fmt(f.saving_ns)}"
+                         for f in sorted(group, key=lambda f: ranks[f.pid]))
+        keep.evidence.append(f"found on {len(group)} ranks, saving {each} {'once' if keep.one_time else 'per step'}; "
+                             "counted at the smallest: "
+                             "the job steps at the pace of its slowest rank")
+        keep.data = {**keep.data, "ranks": {int(f.pid): float(f.saving_ns) for f in group}}  # type: ignore[arg-type]
+        out.append(keep)
+    return out

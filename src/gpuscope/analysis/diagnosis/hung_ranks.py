@@ -46,6 +46,11 @@ def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
         if pd.isna(size) or int(size) >= len(ranked):
             members[g] = set(ranked)
     ends = dict(report.sql("SELECT pid, max(end_ns) FROM process GROUP BY pid"))
+    # calls that more than one rank made: a rank that made one after the others entered the call it
+    # seems to miss went on communicating with them, so it did not hang there (the calls were matched
+    # wrongly, as where a rank skipped a collective and the numbering shifted)
+    shared = coll[coll.groupby(keys)["pid"].transform("nunique") > 1]
+    last_shared = shared.groupby("pid")["start_ns"].max().to_dict()
     out = []
     for pid in sorted(ranked):
         lacking = [(int(first[key]), key) for key, pids in made.items()
@@ -53,6 +58,8 @@ def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
         if not lacking:
             continue
         t, (group, kind, seq) = min(lacking)
+        if last_shared.get(pid, -1) > t:
+            continue
         waiting = sorted(made[(group, kind, seq)] & ranked)
         stop = max((int(ends[p]) for p in waiting if ends.get(p) is not None), default=None)
         if stop is None:
