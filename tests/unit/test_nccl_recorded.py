@@ -75,3 +75,14 @@ def test_an_fsdp_straggler_is_the_top_finding_with_its_rank(recorded: Callable[[
     top = diag.findings[0]
     assert top.rule == "straggler" and top.title.startswith("Rank 1 ")
     assert any("CPU work" in e for e in top.evidence)
+
+
+def test_sampled_c10d_operators_give_their_kernels_bytes_by_launch(recorded: Callable[[str], Path]) -> None:
+    # operators are recorded in sample windows, so only a few of the 908 all-reduces per rank have one;
+    # those few get their bytes from the operator running when the kernel was launched
+    with Report.open(recorded("nccl_ddp_300_steps")) as report:
+        table = collective_sum(report)
+    rows = [r for r in table.records() if r["Kind"] == "all_reduce"]
+    assert len(rows) == 2 and all(r["Calls"] == 908 for r in rows)
+    assert all(r["Bytes"] and 50e9 < r["Algorithm BW"] < 900e9 for r in rows)  # two H100s over NVLink
+    assert any("of 908 calls" in n for n in table.notes)

@@ -226,7 +226,7 @@ def collectives(report: Report) -> pd.DataFrame:
     order = {"kernel": 0, "torch_op": 1, "range": 2}
     best = found.groupby("pid")["source"].agg(lambda s: min(s, key=order.__getitem__))
     found = found[found["source"] == found["pid"].map(best)]
-    found = _groups_alike(_bytes_from_ops(found, ops))
+    found = _groups_alike(_bytes_from_ops(found, ops, report))
     found = found.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
     found["seq"] = found.groupby(["pid", group_key(found), "kind"]).cumcount()
     ranks = rank_table(report).set_index("pid")
@@ -269,30 +269,57 @@ def _groups_alike(found: pd.DataFrame) -> pd.DataFrame:
     return found
 
 
-def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """Give NCCL kernels the bytes and process group of the c10d operator of the same kind and
-    number in their process, where the process has as many operators of that kind as kernels."""
+def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame, report: Report) -> pd.DataFrame:
+    """Give NCCL kernels the bytes and process group of their c10d operator: the one of the same
+    kind and number in their process where the process has as many operators of that kind as
+    kernels; else the operator of that kind running on the host when the kernel was launched (the
+    operators recorded in sample windows: numbering those would pair them with the wrong kernels)."""
     if not len(ops) or not (found["source"] == "kernel").any():
         return found
     ops = ops.dropna(subset=["kind"]).copy()
     ops["seq"] = ops.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
+    columns = ("bytes", "group", "group_desc", "group_size")
     by = {(int(p), k, int(s)): (b, g, d, n) for p, k, s, b, g, d, n in
-          zip(ops["pid"], ops["kind"], ops["seq"], ops["bytes"], ops["group"], ops["group_desc"], ops["group_size"])}
+          zip(ops["pid"], ops["kind"], ops["seq"], *(ops[c] for c in columns))}
     found = found.copy()
     seq = found.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
-    # only where each kernel has its operator: operators recorded in sample windows would be matched
-    # to the wrong kernels by their number
     calls = ops.groupby(["pid", "kind"]).size()
-    launched = found[found["source"] == "kernel"].groupby(["pid", "kind"]).size()
+    kernel = found["source"] == "kernel"
+    launched = found[kernel].groupby(["pid", "kind"]).size()
     whole = {key for key, n in launched.items() if calls.get(key) == n}
-    is_kernel = (found["source"] == "kernel") & pd.Series([(p, k) in whole for p, k in zip(found["pid"], found["kind"])],
-                                                          index=found.index, dtype=bool)
-    got = [by.get((int(p), k, int(s)), (None, None, None, None)) for p, k, s in
-           zip(found.loc[is_kernel, "pid"], found.loc[is_kernel, "kind"], seq[is_kernel])]
-    for i, column in enumerate(("bytes", "group", "group_desc", "group_size")):
+    in_whole = pd.Series([(p, k) in whole for p, k in zip(found["pid"], found["kind"])], index=found.index, dtype=bool)
+    got = {i: by.get((int(p), k, int(s)), (None,) * 4) for i, p, k, s in
+           zip(found.index[kernel & in_whole], found.loc[kernel & in_whole, "pid"], found.loc[kernel & in_whole, "kind"],
+               seq[kernel & in_whole])}
+    if (kernel & ~in_whole).any():
+        at = {(int(p), int(o)): (b, g, d, n) for p, o, b, g, d, n in
+              zip(ops["pid"], ops["start_ns"], *(ops[c] for c in columns))}
+        kinds = dict(zip(zip(ops["pid"].astype(int), ops["start_ns"].astype(int)), ops["kind"]))
+        launches = _launching_ops(report)
+        for i, p, k, s in zip(found.index[kernel & ~in_whole], found.loc[kernel & ~in_whole, "pid"],
+                              found.loc[kernel & ~in_whole, "kind"], found.loc[kernel & ~in_whole, "start_ns"]):
+            op = launches.get((int(p), int(s)))
+            if op is not None and kinds.get((int(p), op)) == k:
+                got[i] = at[(int(p), op)]
+    for n, column in enumerate(columns):
         found[column] = found[column].astype(object)
-        found.loc[is_kernel, column] = pd.Series([g[i] for g in got], index=found.index[is_kernel], dtype=object)
+        if got:
+            found.loc[list(got), column] = pd.Series([g[n] for g in got.values()], index=list(got), dtype=object)
     return found
+
+
+def _launching_ops(report: Report) -> dict[tuple[int, int], int]:
+    """For each NCCL kernel launched inside a recorded c10d operator, (pid, kernel start) → that
+    operator's start."""
+    from .attribution import ops_table
+    from .torch_ops import op_kernels_table, torch_ops_table
+
+    ops, links, calls = ops_table(report), op_kernels_table(report), torch_ops_table(report)
+    rows = report.sql(
+        f"""SELECT o.pid, o.start_ns, t.start_ns FROM {ops} o JOIN {links} l ON l.op_id = o.op_id
+            JOIN {calls} t ON t.torch_op_id = l.torch_op_id JOIN string n ON n.id = o.name_id
+            WHERE o.kind = 'kernel' AND n.value LIKE 'nccl%Kernel%' AND t.name LIKE '%c10d%'""")
+    return {(int(p), int(s)): int(t) for p, s, t in rows}
 
 
 def arrivals(coll: pd.DataFrame) -> pd.DataFrame:

@@ -137,6 +137,7 @@ def collective_sum(report: Report) -> Table:
                                              "--trace torch-ops, or gloo/nccl record_function ranges)."])
     world = rank_table(report)["world_size"].dropna()
     rows = []
+    partial = []
     for (_, kind, pid), f in coll.groupby(["group_key", "kind", "pid"], sort=True):
         t = int((f["end_ns"] - f["start_ns"]).sum())
         gpu = f["source"].iloc[0] == "kernel"
@@ -153,6 +154,8 @@ def collective_sum(report: Report) -> Table:
         algos = ", ".join(sorted({f"{a}/{p}" if p else str(a) for a, p in zip(f["algorithm"], f["protocol"]) if a}))
         rank = f["rank"].iloc[0]
         total = f["bytes"].dropna()
+        if 0 < len(total) < len(f):
+            partial.append(f"{kind} of pid {int(pid)}: {len(total):,} of {len(f):,} calls")
         rows.append((kind, _group_label(f["group"].iloc[0], f["group_desc"].iloc[0]), n,
                      None if pd.isna(rank) else int(rank), int(pid), f["source"].iloc[0], len(f),
                      float(total.astype(float).sum()) if len(total) else None, t, algbw, busbw,
@@ -166,6 +169,10 @@ def collective_sum(report: Report) -> Table:
              "over the kernels' time after the last rank arrived; Bus BW: that times NCCL's factor for the kind "
              "and group size (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, "
              "reduce, send/recv 1), comparable with the links' bandwidth."]
+    if partial:
+        notes.append("Bytes and bandwidth are of the calls whose c10d operator was recorded (in the operator "
+                     "sample windows; --trace torch-ops records all): " + "; ".join(partial[:6])
+                     + ("; ..." if len(partial) > 6 else "") + ".")
     return Table(name, title, cols, rows, notes)
 
 
