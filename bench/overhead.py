@@ -68,6 +68,8 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     # the default placing kernels by CUPTI's queued times instead of launch anchors
     "gs-latency": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_LATENCY_TIMESTAMPS": "1", "GPUSCOPE_ANCHORS": "0"}),
     "gs-noanchors": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
+    "default-noanchors": ("cuda,nvtx,torch,torch-shapes,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
+    "default-nohost": ("cuda,nvtx,torch,torch-shapes", {}),  # the default less the host and NVML samplers
 }
 # The ablation: each mode adds one collector to the one before it; the last is the default.
 _NO_SITES = {"GPUSCOPE_SYNC_SITES": "0", "GPUSCOPE_ANCHORS": "0", "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}
@@ -78,6 +80,7 @@ ABLATION: dict[str, tuple[str, dict[str, str]]] = {
     "ab-+sync-sites": ("cuda", {"GPUSCOPE_ANCHORS": "0"}),
     "ab-+anchors": ("cuda", {}),
     "ab-+torch-ranges": ("cuda,nvtx,torch", {}),
+    "ab-+torch-ranges-noanchors": ("cuda,nvtx,torch", {"GPUSCOPE_ANCHORS": "0"}),
     "ab-+host-nvml": ("cuda,nvtx,torch,host,nvml", {}),
     "ab-+torch-shapes=default": ("cuda,nvtx,torch,torch-shapes,host,nvml", {}),
 }

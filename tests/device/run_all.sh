@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare overhead-where gemm-gaps shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -385,6 +385,25 @@ if has multi-gpu-truth; then
     timeout 120 $TR --timing-dir "$M/tplain_$r" > "$M/tplain_$r.log" 2>&1; echo "plain $r rc=$?"
     gs profile --no-overhead-probe -o "$M/truth_$r" --force-overwrite $TR --timing-dir "$M/ttraced_$r" > "$M/truth_$r.log" 2>&1; echo "traced $r rc=$?"
   done
+fi
+
+if has overhead-where; then
+  step "where the default's cost sits: module ranges with and without launch anchors, per-step times kept (pinned)"
+  taskset -c 4-11 $PY bench/overhead.py --workloads ${WHERE_WORKLOADS:-mlp} --rounds ${WHERE_ROUNDS:-5} \
+    --modes ${WHERE_MODES:-untraced,ab-+anchors,ab-+torch-ranges,ab-+torch-ranges-noanchors,gpuscope,default-noanchors} \
+    --out "$OUT/where_${WHERE_WORKLOADS:-mlp}.json" --md "$OUT/where_${WHERE_WORKLOADS:-mlp}.md"
+fi
+
+if has gemm-gaps; then
+  step "GEMM windows timed with CUDA events, untraced and profiled (one GPU): does kernel tracing widen the gaps between kernels"
+  G=$OUT/gemmgaps; mkdir -p "$G"
+  TR1="$PY -m torch.distributed.run --nproc_per_node=1 $WL/ddp_nccl.py --steps 10"
+  for r in 1 2; do
+    timeout 120 $TR1 --timing-dir "$G/plain_$r" > "$G/plain_$r.log" 2>&1; echo "plain $r rc=$?"
+    gs profile --no-overhead-probe -o "$G/gs_$r" --force-overwrite $TR1 --timing-dir "$G/gs_t_$r" > "$G/gs_$r.log" 2>&1; echo "gpuscope $r rc=$?"
+  done
+  grep -h '^{' "$G"/plain_*.log "$G"/gs_*.log | cut -c1-400
+  for r in 1 2; do $PY tests/device/multi_gpu_truth.py "$G/gs_$r.gpuscope" "$G/gs_t_$r" --json "$G/truth_$r.json" > /dev/null; done
 fi
 
 if has multi-gpu-compare; then

@@ -59,6 +59,7 @@ def report(args: argparse.Namespace, times: list[float], **extra: Any) -> None:
         "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "pid": os.getpid(),
         "program_s": time.perf_counter() - STARTED,  # from the workload's start to its last step
+        "step_ms": [round(t * 1e3, 4) for t in times],  # each step, for where a slowdown sits (stalls or every step)
         **extra,
     }
     if args.timing_out:
