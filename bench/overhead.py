@@ -70,6 +70,8 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "gs-noanchors": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
     "default-noanchors": ("cuda,nvtx,torch,torch-shapes,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
     "default-nohost": ("cuda,nvtx,torch,torch-shapes", {}),  # the default less the host and NVML samplers
+    "cuda+nvtx": ("cuda,nvtx", {}),  # what ab-+torch-ranges adds, one at a time
+    "cuda+torch": ("cuda,torch", {}),
 }
 # The ablation: each mode adds one collector to the one before it; the last is the default.
 _NO_SITES = {"GPUSCOPE_SYNC_SITES": "0", "GPUSCOPE_ANCHORS": "0", "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}
