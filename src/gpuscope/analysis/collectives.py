@@ -14,10 +14,10 @@ Ranks are matched call by call: the *n*-th collective of a kind and process grou
 the *n*-th of that kind and group on every other (a collective is entered by every rank of its
 group in the same order). The group is known from the c10d operator (its process group's name,
 description and member ranks, recorded with the call); NCCL kernels take the group of the operator
-of the same kind and number in their process; without operators all calls are of one group (and
-where only some processes know a kind's group, every process takes the one group the others named,
-or none). Its
-*arrival* on a rank is the start of its call; no rank can leave before the last one arrived, so a
+of the same kind and number in their process (or, where operators were recorded only in sample
+windows, of the operator running at their launch); without operators all calls are of one group,
+and where only some processes know a kind's group, every process takes the one group the others
+named, or none. Its *arrival* on a rank is the start of its call; no rank can leave before the last one arrived, so a
 rank waits ``last arrival - own arrival`` for the slowest (arrival skew), and the last to arrive is
 the one the others wait for. Times of processes of one host share one clock; across hosts they are
 compared as recorded.
