@@ -65,20 +65,15 @@ def ops_table(report: Report) -> str:
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
     GPU start between its anchors, like a memory operation (trace/launch.py).
     """
-    # Anchors are looked up only for the operations placed by nothing else, on the three columns
-    # they need: an as-of join holds its whole input (gigabytes on ten million kernels with every
-    # column).
-    def placed(base: str) -> str:
-        return f"""
-            SELECT DISTINCT x.pid, x.correlation_id, x.start_ns, {anchored_start('x')} AS anchored
-            FROM (SELECT pid, correlation_id, start_ns FROM {base} WHERE known IS NULL) x {anchor_joins('x')}"""
-
+    # Anchors are looked up only for the operations placed by nothing else, on three columns, and
+    # for those of every kind at once: an as-of join sorts its whole anchor side (ten million rows
+    # in a long run), so one pair of them serves kernels, copies and sets.
     def joined(base: str) -> str:
-        return (f"{base} b LEFT JOIN ({placed(base)}) p ON b.known IS NULL AND p.pid IS NOT DISTINCT FROM b.pid "
+        return (f"{base} b LEFT JOIN {OPS}_placed p ON b.known IS NULL AND p.pid IS NOT DISTINCT FROM b.pid "
                 "AND p.correlation_id IS NOT DISTINCT FROM b.correlation_id AND p.start_ns IS NOT DISTINCT FROM b.start_ns")
 
-    query = f"""
-        WITH kb AS NOT MATERIALIZED (
+    bases = """
+        kb AS NOT MATERIALIZED (
             SELECT k.pid, k.correlation_id, coalesce(a.tid, g.tid) AS tid,
                    coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0)) AS known,
                    k.start_ns, k.end_ns, k.device_id, c.name_id, k.config_id
@@ -91,7 +86,9 @@ def ops_table(report: Report) -> str:
             FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
         sb AS NOT MATERIALIZED (
             SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id
-            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
+            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id)"""
+    query = f"""
+        WITH {bases},
         ops AS (
             SELECT 'kernel' AS kind, b.pid, b.tid, coalesce(b.known, p.anchored) AS launch_ns,
                    b.start_ns, b.end_ns, b.device_id, b.name_id, CAST(NULL AS VARCHAR) AS copy_kind, b.config_id
@@ -110,8 +107,19 @@ def ops_table(report: Report) -> str:
             FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
             LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
         SELECT * FROM ops"""
-    if not _exists(report, OPS):  # joined first, numbered after: together they need more memory
+    placed = f"""
+        WITH {bases},
+        unplaced AS (
+            SELECT DISTINCT pid, correlation_id, start_ns FROM (
+                SELECT pid, correlation_id, start_ns FROM kb WHERE known IS NULL
+                UNION ALL SELECT pid, correlation_id, start_ns FROM cb WHERE known IS NULL
+                UNION ALL SELECT pid, correlation_id, start_ns FROM sb WHERE known IS NULL))
+        SELECT x.pid, x.correlation_id, x.start_ns, {anchored_start('x')} AS anchored
+        FROM unplaced x {anchor_joins('x')}"""
+    if not _exists(report, OPS):  # placed, joined, numbered: one at a time, they need less memory
+        report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_placed AS {placed}")
         report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_unnumbered AS {query}")
+        report.sql(f"DROP TABLE {OPS}_placed")
         report.sql(f"CREATE TEMP TABLE {OPS} AS SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) "
                    f"AS op_id, * FROM {OPS}_unnumbered")
         report.sql(f"DROP TABLE {OPS}_unnumbered")

@@ -104,16 +104,14 @@ def _gpu_tokens(report: Report) -> pd.DataFrame:
     """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
     times of copies and memsets are estimates, too rough to order them among kernels, while one
     stream runs its operations in launch order."""
-    frame = report.df(f"SELECT pid, kind, name_id, copy_kind, launch_ns, start_ns FROM {ops_table(report)} "
-                      "ORDER BY pid, start_ns, op_id")
-    token = frame["name_id"].astype("float64").fillna(-1).to_numpy(np.int64)
-    copies = frame["copy_kind"].map(_COPY_TOKENS).fillna(-7).to_numpy(np.int64)
-    kind = frame["kind"].to_numpy(object)
-    token = np.where(kind == "memcpy", copies, token)
-    token = np.where(kind == "memset", -10, token)
-    token = np.where(kind == "graph", -11, token)
-    return pd.DataFrame({"pid": frame["pid"], "token": token, "launch_ns": frame["launch_ns"],
-                         "start_ns": frame["start_ns"], "exact": np.isin(kind, ("kernel", "graph"))})
+    copies = " ".join(f"WHEN '{k}' THEN {v}" for k, v in _COPY_TOKENS.items())
+    # the tokens made in SQL: strings per operation in pandas cost gigabytes on ten million of them
+    return report.df(
+        f"""SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
+                                   WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
+                                   ELSE coalesce(name_id, -1) END::BIGINT AS token,
+                   launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact
+            FROM {ops_table(report)} ORDER BY pid, start_ns, op_id""")
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
