@@ -53,7 +53,7 @@ def _ops_query(report: Report) -> str:
             UNION ALL
             SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, NULL, NULL
             FROM {ops} o JOIN graph_launch x ON o.kind = 'graph' AND {same})
-        SELECT o.op_id, o.kind, o.pid, o.tid, o.launch_ns, o.start_ns, o.end_ns, o.device_id, o.name_id,
+        SELECT o.op_id, o.kind::ENUM('kernel', 'memcpy', 'memset', 'graph') AS kind, o.pid, o.tid, o.launch_ns, o.start_ns, o.end_ns, o.device_id, o.name_id,
                o.copy_kind, a.stream_id, a.correlation_id, a.config_id, a.src_kind, a.dst_kind, a.bytes,
                a.is_async
         FROM {ops} o LEFT JOIN attrs a USING (op_id)"""
@@ -89,7 +89,10 @@ def load_ops(report: Report) -> pd.DataFrame:
     order = np.lexsort((ops["op_id"].to_numpy(), ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(),
                         ops["pid"].to_numpy()))
     ops = ops.iloc[order].reset_index(drop=True)
-    for col in ("kind", "copy_kind", "src_kind", "dst_kind"):  # few values: compared and grouped often
+    # few values, compared and grouped often; the kind comes as one (an enum in the query: ten million
+    # strings, one object each, cost gigabytes on their way into pandas)
+    ops["kind"] = ops["kind"].astype("category").cat.remove_unused_categories()
+    for col in ("copy_kind", "src_kind", "dst_kind"):
         ops[col] = ops[col].astype("category")
     ops["transfer"] = (ops["kind"] == "memcpy") & ops["copy_kind"].isin(HOST_MEMORY_COPIES)
     ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
