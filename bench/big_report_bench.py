@@ -142,10 +142,11 @@ def build(d: Path, copies: int) -> tuple[Path, dict[str, int]]:
     return report, counts
 
 
-def run(argv: list[str], limit: float) -> tuple[float, float, float, bool]:
+def run(argv: list[str], limit: float) -> tuple[float, float, float, str]:
     """Run one gpuscope command, stopped after ``limit`` seconds; return its wall time (s), CPU time
     (s, user and system, all its threads: less sensitive than wall time to other work on a shared
-    machine), peak resident set (MB) and whether it finished."""
+    machine), peak resident set (MB) and how it ended: ``done``, ``stopped`` (at the limit) or
+    ``failed`` (a non-zero exit)."""
     t = time.perf_counter()
     with open(os.devnull, "w") as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "gpuscope", *argv], stdout=out, stderr=err)
@@ -156,15 +157,15 @@ def run(argv: list[str], limit: float) -> tuple[float, float, float, bool]:
             if time.perf_counter() - t > limit:
                 proc.kill()
                 _, status, usage = os.wait4(proc.pid, 0)
-                return time.perf_counter() - t, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, False
+                return time.perf_counter() - t, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, "stopped"
             time.sleep(0.1)
         wall = time.perf_counter() - t
         code = os.waitstatus_to_exitcode(status)
         if code:  # said, and the round goes on
             err.seek(0)
             print(f"gpuscope {' '.join(argv)} failed ({code}):\n{err.read()[-2000:].decode()}", flush=True)
-            return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, False
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, True
+            return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, "failed"
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, "done"
 
 
 def _get(url: str) -> tuple[float, bytes]:
@@ -238,7 +239,7 @@ def main() -> None:
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     rss: dict[str, list[float]] = {}
-    stopped: set[str] = set()
+    ended: dict[str, str] = {}
     for _ in range(args.repeats):
         for name in chosen:
             if name == "view":
@@ -246,13 +247,13 @@ def main() -> None:
                     (rss if key.endswith("_mb") else times).setdefault(key, []).append(value)
                 continue
             argv = [a.format(r=report, d=d) for a in COMMANDS[name]]
-            wall, used, peak, done = run(argv, args.limit)
-            if not done:
-                stopped.add(name)
+            wall, used, peak, how = run(argv, args.limit)
+            if how != "done":
+                ended[name] = how
             times.setdefault(name, []).append(wall)
             cpu.setdefault(name, []).append(used)
             rss.setdefault(name, []).append(peak)
-            print(f"  {name}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB{'' if done else ' (stopped)'}, "
+            print(f"  {name}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB{'' if how == 'done' else f' ({how})'}, "
                   f"load average {os.getloadavg()[0]:.1f}", flush=True)
     print("| command | wall min | wall median | wall max | CPU median | peak RSS (median) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -260,8 +261,10 @@ def main() -> None:
         peak = rss.get("view_rss_mb") if name.startswith("view") else rss.get(name)
         shown = f"{statistics.median(peak):.0f} MB" if peak else ""
         used = f"{statistics.median(cpu[name]):.1f} s" if name in cpu else ""
-        if name in stopped:
+        if ended.get(name) == "stopped":
             name += f" (stopped at {args.limit:.0f} s)"
+        elif name in ended:
+            name += " (failed)"
         print(f"| {name} | {min(values):.2f} s | {statistics.median(values):.2f} s | {max(values):.2f} s | {used} | "
               f"{shown} |")
 
