@@ -54,8 +54,8 @@ def _ops_query(report: Report) -> str:
             SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, NULL, NULL
             FROM {ops} o JOIN graph_launch x ON o.kind = 'graph' AND {same})
         SELECT o.op_id, o.kind::ENUM('kernel', 'memcpy', 'memset', 'graph') AS kind, o.pid, o.tid, o.launch_ns,
-               o.start_ns, o.end_ns, o.device_id, o.name_id, o.copy_kind, a.stream_id, a.correlation_id, a.config_id, a.src_kind, a.dst_kind, a.bytes,
-               a.is_async
+               o.start_ns, o.end_ns, o.device_id, o.name_id, o.copy_kind, a.stream_id, a.correlation_id,
+               a.config_id, a.src_kind, a.dst_kind, a.bytes, a.is_async
         FROM {ops} o LEFT JOIN attrs a USING (op_id)"""
 
 
