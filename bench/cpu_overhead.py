@@ -62,6 +62,9 @@ MODES: dict[str, tuple[Any, ...]] = {
     # collection off for the whole run (a capture range that never opens): what stays on in a probe
     "default-off": ("", {}, ["--steps", "1000000-1000001"]),
     "torch-off": ("torch", {}, ["--steps", "1000000-1000001"]),
+    "shapes-off": ("torch-shapes", {}, ["--steps", "1000000-1000001"]),
+    "cpu-off": ("cpu", {}, ["--steps", "1000000-1000001"]),
+    "none-off": ("none", {}, ["--steps", "1000000-1000001"]),
     "default-noprobe": ("", {}, ["--no-overhead-probe"]),
     "none": ("none", {}),  # the agent and the launcher, no collector
 }
