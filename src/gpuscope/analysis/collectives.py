@@ -292,15 +292,14 @@ def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame, report: Report) -> p
            zip(found.index[kernel & in_whole], found.loc[kernel & in_whole, "pid"], found.loc[kernel & in_whole, "kind"],
                seq[kernel & in_whole])}
     if (kernel & ~in_whole).any():
-        at = {(int(p), int(o)): (b, g, d, n) for p, o, b, g, d, n in
-              zip(ops["pid"], ops["start_ns"], *(ops[c] for c in columns))}
-        kinds = dict(zip(zip(ops["pid"].astype(int), ops["start_ns"].astype(int)), ops["kind"]))
+        at = {(int(p), int(o)): (k, (b, g, d, n)) for p, o, k, b, g, d, n in
+              zip(ops["pid"], ops["start_ns"], ops["kind"], *(ops[c] for c in columns))}
         launches = _launching_ops(report)
         for i, p, k, s in zip(found.index[kernel & ~in_whole], found.loc[kernel & ~in_whole, "pid"],
                               found.loc[kernel & ~in_whole, "kind"], found.loc[kernel & ~in_whole, "start_ns"]):
-            op = launches.get((int(p), int(s)))
-            if op is not None and kinds.get((int(p), op)) == k:
-                got[i] = at[(int(p), op)]
+            kind, values = at.get((int(p), launches.get((int(p), int(s)), -1)), (None, None))
+            if kind == k:
+                got[i] = values
     for n, column in enumerate(columns):
         found[column] = found[column].astype(object)
         if got:
