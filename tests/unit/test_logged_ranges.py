@@ -186,6 +186,35 @@ def test_the_full_path_where_a_range_needs_more_than_a_log(monkeypatch: pytest.M
     assert hooks.fast is (why == "off")
 
 
+@pytest.mark.parametrize("how", ["logged", "pushed", "off", "switched on", "switched off"])
+def test_an_optimizer_step_is_a_range_and_a_step_mark(how: str) -> None:
+    """Collecting: a range (logged where nothing needs push/pop, pushed where an anchor does); off: only
+    the mark; collection switched between the step's start and end: the end matches what the start did."""
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    hooks._torch = torch
+    anchors: list[int] = []
+    if how == "pushed":
+        hooks.r.anchor = lambda: anchors.append(1)
+    hooks.set_collecting(how not in ("off", "switched on"))
+    pre, post = hooks._step_hooks()
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    pre(opt, (), {})
+    if how.startswith("switched"):
+        hooks.set_collecting(how == "switched on")
+    post(opt, (), {})
+    rows = hooks.r.take()
+    ranges = [row for row in rows if row[6] == "range"]
+    marks = [row for row in rows if row[6] == "mark"]
+    assert [(m[5], m[8]) for m in marks] == [("step", "step")]
+    if how in ("off", "switched on"):
+        assert ranges == []
+    else:
+        assert [(r[5], r[8]) for r in ranges] == [("SGD.step", "optimizer")] and ranges[0][0] <= ranges[0][1]
+        assert bool(hooks.r._logs) is (how != "pushed")
+    assert hooks.r.counts["unbalanced_pops"] == 0 and hooks.r.close_open() == []
+    assert hooks.counts["hook_errors"] == 0
+
+
 def test_the_cost_is_measured_on_the_path_the_process_took(monkeypatch: pytest.MonkeyPatch) -> None:
     """hook_cost's scratch hooks take the logged path where the process's hooks log, push/pop where they
     can not, and record backward ranges where the process does."""

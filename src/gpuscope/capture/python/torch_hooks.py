@@ -90,6 +90,7 @@ class TorchHooks:
     def _refresh(self) -> None:
         """Decide, once per change of state, whether module calls take the logged path."""
         self.fast = self.collecting and not self._disabled and self.logged
+        self.fast_steps = self.collecting and not self._disabled and self.r.anchor is None and self.r.watch is None
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Nothing: the hooks' ranges are delivered by the range recorder."""
@@ -106,8 +107,9 @@ class TorchHooks:
             self._is_compiling = compiler.is_compiling
         self._torch = torch
         module_mod.Module.__call__ = self._module_call(module_mod.Module.__call__)  # type: ignore[method-assign]
-        self._handles = [optim_mod.register_optimizer_step_pre_hook(self._guard(self._step_pre)),
-                         optim_mod.register_optimizer_step_post_hook(self._guard(self._step_post))]
+        pre, post = self._step_hooks()
+        self._handles = [optim_mod.register_optimizer_step_pre_hook(pre),
+                         optim_mod.register_optimizer_step_post_hook(post)]
         optim_mod.Optimizer.zero_grad = self._ranged(  # type: ignore[method-assign]
             optim_mod.Optimizer.zero_grad, "zero_grad", lambda a: f"{type(a[0]).__name__}.zero_grad")
         data_mod._BaseDataLoaderIter.__next__ = self._ranged(  # type: ignore[method-assign]
@@ -139,20 +141,6 @@ class TorchHooks:
             original = getattr(current, "__wrapped__", None)
             if original is not None and getattr(current, "_gpuscope_hooks", None) is self:
                 setattr(owner, name, original)
-
-    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a hook so that it never raises into the program, and is off while compiling."""
-
-        def guarded(*args: Any) -> Any:
-            if self._disabled or self._is_compiling():
-                return None
-            try:
-                hook(*args)
-            except Exception as exc:  # noqa: BLE001
-                self._fail(exc)
-            return None
-
-        return guarded
 
     def _ranged(self, func: Callable[..., Any], category: str, name: Callable[[tuple[Any, ...]], str]) -> Callable[..., Any]:
         """Wrap ``func`` so that each call is a range."""
@@ -393,15 +381,66 @@ class TorchHooks:
                 f"pass, and layer_sum's backward time for {'it' if one else 'them'} runs to that end")
 
     # -- optimizer and steps -------------------------------------------------------------
-    def _step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.r.push(f"{type(optimizer).__name__}.step", "", SOURCE, "optimizer")
+    def _step_hooks(self) -> tuple[Callable[..., None], Callable[..., None]]:
+        """Return the optimizer step's pre and post hooks: a range around each step, then a step mark
+        for the first optimizer's steps.
 
-    def _step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.r.pop()
-        if self._step_optimizer is None:
-            self._step_optimizer = id(optimizer)
-        if id(optimizer) == self._step_optimizer:  # with several optimizers, the first one's steps count
-            self.r.mark("step", "", SOURCE, "step")
+        They run once a step, inside the program's loop, where a few microseconds are a few percent
+        of a small model's step; so they do as little as the state allows. While collecting on the
+        logged path (no anchors, no capture window watching range names) the range goes to the
+        thread's log, like a module call's. Outside a capture window, with nothing watching range
+        names, there is no range at all. Otherwise it is pushed and popped. Which of the three the
+        pre hook did is kept on the thread, so that its post hook ends what was begun even where
+        collection switched in between. The step mark is recorded always.
+        """
+        r, local, clock, is_compiling = self.r, self.r._local, time.monotonic_ns, self._is_compiling
+        kinds: dict[type, int] = {}  # optimizer class -> its logged range's kind
+        names: dict[type, str] = {}
+
+        def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if self._disabled or is_compiling():
+                return None
+            try:
+                began = getattr(local, "optimizer_steps", None)
+                if began is None:
+                    began = local.optimizer_steps = []
+                cls = type(optimizer)
+                if self.fast_steps:
+                    kind = kinds.get(cls)
+                    if kind is None:
+                        kind = kinds[cls] = r.kind(f"{cls.__name__}.step", "", SOURCE, "optimizer")
+                    log = r.thread_log()
+                    log.append((clock(), kind))
+                    began.append(log)
+                elif self.collecting or r.watch is not None:
+                    name = names.get(cls) or names.setdefault(cls, f"{cls.__name__}.step")
+                    r.push(name, "", SOURCE, "optimizer")
+                    began.append(True)
+                else:
+                    began.append(None)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+            return None
+
+        def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if self._disabled or is_compiling():
+                return None
+            try:
+                began = getattr(local, "optimizer_steps", None)
+                how = began.pop() if began else None
+                if how is True:
+                    r.pop()
+                elif how is not None:
+                    how.append(clock())
+                if self._step_optimizer is None:
+                    self._step_optimizer = id(optimizer)
+                if id(optimizer) == self._step_optimizer:  # with several optimizers, the first one's steps count
+                    r.mark("step", "", SOURCE, "step")
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+            return None
+
+        return pre, post
 
 
 def start(ctx: Context, torch: Any = None) -> TorchHooks:
