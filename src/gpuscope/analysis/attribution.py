@@ -26,7 +26,7 @@ report's connection, so several reports share one computation.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..trace.launch import anchor_joins, anchored_start
@@ -47,10 +47,11 @@ def _exists(report: Report, name: str) -> bool:
     return bool(report.sql("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]))
 
 
-def temp_table(report: Report, name: str, query: str) -> str:
-    """Create temp table ``name`` from ``query`` unless this connection already has it; return ``name``."""
+def temp_table(report: Report, name: str, query: str | Callable[[], str]) -> str:
+    """Create temp table ``name`` from ``query`` (or from the query it returns, called only where the
+    table is made) unless this connection already has it; return ``name``."""
     if not _exists(report, name):
-        report.sql(f"CREATE TEMP TABLE {name} AS {query}")
+        report.sql(f"CREATE TEMP TABLE {name} AS {query() if callable(query) else query}")
     return name
 
 

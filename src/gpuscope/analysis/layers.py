@@ -13,13 +13,14 @@ ranges of every thread of the process count (:mod:`.attribution`).
 from __future__ import annotations
 
 from ..trace.report import Report
-from .attribution import innermost_table, ops_table, ranges_table
+from .attribution import innermost_table, ops_table, ranges_table, temp_table
 from .enclosed import union_gpu_time
 from .steps import StepSource, op_steps_table, step_source
 from .table import Column, Table
 
 MODULE = ("forward", "backward")
 OUTSIDE = "(not in a module)"
+OWNER_RID = "gpuscope_owner_rid"  # each operation with the rid of the range that owns it, for a moment
 
 COLUMNS = [
     Column("Name"), Column("Kind"), Column("Calls", "count"), Column("GPU Self", "ns"),
@@ -37,22 +38,36 @@ def _no_torch(report: Report) -> list[str]:
 
 def _owned(report: Report, source: StepSource) -> str:
     """SQL: every operation with its duration, whether it was launched within a step, and the
-    PyTorch range that owns it (its innermost one on its thread, else the backward call open)."""
+    PyTorch range that owns it (its innermost one on its thread, else the backward call open).
+
+    Also ``pid``, ``start_ns`` and ``end_ns`` of the operation. The rows are made once per report
+    and step source, into a table of their own, in two joins at a time: all five joined in one
+    query held five hash tables of the run's size at once, more than the memory a report may use
+    (:data:`..trace.report.MEMORY_LIMIT`) at ten million operations.
+    """
+    table = temp_table(report, f"gpuscope_owned_{source.kind or 'none'}", lambda: _owned_query(report, source))
+    report.sql(f"DROP TABLE IF EXISTS {OWNER_RID}")  # the first join's rows, in the table now
+    return f"""
+            SELECT w.op_id, w.kind, w.name_id, w.d, w.in_step, w.category,
+                   CASE WHEN w.owner_rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
+                   w.row_kind, w.owner_rid, w.pid, w.start_ns, w.end_ns
+            FROM {table} w LEFT JOIN string n ON n.id = w.owner_name_id"""
+
+
+def _owned_query(report: Report, source: StepSource) -> str:
     ops, ranges = ops_table(report), ranges_table(report)
     own = innermost_table(report, sources=("torch",))
     backward_call = innermost_table(report, sources=("torch",), categories=("autograd",), same_thread=False)
-    in_step = f"o.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})" if source.kind else "TRUE"
+    owner = temp_table(report, OWNER_RID, f"""
+        SELECT o.op_id, o.kind, o.name_id, o.pid, o.start_ns, o.end_ns, coalesce(a.rid, b.rid) AS rid
+        FROM {ops} o LEFT JOIN {own} a ON a.op_id = o.op_id LEFT JOIN {backward_call} b ON b.op_id = o.op_id""")
+    in_step = f"x.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})" if source.kind else "TRUE"
     return f"""
-            SELECT o.op_id, o.kind, o.name_id, o.end_ns - o.start_ns AS d, {in_step} AS in_step,
-                   r.category,
-                   CASE WHEN r.rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
-                   CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
-                   r.rid AS owner_rid
-            FROM {ops} o
-            LEFT JOIN {own} a ON a.op_id = o.op_id
-            LEFT JOIN {backward_call} b ON b.op_id = o.op_id
-            LEFT JOIN {ranges} r ON r.rid = coalesce(a.rid, b.rid)
-            LEFT JOIN string n ON n.id = r.name_id"""
+        SELECT x.op_id, x.kind, x.name_id, x.end_ns - x.start_ns AS d, {in_step} AS in_step, r.category,
+               r.name_id AS owner_name_id,
+               CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
+               r.rid AS owner_rid, x.pid, x.start_ns, x.end_ns
+        FROM {owner} x LEFT JOIN {ranges} r ON r.rid = x.rid"""
 
 
 def op_owners_sql(report: Report) -> str:
@@ -61,7 +76,8 @@ def op_owners_sql(report: Report) -> str:
     Columns: ``op_id, kind, name_id, d`` (duration), ``in_step``, ``category`` (of the owning
     range), ``row_name`` (its name, or ``(not in a module)``), ``row_kind`` (``module``,
     ``optimizer``, ``autograd``, ...; NULL outside every range) and ``owner_rid`` (the owning
-    range's ``rid`` in :func:`.attribution.ranges_table`; NULL outside every range).
+    range's ``rid`` in :func:`.attribution.ranges_table`; NULL outside every range), then the
+    operation's ``pid``, ``start_ns`` and ``end_ns``.
     """
     return _owned(report, step_source(report))
 

@@ -31,7 +31,7 @@ from weakref import WeakKeyDictionary
 import pandas as pd
 
 from ...trace.report import Report
-from ..attribution import ops_table, ranges_table
+from ..attribution import ranges_table
 from ..layers import OUTSIDE, op_owners_sql
 from ..innermost import innermost_sql
 from ..steps import step_source, steps_table
@@ -162,12 +162,11 @@ def _kernel_work(report: Report) -> pd.DataFrame:
         return _cpu_work(report, ops)
     links = op_kernels_table(report)  # type: ignore[operator]
     frame = report.df_shared(
-        f"""SELECT o.op_id AS item, n.value AS name, o.pid, o.start_ns, o.end_ns - o.start_ns AS time_ns,
+        f"""SELECT w.op_id AS item, n.value AS name, w.pid, w.start_ns, w.d AS time_ns,
                    l.torch_op_id, w.row_name AS owner, w.row_kind, w.owner_rid, w.in_step
-            FROM {ops_table(report)} o JOIN string n ON n.id = o.name_id
-            LEFT JOIN {links} l ON l.op_id = o.op_id
-            LEFT JOIN ({op_owners_sql(report)}) w ON w.op_id = o.op_id
-            WHERE o.kind = 'kernel' ORDER BY o.op_id"""
+            FROM ({op_owners_sql(report)}) w JOIN string n ON n.id = w.name_id
+            LEFT JOIN {links} l ON l.op_id = w.op_id
+            WHERE w.kind = 'kernel' ORDER BY w.op_id"""
     )
     works = _works(report, ops, f"SELECT torch_op_id FROM {links}")
     frame["torch_op_id"] = frame["torch_op_id"].astype("Int64")
