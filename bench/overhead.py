@@ -69,6 +69,8 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "gs-latency": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_LATENCY_TIMESTAMPS": "1", "GPUSCOPE_ANCHORS": "0"}),
     "gs-noanchors": ("cuda,nvtx,torch,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
     "default-noanchors": ("cuda,nvtx,torch,torch-shapes,host,nvml", {"GPUSCOPE_ANCHORS": "0"}),
+    # the default with its anchors made through a Python callback, not in C
+    "default-pyanchors": ("cuda,nvtx,torch,torch-shapes,host,nvml", {"GPUSCOPE_NATIVE_ANCHORS": "0"}),
     "default-nohost": ("cuda,nvtx,torch,torch-shapes", {}),  # the default less the host and NVML samplers
     "cuda+nvtx": ("cuda,nvtx", {}),  # what ab-+torch-ranges adds, one at a time
     "cuda+torch": ("cuda,torch", {}),

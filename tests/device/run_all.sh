@@ -176,11 +176,11 @@ if has anchors; then
 fi
 
 if has rangecost; then
-  step "cost of one recorded range around a kernel: untraced; with launch anchors; without (GPUSCOPE_ANCHORS=0)"
-  for v in untraced on 0; do
+  step "cost of one recorded range around a kernel: untraced; with launch anchors (made in C; through a Python callback, GPUSCOPE_NATIVE_ANCHORS=0); without (GPUSCOPE_ANCHORS=0)"
+  for v in untraced on py 0; do
     for r in 1 2; do
       if [ $v = untraced ]; then $PY $WL/range_cost.py --pairs 100000 --out "$OUT/rangecost_${v}_$r.json" | tail -1
-      else GPUSCOPE_ANCHORS=${v/on/} timeout 300 $PY -m gpuscope profile -t cuda,nvtx -o "$W/rc_$v" --force-overwrite $WL/range_cost.py --pairs 100000 --out "$OUT/rangecost_${v}_$r.json" > /dev/null 2>&1
+      else GPUSCOPE_ANCHORS=$([ $v = 0 ] && echo 0) GPUSCOPE_NATIVE_ANCHORS=$([ $v = py ] && echo 0) timeout 300 $PY -m gpuscope profile -t cuda,nvtx -o "$W/rc_$v" --force-overwrite $WL/range_cost.py --pairs 100000 --out "$OUT/rangecost_${v}_$r.json" > /dev/null 2>&1
         echo "$v: $(cat "$OUT/rangecost_${v}_$r.json") $($PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print(r.sql(\"SELECT detail FROM collector WHERE name = 'cupti'\")[0][0], [m for (m,) in r.sql('SELECT message FROM diagnostic')])" "$W/rc_$v.gpuscope")"; fi
     done
   done

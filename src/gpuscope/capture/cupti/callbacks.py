@@ -7,10 +7,16 @@ a Python callback on those calls alone, never on kernel launches.
 
 A runtime API call is usually carried out by driver API calls; when handlers watch both layers,
 a driver call made inside a watched runtime call of the same thread is not reported again.
+
+Where gpuscope's C callbacks are loaded (native.py, the ones that read CUPTI's buffers), the
+subscriber is C: it handles launch anchors itself, without Python (launch_anchors.py), and
+forwards every other watched call to the hub's handlers; otherwise cupti-python's subscriber
+calls the hub for every watched call, anchors included.
 """
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
 import time
@@ -40,7 +46,9 @@ def start(ctx: Context, module: Any = None) -> CallbackHub | None:
     cupti = ctx.collector("cuda")
     if cupti is None:
         return None
-    hub = CallbackHub(cupti.cupti_module, ctx.diag)
+    raw = getattr(cupti, "raw", None)
+    shim = getattr(raw, "native", None)
+    hub = CallbackHub(cupti.cupti_module, ctx.diag, native=(shim, raw._lib) if shim is not None else None)
     try:
         hub.start()
     except Exception as exc:  # noqa: BLE001  (cupti raises its own error types)
@@ -52,10 +60,12 @@ def start(ctx: Context, module: Any = None) -> CallbackHub | None:
 class CallbackHub:
     """Subscribes to CUPTI once and calls the handlers registered for API functions."""
 
-    def __init__(self, cupti: Any, diag: Diag) -> None:
+    def __init__(self, cupti: Any, diag: Diag, native: tuple[Any, Any] | None = None) -> None:
         self._cupti = cupti
         self._diag = diag
-        self._subscriber: int | None = None
+        self._native = native  # (gpuscope's C library, libcupti) where the subscriber is C
+        self._forward: Any = None  # the C subscriber's way to the handlers (kept alive while subscribed)
+        self._subscriber: Any = None
         # (domain, cbid) -> (api name, enter handlers, exit handlers)
         self._table: dict[tuple[int, int], tuple[str, list[Handler], list[Handler]]] = {}
         self._entry_only: dict[int, Callable[[int], None]] = {}  # cbid -> handler(correlation id)
@@ -66,15 +76,45 @@ class CallbackHub:
         self.calls = 0
         self.failures = 0
 
+    @property
+    def native(self) -> Any:
+        """gpuscope's C library where it is CUPTI's subscriber (anchors made there), else None."""
+        return self._native[0] if self._native is not None else None
+
     def start(self) -> None:
         """Subscribe to CUPTI; raises when another subscriber holds the process."""
-        self._subscriber = int(self._cupti.subscribe(self._callback, None))
+        if self._native is None:
+            self._subscriber = int(self._cupti.subscribe(self._callback, None))
+            return
+        shim, lib = self._native
+        forward = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32)
+        self._forward = forward(self._forwarded)
+        shim.gs_set_forward(ctypes.cast(self._forward, ctypes.c_void_p))
+        handle = ctypes.c_void_p()
+        rc = lib.cuptiSubscribe(ctypes.byref(handle), ctypes.cast(shim.gs_api_callback, ctypes.c_void_p), None)
+        if rc != 0:
+            shim.gs_set_forward(None)
+            raise RuntimeError(f"cuptiSubscribe returned {_result_name(self._cupti, rc)}")
+        self._subscriber = handle
 
     def stop(self) -> None:
         """Unsubscribe: no handler runs after this returns."""
         if self._subscriber is not None:
             sub, self._subscriber = self._subscriber, None
-            self._cupti.unsubscribe(sub)
+            if self._native is None:
+                self._cupti.unsubscribe(sub)
+            else:
+                self._native[1].cuptiUnsubscribe(sub)
+                self._native[0].gs_set_forward(None)
+
+    def _enable(self, on: bool, domain: int, cbid: int) -> None:
+        if self._native is None:
+            self._cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+            return
+        rc = self._native[1].cuptiEnableCallback(ctypes.c_uint32(1 if on else 0), self._subscriber,
+                                                 ctypes.c_int(domain), ctypes.c_uint32(cbid))
+        if rc != 0:
+            raise RuntimeError(f"cuptiEnableCallback returned {_result_name(self._cupti, rc)}")
 
     # -- the collector protocol (capture/collectors.py) ---------------------------------------
     def set_collecting(self, on: bool) -> None:
@@ -109,9 +149,27 @@ class CallbackHub:
                 if exit is not None:
                     entry[2].append(exit)
                 if self._subscriber is not None:
-                    self._cupti.enable_callback(1, self._subscriber, domain, key[1])
+                    self._enable(True, domain, key[1])
                 found.add(name)
         return sorted(wanted - found)
+
+    def native_anchor(self, name: str, fn: Any) -> bool:
+        """Have the C subscriber keep the correlation id of each call of the driver function
+        ``name`` (made through ``fn``, a C function pointer, by ``gs_anchor``); return False where
+        the subscriber is not C or no callback id was found for ``name``."""
+        if self._native is None or self._subscriber is None:
+            return False
+        shim = self._native[0]
+        for member in self._cupti.driver_api_trace_cbid:
+            if base_name(member.name) == name:
+                shim.gs_set_anchor(self._driver, int(member.value), ctypes.cast(fn, ctypes.c_void_p))
+                try:
+                    self._enable(True, self._driver, int(member.value))
+                except Exception:
+                    shim.gs_set_anchor(0, 0xFFFFFFFF, None)  # the call's callbacks go to Python again
+                    raise
+                return True
+        return False
 
     def on_api_entry(self, names: list[str], handler: Callable[[int], None]) -> list[str]:
         """Call ``handler(correlation id)`` at the entry of the driver API functions named, with as
@@ -124,7 +182,7 @@ class CallbackHub:
             if name in wanted:
                 self._entry_only[int(member.value)] = handler
                 if self._subscriber is not None:
-                    self._cupti.enable_callback(1, self._subscriber, self._driver, int(member.value))
+                    self._enable(True, self._driver, int(member.value))
                 found.add(name)
         return sorted(wanted - found)
 
@@ -133,7 +191,7 @@ class CallbackHub:
         if self._subscriber is None:
             return
         for domain, cbid in self._table:
-            self._cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+            self._enable(on, domain, cbid)
 
     # -- CUPTI's call, on the thread that made the API call ----------------------------------
     def _data(self, cbdata: Any) -> Any:
@@ -141,6 +199,7 @@ class CallbackHub:
         return cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
+        """cupti-python's subscriber calls here."""
         try:
             fast = self._entry_only.get(cbid)
             if fast is not None and domain == self._driver:
@@ -152,27 +211,54 @@ class CallbackHub:
             if entry is None:
                 return
             data = self._data(cbdata)
-            enter = int(data.callback_site) == self._enter_site
-            local = self._local
-            depth = getattr(local, "depth", 0)
-            if enter:
-                local.depth = depth + 1
-                if depth:
-                    return  # a driver call inside a watched runtime call
-                handlers = entry[1]
-            else:
-                local.depth = max(depth - 1, 0)
-                if depth > 1:
-                    return
-                handlers = entry[2]
-            self.calls += 1
-            corr = int(data.correlation_id)
-            for h in handlers:
-                h(entry[0], corr)
+            self._dispatch(entry, int(data.callback_site) == self._enter_site, int(data.correlation_id))
         except BaseException as exc:  # noqa: BLE001  (nothing may reach the program's CUDA call)
-            self.failures += 1
-            if self.failures == 1:
-                self._diag("warning", f"a CUDA API callback failed: {type(exc).__name__}: {exc}")
+            self._failed(exc)
+
+    def _forwarded(self, domain: int, cbid: int, site: int, correlation_id: int) -> None:
+        """The C subscriber calls here (ctypes takes the GIL)."""
+        try:
+            fast = self._entry_only.get(cbid)
+            if fast is not None and domain == self._driver:
+                if site == self._enter_site:
+                    fast(correlation_id)
+                return
+            entry = self._table.get((domain, cbid))
+            if entry is not None:
+                self._dispatch(entry, site == self._enter_site, correlation_id)
+        except BaseException as exc:  # noqa: BLE001
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            self._diag("warning", f"a CUDA API callback failed: {type(exc).__name__}: {exc}")
+
+    def _dispatch(self, entry: tuple[str, list[Handler], list[Handler]], enter: bool, corr: int) -> None:
+        """Call the handlers of a watched call's entry or exit, skipping driver calls made inside a
+        watched runtime call of the same thread."""
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        if enter:
+            local.depth = depth + 1
+            if depth:
+                return  # a driver call inside a watched runtime call
+            handlers = entry[1]
+        else:
+            local.depth = max(depth - 1, 0)
+            if depth > 1:
+                return
+            handlers = entry[2]
+        self.calls += 1
+        for h in handlers:
+            h(entry[0], corr)
+
+
+def _result_name(cupti: Any, rc: int) -> str:
+    try:
+        return str(cupti.Result(rc).name)
+    except Exception:  # noqa: BLE001
+        return str(rc)
 
 
 class TimedCalls:

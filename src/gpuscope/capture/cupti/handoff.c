@@ -10,10 +10,20 @@
  *
  * Buffers are zeroed before CUPTI gets them (the reader relies on it: bytes CUPTI skipped read as
  * record kind 0). Compiled by gpuscope on first use (capture/cupti/native.py); no Python headers.
+ *
+ * The second part is the callback API's one subscriber (gs_api_callback) and launch anchors
+ * (gs_anchor, launch_anchors.py). An anchor is one driver call whose correlation id marks a range
+ * boundary among the program's launches; through a Python callback it cost about 3 µs. Here the
+ * subscriber keeps the anchor call's id in a thread-local variable without Python, gs_anchor
+ * reads the clock, makes the call and appends (time, thread, id) to a list that the flush thread
+ * takes (gs_anchors_take). Every other watched call is forwarded to gpuscope's Python handler.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 #include <string.h>
 
 #define QUEUE_CAP 4096 /* completed buffers waiting for gpuscope */
@@ -114,3 +124,114 @@ uint64_t gs_allocated(void) { return allocated; }
 uint64_t gs_dropped_buffers(void) { return dropped_buffers; }
 uint64_t gs_failed_allocations(void) { return failed_allocations; }
 size_t gs_queued(void) { return queued; }
+
+/* ---- the callback API's subscriber and launch anchors ------------------------------------- */
+
+/* CUpti_CallbackData's leading fields (cupti_callbacks.h), for the driver and runtime domains. */
+typedef struct {
+    int32_t site; /* CUPTI_API_ENTER 0, CUPTI_API_EXIT 1 */
+    const char *function_name;
+    const void *params;
+    void *return_value;
+    const char *symbol_name;
+    void *context;
+    uint32_t context_uid;
+    uint64_t *correlation_data;
+    uint32_t correlation_id;
+} gs_callback_data;
+
+typedef void (*gs_forward_fn)(uint32_t domain, uint32_t cbid, int32_t site, uint32_t correlation_id);
+typedef int (*gs_version_fn)(int *);
+
+static gs_forward_fn forward_to;
+static uint32_t anchor_domain, anchor_cbid = UINT32_MAX;
+static gs_version_fn anchor_fn;
+static __thread uint32_t anchor_id;
+static __thread int64_t thread_id;
+
+static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t *anchor_rows; /* time, thread, id: three per anchor */
+static size_t anchor_n, anchor_cap; /* anchors held, room for */
+static uint64_t anchor_lost;
+
+/* CUpti_CallbackFunc: runs on the thread that made the API call. */
+void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {
+    const gs_callback_data *d = (const gs_callback_data *)cbdata;
+    (void)userdata;
+    if (!d) return;
+    if (cbid == anchor_cbid && domain == anchor_domain) {
+        if (d->site == 0) anchor_id = d->correlation_id;
+        return;
+    }
+    gs_forward_fn f = forward_to;
+    if (f) f(domain, cbid, d->site, d->correlation_id);
+}
+
+/* Where watched calls other than the anchor go (NULL: nowhere). */
+void gs_set_forward(gs_forward_fn f) { forward_to = f; }
+
+/* The anchor call (cuDriverGetVersion) and its callback id. */
+void gs_set_anchor(uint32_t domain, uint32_t cbid, void *fn) {
+    anchor_domain = domain;
+    anchor_cbid = cbid;
+    anchor_fn = (gs_version_fn)fn;
+}
+
+/* Make one anchor; return its correlation id (0: CUPTI gave none, and nothing is kept). */
+uint32_t gs_anchor(void) {
+    struct timespec ts;
+    int version;
+    if (!anchor_fn) return 0;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    anchor_id = 0;
+    anchor_fn(&version);
+    uint32_t id = anchor_id;
+    if (!id) return 0;
+    if (!thread_id) thread_id = (int64_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&amu);
+    if (anchor_n == anchor_cap) {
+        size_t cap = anchor_cap ? anchor_cap * 2 : 4096;
+        int64_t *grown = realloc(anchor_rows, cap * 3 * sizeof(int64_t));
+        if (!grown) {
+            anchor_lost++;
+            pthread_mutex_unlock(&amu);
+            return id;
+        }
+        anchor_rows = grown;
+        anchor_cap = cap;
+    }
+    int64_t *row = anchor_rows + 3 * anchor_n++;
+    row[0] = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    row[1] = thread_id;
+    row[2] = id;
+    pthread_mutex_unlock(&amu);
+    return id;
+}
+
+/* How many anchors are held. */
+size_t gs_anchors_pending(void) {
+    pthread_mutex_lock(&amu);
+    size_t n = anchor_n;
+    pthread_mutex_unlock(&amu);
+    return n;
+}
+
+/* Copy up to max held anchors (time, thread, id each) into out, oldest first, and forget them. */
+size_t gs_anchors_take(int64_t *out, size_t max) {
+    pthread_mutex_lock(&amu);
+    size_t n = anchor_n < max ? anchor_n : max;
+    memcpy(out, anchor_rows, n * 3 * sizeof(int64_t));
+    memmove(anchor_rows, anchor_rows + 3 * n, (anchor_n - n) * 3 * sizeof(int64_t));
+    anchor_n -= n;
+    pthread_mutex_unlock(&amu);
+    return n;
+}
+
+/* Forget the anchors made after the first n. */
+void gs_anchors_forget_since(size_t n) {
+    pthread_mutex_lock(&amu);
+    if (n < anchor_n) anchor_n = n;
+    pthread_mutex_unlock(&amu);
+}
+
+uint64_t gs_anchors_lost(void) { return anchor_lost; }

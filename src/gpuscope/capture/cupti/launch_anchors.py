@@ -18,8 +18,12 @@ This replaces CUPTI's kernel latency timestamps (``queued``), which cost about 2
 launch and made the program's memory grow by 76 MiB per million kernels on an H100
 (bench/RESULTS.md): an anchor costs one call per range boundary, not one per launch.
 
-The anchor's correlation id comes from CUPTI's callback API on ``cuDriverGetVersion`` alone (one
-Python callback per anchor, about 3 µs on an H100 host with the call itself, bench/RESULTS.md).
+The anchor's correlation id comes from CUPTI's callback API on ``cuDriverGetVersion`` alone. Where
+gpuscope's C callbacks are loaded (native.py), the whole anchor is C: ``gs_anchor`` reads the
+clock, makes the call, and its C subscriber keeps the id, with no Python callback; the rows wait
+in C until the flush thread takes them (:class:`NativeAnchors`). Otherwise a Python callback per
+anchor takes the id (:class:`CallbackAnchors`, about 3 µs on an H100 host with the call itself,
+bench/RESULTS.md).
 CUPTI's DRIVER activity narrowed to that one call would need no Python, but the CUPTI that PyTorch
 ships (13.0) cannot leave the other driver calls out of it (``cuptiActivityEnableDriverApi``
 refused them), and API records for every launch are what ``--trace cuda-api`` costs.
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 ANCHOR_API = "cuDriverGetVersion"
 ANCHORS_ENV = "GPUSCOPE_ANCHORS"  # "0": no anchors (for measuring their cost)
+NATIVE_ANCHORS_ENV = "GPUSCOPE_NATIVE_ANCHORS"  # "0": anchors through a Python callback (for measuring)
 
 
 def anchor_call() -> Callable[[], None]:
@@ -107,6 +112,49 @@ class CallbackAnchors:
         return [(t + self.offset, t + self.offset, tid, ANCHOR_API, corr) for t, tid, corr in rows]
 
 
+class NativeAnchors(CallbackAnchors):
+    """Anchors made in C (handoff.c's ``gs_anchor``): :attr:`call` is the C function itself, and the
+    rows are kept there until :meth:`take`."""
+
+    def __init__(self, shim: Any, offset_ns: int, call: Callable[[], Any]) -> None:
+        self.offset = offset_ns
+        self.call = call
+        self.cost = {}
+        self.missing = []
+        self._shim = shim
+
+    def pending(self) -> int:
+        return int(self._shim.gs_anchors_pending())
+
+    def forget_since(self, pending: int) -> None:
+        self._shim.gs_anchors_forget_since(pending)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        while n := self.pending():
+            buf = (ctypes.c_int64 * (3 * n))()
+            got = int(self._shim.gs_anchors_take(buf, n))
+            off = self.offset
+            rows += [(buf[3 * i] + off, buf[3 * i] + off, buf[3 * i + 1], ANCHOR_API, buf[3 * i + 2])
+                     for i in range(got)]
+            if got < n:
+                break
+        return rows
+
+
+def _native(hub: CallbackHub, ctx: Context) -> NativeAnchors | None:
+    """Anchors made in C where the hub's subscriber is C, else None."""
+    shim = hub.native
+    if shim is None or os.environ.get(NATIVE_ANCHORS_ENV) == "0":
+        return None
+    from . import native  # noqa: PLC0415
+
+    fn = ctypes.CDLL("libcuda.so.1").cuDriverGetVersion
+    if not hub.native_anchor(ANCHOR_API, fn):
+        return None
+    return NativeAnchors(shim, ctx.clock_offset_ns, native.anchor_function(shim))
+
+
 def start(ctx: Context, module: Any = None) -> CallbackAnchors | None:
     """Mark the ends of recorded ranges among CUDA calls (with ``cuda``, where its API calls are not
     all recorded anyway); return the anchors, or None (said as a warning where they were wanted)."""
@@ -114,8 +162,11 @@ def start(ctx: Context, module: Any = None) -> CallbackAnchors | None:
     if hub is None or "cuda-api" in ctx.trace or os.environ.get(ANCHORS_ENV) == "0":
         return None
     try:
+        made_in_c = _native(hub, ctx)
+        if made_in_c is not None:
+            return made_in_c
         call = anchor_call()
-    except (OSError, AttributeError) as exc:
+    except (OSError, AttributeError, RuntimeError) as exc:
         ctx.diag("warning", f"GPU work is placed in ranges by its GPU start only: {exc}")
         return None
     anchors = CallbackAnchors(hub, ctx.clock_offset_ns, call)

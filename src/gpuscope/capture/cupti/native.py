@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("handoff.c")
@@ -95,4 +96,20 @@ def load(directory: Path | None = None) -> ctypes.CDLL:
     for name in ("gs_allocated", "gs_dropped_buffers", "gs_failed_allocations"):
         getattr(lib, name).restype = ctypes.c_uint64
     lib.gs_queued.restype = sz
+    u32 = ctypes.c_uint32
+    lib.gs_api_callback.argtypes, lib.gs_api_callback.restype = [vp, u32, u32, vp], None
+    lib.gs_set_forward.argtypes, lib.gs_set_forward.restype = [vp], None
+    lib.gs_set_anchor.argtypes, lib.gs_set_anchor.restype = [u32, u32, vp], None
+    lib.gs_anchors_pending.argtypes, lib.gs_anchors_pending.restype = [], sz
+    lib.gs_anchors_take.argtypes, lib.gs_anchors_take.restype = [ctypes.POINTER(ctypes.c_int64), sz], sz
+    lib.gs_anchors_forget_since.argtypes, lib.gs_anchors_forget_since.restype = [sz], None
+    lib.gs_anchors_lost.argtypes, lib.gs_anchors_lost.restype = [], ctypes.c_uint64
     return lib
+
+
+def anchor_function(lib: ctypes.CDLL) -> Callable[[], int]:
+    """Return ``gs_anchor`` of the loaded library, called keeping the GIL (it takes well under a
+    microsecond: releasing and taking the GIL again would cost as much, and let another thread in)."""
+    fn = ctypes.PyDLL(lib._name).gs_anchor
+    fn.argtypes, fn.restype = [], ctypes.c_uint32
+    return fn

@@ -1,0 +1,142 @@
+"""The C subscriber of CUPTI's callback API (capture/cupti/handoff.c), with libcupti faked: it
+forwards watched calls to the hub's handlers, and makes launch anchors without any Python
+callback, each with the id CUPTI gave its driver call, its thread and its time."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+import time
+from typing import Any
+
+import pytest
+
+cupti_mod = pytest.importorskip("cupti").cupti
+
+from gpuscope.capture.cupti import native  # noqa: E402
+from gpuscope.capture.cupti.callbacks import CallbackHub  # noqa: E402
+from gpuscope.capture.cupti.launch_anchors import ANCHOR_API, NativeAnchors  # noqa: E402
+from gpuscope.capture.cupti.sync_sites import SyncSites  # noqa: E402
+from gpuscope.capture.python.stacks import StackTable  # noqa: E402
+
+if not native._compiler():
+    pytest.skip("no C compiler here", allow_module_level=True)
+
+RT, DRV = int(cupti_mod.CallbackDomain.RUNTIME_API), int(cupti_mod.CallbackDomain.DRIVER_API)
+ANCHOR_CBID = next(int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuDriverGetVersion"))
+
+
+class Data(ctypes.Structure):
+    """CUpti_CallbackData as CUPTI passes it."""
+
+    _fields_ = [("site", ctypes.c_int32), ("function_name", ctypes.c_char_p), ("params", ctypes.c_void_p),
+                ("return_value", ctypes.c_void_p), ("symbol_name", ctypes.c_char_p), ("context", ctypes.c_void_p),
+                ("context_uid", ctypes.c_uint32), ("correlation_data", ctypes.c_void_p),
+                ("correlation_id", ctypes.c_uint32)]
+
+
+class FakeLibcupti:
+    """cuptiSubscribe / cuptiEnableCallback / cuptiUnsubscribe, and API calls played through the
+    subscriber's C callback as CUPTI makes them."""
+
+    def __init__(self, shim: ctypes.CDLL) -> None:
+        self.shim = shim
+        self.callback: int | None = None
+        self.enabled: set[tuple[int, int]] = set()
+        self.ids = itertools.count(100)
+
+    def cuptiSubscribe(self, handle: Any, callback: Any, userdata: Any) -> int:  # noqa: N802
+        self.callback = callback.value
+        return 0
+
+    def cuptiEnableCallback(self, on: Any, handle: Any, domain: Any, cbid: Any) -> int:  # noqa: N802
+        key = (domain.value, cbid.value)
+        (self.enabled.add if on.value else self.enabled.discard)(key)
+        return 0
+
+    def cuptiUnsubscribe(self, handle: Any) -> int:  # noqa: N802
+        self.callback = None
+        return 0
+
+    def call(self, domain: int, cbid: int, body: Any = None) -> int:
+        """One API call: its entry callback, its body, its exit callback; return its correlation id."""
+        corr = next(self.ids)
+        for site in (0, 1):
+            if (domain, cbid) in self.enabled and self.callback is not None:
+                data = Data(site=site, correlation_id=corr)
+                self.shim.gs_api_callback(None, domain, cbid, ctypes.byref(data))
+            if site == 0 and body is not None:
+                body()
+        return corr
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    return native.load(tmp_path_factory.mktemp("native"))
+
+
+def _hub(shim: ctypes.CDLL) -> tuple[CallbackHub, FakeLibcupti, list[str]]:
+    lib = FakeLibcupti(shim)
+    said: list[str] = []
+    hub = CallbackHub(cupti_mod, lambda level, msg: said.append(msg), native=(shim, lib))
+    hub.start()
+    assert lib.callback == ctypes.cast(shim.gs_api_callback, ctypes.c_void_p).value
+    return hub, lib, said
+
+
+def test_watched_calls_reach_their_handlers_through_the_c_subscriber(shim: ctypes.CDLL) -> None:
+    hub, lib, said = _hub(shim)
+    sites = SyncSites(hub, StackTable(), offset_ns=0)
+    sync = next(int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name == "cudaStreamSynchronize_v3020")
+    drv_sync = next(int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name == "cuStreamSynchronize")
+    assert (RT, sync) in lib.enabled and (DRV, drv_sync) in lib.enabled
+    outer = lib.call(RT, sync, body=lambda: lib.call(DRV, drv_sync))  # the runtime call's driver call: once
+    alone = lib.call(DRV, drv_sync)
+    assert [(r[3], r[4]) for r in sites.take()] == [("cudaStreamSynchronize", outer), ("cuStreamSynchronize", alone)]
+    hub.set_enabled(False)
+    assert not lib.enabled
+    hub.stop()
+    assert lib.callback is None and said == []
+
+
+def test_anchors_are_made_in_c_with_the_id_thread_and_time_of_their_call(shim: ctypes.CDLL) -> None:
+    hub, lib, _ = _hub(shim)
+    driver = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    ids: list[int] = []
+
+    def cu_driver_get_version(out: Any) -> int:  # the driver call: CUPTI calls back at its entry and exit
+        ids.append(lib.call(DRV, ANCHOR_CBID))
+        return 0
+
+    fn = driver(cu_driver_get_version)
+    assert hub.native_anchor(ANCHOR_API, fn)
+    assert (DRV, ANCHOR_CBID) in lib.enabled
+    anchors = NativeAnchors(shim, 1_000, native.anchor_function(shim))
+    anchors.take()  # what an earlier test left
+    before = time.monotonic_ns()
+    made = [anchors.call() for _ in range(3)]
+    other = threading.Thread(target=lambda: made.append(anchors.call()))
+    other.start()
+    other.join()
+    after = time.monotonic_ns()
+    assert made == ids and hub.calls == 0, "the anchor's callbacks never reach Python"
+    assert anchors.pending() == 4
+    rows = anchors.take()
+    assert [r[4] for r in rows] == ids and all(r[3] == ANCHOR_API for r in rows)
+    assert [r[2] for r in rows] == [threading.get_native_id()] * 3 + [other.native_id]
+    times = [r[0] for r in rows]
+    assert before + 1_000 <= times[0] <= times[1] <= times[2] <= times[3] <= after + 1_000 and all(
+        r[0] == r[1] for r in rows)
+    assert anchors.take() == [] and anchors.pending() == 0
+
+    kept = anchors.pending()
+    anchors.call()
+    anchors.call()
+    anchors.forget_since(kept)  # the anchors made to measure their cost are not kept
+    assert anchors.take() == []
+
+    lib.enabled.discard((DRV, ANCHOR_CBID))  # no callback: no id, and nothing kept
+    assert anchors.call() == 0 and anchors.pending() == 0
+    hub.stop()
+    shim.gs_set_anchor(0, 0xFFFFFFFF, None)
