@@ -186,7 +186,7 @@ def _torch_ops_hint(trace: list[str]) -> str | None:
 TRACES = [
     TraceOption("cuda", "kernels, memory copies and sets, synchronizations, devices (CUPTI); cost, measured on H100 "
                 "2026-11-22 and 2026-11-25: 1.2 µs more per kernel launch for CUPTI's records, 1.02-1.23x the step of a "
-                "launch-bound MLP, 1.31-1.62x with the whole GPU default",
+                "launch-bound MLP, 1.28-1.33x with the whole GPU default",
                 ("kernel", "kernel_config", "memcpy", "memset", "sync", "device", "context", "overhead",
                  "sync_site", "launch_call"), needs_gpu=True, hint_key="cuda", hint="GPU activity: add --trace cuda"),
     TraceOption("cuda-graph", "each CUDA graph launch as one operation, instead of one per kernel of the graph "
@@ -200,7 +200,7 @@ TRACES = [
                 ("nvtx_range",), needs_gpu=True, hint_key="nvtx", hint="NVTX ranges: add --trace nvtx"),
     TraceOption("torch", "PyTorch module forward, optimizer, zero_grad, loss.backward, DataLoader waits, steps (a module "
                 "call logs two clock readings that a background thread pairs into a range: about 1-1.5 µs per call "
-                "on a 2-core CPU; with cuda, two launch anchors per call besides, about 6 µs; alone 1.00x the step "
+                "on a 2-core CPU; with cuda, two launch anchors per call besides, about 1.1-1.5 µs each; alone 1.00x the step "
                 "of a launch-bound MLP on an H100, +0.1x on top of cuda)",
                 ("nvtx_range",), hint_key="torch",
                 hint="PyTorch module, optimizer and step ranges: add --trace torch"),
