@@ -51,6 +51,7 @@ def _gpu_pid(device_id: int) -> int:
 
 
 BATCH = 100_000  # rows fetched at a time
+WRITE_BATCH = 5_000  # events encoded before a write
 
 
 def _batches(report: Report, query: str) -> Iterator[tuple[Any, ...]]:
@@ -270,13 +271,24 @@ def _flows(report: Report, t0: int) -> Iterator[dict[str, Any]]:
 
 
 def write(report: Report, out: IO[str]) -> int:
-    """Write ``report`` as a Chrome trace JSON document to ``out``; return the number of events."""
+    """Write ``report`` as a Chrome trace JSON document to ``out``; return the number of events.
+
+    Events are encoded by msgspec (about a tenth of ``json.dumps``' time, which was most of an
+    export's) and written a few thousand at a time, one per line."""
+    import msgspec  # noqa: PLC0415
+
+    encode = msgspec.json.Encoder().encode
     out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
     n = 0
+    lines: list[str] = []
     for ev in events(report):
-        if n:
-            out.write(",\n")
-        out.write(json.dumps(ev, separators=(",", ":")))
-        n += 1
+        lines.append(encode(ev).decode())
+        if len(lines) == WRITE_BATCH:
+            out.write((",\n" if n else "") + ",\n".join(lines))
+            n += len(lines)
+            lines.clear()
+    if lines:
+        out.write((",\n" if n else "") + ",\n".join(lines))
+        n += len(lines)
     out.write("\n]}\n")
     return n
