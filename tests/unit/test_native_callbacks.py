@@ -140,3 +140,23 @@ def test_anchors_are_made_in_c_with_the_id_thread_and_time_of_their_call(shim: c
     assert anchors.call() == 0 and anchors.pending() == 0
     hub.stop()
     shim.gs_set_anchor(0, 0xFFFFFFFF, None)
+
+
+def test_an_anchor_callback_cupti_refuses_goes_back_to_python(shim: ctypes.CDLL) -> None:
+    """Where CUPTI refuses to enable the anchor call's callback, the C subscriber stops keeping its
+    ids, so that the Python anchors (which then take over) see that call's callbacks."""
+    hub, lib, _ = _hub(shim)
+
+    def refuse(on: Any, handle: Any, domain: Any, cbid: Any) -> int:
+        return 1 if cbid.value == ANCHOR_CBID else FakeLibcupti.cuptiEnableCallback(lib, on, handle, domain, cbid)
+
+    lib.cuptiEnableCallback = refuse  # type: ignore[method-assign]
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(lambda out: 0)
+    with pytest.raises(RuntimeError, match="cuptiEnableCallback"):
+        hub.native_anchor(ANCHOR_API, fn)
+    seen: list[int] = []
+    lib.cuptiEnableCallback = FakeLibcupti.cuptiEnableCallback.__get__(lib)  # type: ignore[method-assign]
+    assert not hub.on_api_entry([ANCHOR_API], seen.append)
+    corr = lib.call(DRV, ANCHOR_CBID)
+    assert seen == [corr]
+    hub.stop()

@@ -165,8 +165,11 @@ def start(ctx: Context, module: Any = None) -> CallbackAnchors | None:
         made_in_c = _native(hub, ctx)
         if made_in_c is not None:
             return made_in_c
+    except (OSError, AttributeError, RuntimeError) as exc:  # anchors through Python instead
+        ctx.diag("info", f"launch anchors go through a Python callback: {exc}")
+    try:
         call = anchor_call()
-    except (OSError, AttributeError, RuntimeError) as exc:
+    except (OSError, AttributeError) as exc:
         ctx.diag("warning", f"GPU work is placed in ranges by its GPU start only: {exc}")
         return None
     anchors = CallbackAnchors(hub, ctx.clock_offset_ns, call)
