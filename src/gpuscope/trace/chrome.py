@@ -17,6 +17,7 @@ with the report.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import IO, Any, Callable, Iterator
 
@@ -278,17 +279,11 @@ def write(report: Report, out: IO[str]) -> int:
     import msgspec  # noqa: PLC0415
 
     encode = msgspec.json.Encoder().encode
+    lines = (encode(ev).decode() for ev in events(report))
     out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
     n = 0
-    lines: list[str] = []
-    for ev in events(report):
-        lines.append(encode(ev).decode())
-        if len(lines) == WRITE_BATCH:
-            out.write((",\n" if n else "") + ",\n".join(lines))
-            n += len(lines)
-            lines.clear()
-    if lines:
-        out.write((",\n" if n else "") + ",\n".join(lines))
-        n += len(lines)
+    while batch := list(itertools.islice(lines, WRITE_BATCH)):
+        out.write((",\n" if n else "") + ",\n".join(batch))
+        n += len(batch)
     out.write("\n]}\n")
     return n

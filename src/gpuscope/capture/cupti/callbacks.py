@@ -199,24 +199,18 @@ class CallbackHub:
         return cbdata if hasattr(cbdata, "callback_site") else self._cupti.CallbackData.from_ptr(cbdata)
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
-        """cupti-python's subscriber calls here."""
+        """cupti-python's subscriber calls here: the call's data is decoded, then handled as the C
+        subscriber's calls are (CUPTI calls back only for the callback ids enabled)."""
         try:
-            fast = self._entry_only.get(cbid)
-            if fast is not None and domain == self._driver:
-                data = self._data(cbdata)
-                if data.callback_site == self._enter_site:
-                    fast(data.correlation_id)
-                return
-            entry = self._table.get((int(domain), int(cbid)))
-            if entry is None:
-                return
             data = self._data(cbdata)
-            self._dispatch(entry, int(data.callback_site) == self._enter_site, int(data.correlation_id))
+            site, corr = int(data.callback_site), int(data.correlation_id)
         except BaseException as exc:  # noqa: BLE001  (nothing may reach the program's CUDA call)
             self._failed(exc)
+            return
+        self._forwarded(int(domain), int(cbid), site, corr)
 
     def _forwarded(self, domain: int, cbid: int, site: int, correlation_id: int) -> None:
-        """The C subscriber calls here (ctypes takes the GIL)."""
+        """The C subscriber calls here (ctypes takes the GIL), and :meth:`_callback`."""
         try:
             fast = self._entry_only.get(cbid)
             if fast is not None and domain == self._driver:
