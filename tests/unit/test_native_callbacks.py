@@ -160,3 +160,14 @@ def test_an_anchor_callback_cupti_refuses_goes_back_to_python(shim: ctypes.CDLL)
     corr = lib.call(DRV, ANCHOR_CBID)
     assert seen == [corr]
     hub.stop()
+
+
+def test_anchors_c_could_not_keep_are_said() -> None:
+    said: list[tuple[str, str]] = []
+    ctx = type("Ctx", (), {"diag": lambda self, level, msg: said.append((level, msg))})()
+    shim = type("Shim", (), {"gs_anchors_lost": lambda self: 0})()
+    NativeAnchors(shim, 0, None).shutdown(ctx)  # type: ignore[arg-type]
+    assert said == []
+    shim.gs_anchors_lost = lambda: 3
+    NativeAnchors(shim, 0, None).shutdown(ctx)  # type: ignore[arg-type]
+    assert said and said[0][0] == "warning" and said[0][1].startswith("3 launch anchors were lost")

@@ -126,6 +126,14 @@ class NativeAnchors(CallbackAnchors):
     def pending(self) -> int:
         return int(self._shim.gs_anchors_pending())
 
+    def shutdown(self, ctx: Context) -> None:
+        """Measure the anchor's cost, and say how many anchors C could not keep (no memory)."""
+        super().shutdown(ctx)
+        lost = int(self._shim.gs_anchors_lost())
+        if lost:
+            ctx.diag("warning", f"{lost} launch anchors were lost (no memory to keep them): GPU work launched "
+                                "near them may be placed in the wrong range")
+
     def forget_since(self, pending: int) -> None:
         self._shim.gs_anchors_forget_since(pending)
 
