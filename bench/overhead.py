@@ -129,7 +129,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", required=True)
     p.add_argument("--ablation", action="store_true", help="the per-collector ablation (see above)")
-    p.add_argument("--budget-s", type=float, default=480.0, help="with --ablation: start rounds only while they fit")
+    p.add_argument("--budget-s", type=float, help="start rounds only while they fit (with --ablation: 480 s "
+                   "unless given, and as many rounds as fit)")
     p.add_argument("--md", help="write the markdown table here too")
     args = p.parse_args()
     if args.ablation:
@@ -137,6 +138,7 @@ def main() -> None:
         if args.workloads == p.get_default("workloads"):
             args.workloads = ABLATION_WORKLOADS
         args.rounds = max(args.rounds, 20)  # as many as --budget-s allows
+        args.budget_s = args.budget_s or 480.0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
     runs = []
@@ -145,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for rnd in range(args.rounds):
             elapsed = time.perf_counter() - began
-            if args.ablation and rnd and elapsed + slowest > args.budget_s:
+            if args.budget_s is not None and rnd and elapsed + slowest > args.budget_s:
                 print(f"stopping after {rnd} rounds: {elapsed:.0f} s of the {args.budget_s:.0f} s budget", flush=True)
                 break
             round_began = time.perf_counter()

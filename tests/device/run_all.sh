@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare overhead-where gemm-gaps shapes shapes-programs hang anchors rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare overhead-where gemm-gaps shapes shapes-programs hang anchors where where-ab rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -173,6 +173,27 @@ fi
 if has anchors; then
   step "launch anchors against CUPTI's queued times: the innermost range of every kernel"
   $PY tests/device/check_anchors.py --out "$OUT/anchors.json"; echo "anchors rc=$?"
+fi
+
+if has where; then
+  step "where the default's cost sits: settings switched inside one process (tests/device/where_cost.py)"
+  SPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  WHERE="taskset -c 4-11 timeout 400"
+  $WHERE $PY tests/device/where_cost.py --workload mlp --rounds 8 --out "$OUT/where_mlp_untraced.json"
+  $WHERE $PY -m gpuscope profile --no-overhead-probe -o "$W/where_mlp" --force-overwrite tests/device/where_cost.py --workload mlp --out "$OUT/where_mlp_default.json" --spy "$SPY"
+  $WHERE $PY -m gpuscope profile --no-overhead-probe -t torch -o "$W/where_mlp_torch" --force-overwrite tests/device/where_cost.py --workload mlp --out "$OUT/where_mlp_torch.json"
+  $WHERE $PY -m gpuscope profile --no-overhead-probe -t cuda -o "$W/where_mlp_cuda" --force-overwrite tests/device/where_cost.py --workload mlp --out "$OUT/where_mlp_cuda.json"
+  $WHERE $PY tests/device/where_cost.py --workload gpt --rounds 8 --out "$OUT/where_gpt_untraced.json"
+  $WHERE $PY -m gpuscope profile --no-overhead-probe -o "$W/where_gpt" --force-overwrite tests/device/where_cost.py --workload gpt --rounds 12 --out "$OUT/where_gpt_default.json"
+fi
+
+if has where-ab; then
+  step "the default against the source tree in base-src/ (an earlier version, if there), fresh processes interleaved"
+  if [ -d base-src/src ]; then
+    OVERHEAD_BASE_PYTHONPATH=/tmp/site:$PWD/base-src/src taskset -c 4-11 $PY bench/overhead.py --workloads ${OVERHEAD_WORKLOADS:-mlp,gpt} --modes untraced,gpuscope,gpuscope@base --rounds ${OVERHEAD_ROUNDS:-20} --budget-s ${OVERHEAD_BUDGET_S:-300} --out "$OUT/overhead_ab.json"
+  else
+    echo "no base-src/src: nothing to compare"
+  fi
 fi
 
 if has rangecost; then

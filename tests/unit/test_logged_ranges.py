@@ -1,11 +1,13 @@
 """Logged ranges (the cheap path of PyTorch module calls): the range recorder pairs each thread's
 logged starts and ends into rows; the module wrapper logs a call where nothing else is asked of
-its range, and takes push/pop where backward ranges, launch anchors or a watching capture window are on."""
+its range (making a launch anchor before each clock read where anchors are on), and takes push/pop
+where backward ranges or a watching capture window are on."""
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -160,12 +162,39 @@ def test_a_dead_modules_kind_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> No
     assert key not in hooks._kinds and key not in hooks._alive
 
 
-@pytest.mark.parametrize("why", ["backward", "anchor", "watch", "off"])
+def test_launch_anchors_come_right_before_each_logged_clock_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With anchors on, module calls stay on the logged path, and each range's start and end have an
+    anchor right before them: work launched inside a module lies between the anchors of its range."""
+    hooks = _hooked(monkeypatch)
+    events: list[tuple[str, int]] = []
+    hooks.r.anchor = lambda: events.append(("anchor", time.monotonic_ns()))
+
+    class Launches(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            events.append(("launch", time.monotonic_ns()))
+            return x * 2
+
+    model = torch.nn.Sequential(Launches(), Launches())
+    hooks.set_collecting(True)
+    assert hooks.fast
+    model(torch.ones(2))
+    rows = sorted((row for row in hooks.r.take() if row[8] == "forward"), key=lambda row: row[0])
+    assert hooks.r._logs and not hooks.r._stacks[0][1]  # logged, nothing pushed
+    assert [kind for kind, _ in events] == ["anchor", "anchor", "launch", "anchor", "anchor", "launch",
+                                           "anchor", "anchor"]
+    t = [at for _, at in events]
+    outer, first, second = rows
+    assert _names(rows) == ["Sequential", "Sequential.0", "Sequential.1"]
+    # anchor, clock read, anchor, clock read, launch, anchor, clock read, ...
+    assert t[0] <= outer[0] <= t[1] <= first[0] <= t[2] <= t[3] <= first[1]
+    assert first[1] <= t[4] <= second[0] <= t[5] <= t[6] <= second[1] <= t[7] <= outer[1]
+
+
+@pytest.mark.parametrize("why", ["backward", "watch", "off"])
 def test_the_full_path_where_a_range_needs_more_than_a_log(monkeypatch: pytest.MonkeyPatch, why: str) -> None:
     hooks = _hooked(monkeypatch, backward=why == "backward")
     anchors: list[int] = []
-    if why == "anchor":
-        hooks.r.anchor = lambda: anchors.append(1)
+    hooks.r.anchor = lambda: anchors.append(1)
     if why == "watch":
         hooks.r.watch = type("Watch", (), {"range_opened": lambda *a: None, "range_closed": lambda *a: None})()
     hooks.set_collecting(why != "off")
@@ -178,23 +207,25 @@ def test_the_full_path_where_a_range_needs_more_than_a_log(monkeypatch: pytest.M
         assert rows == []
         return
     assert sorted(_names(r for r in rows if r[8] == "forward")) == ["Sequential", "Sequential.0"]
-    if why == "anchor":
-        assert len(anchors) == 4  # both ends of both ranges
+    assert len(anchors) == (4 if why == "watch" else 7)  # both ends of both ranges (and of the backward ones)
     if why == "backward":
         assert "backward" in {row[8] for row in rows}
     hooks.set_collecting(True)
     assert hooks.fast is (why == "off")
 
 
-@pytest.mark.parametrize("how", ["logged", "pushed", "off", "switched on", "switched off"])
+@pytest.mark.parametrize("how", ["logged", "anchored", "pushed", "off", "switched on", "switched off"])
 def test_an_optimizer_step_is_a_range_and_a_step_mark(how: str) -> None:
-    """Collecting: a range (logged where nothing needs push/pop, pushed where an anchor does); off: only
-    the mark; collection switched between the step's start and end: the end matches what the start did."""
+    """Collecting: a range (logged where nothing needs push/pop, with anchors where they are on, pushed
+    where a capture window watches range names); off: only the mark; collection switched between the
+    step's start and end: the end matches what the start did."""
     hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
     hooks._torch = torch
     anchors: list[int] = []
-    if how == "pushed":
+    if how == "anchored":
         hooks.r.anchor = lambda: anchors.append(1)
+    if how == "pushed":
+        hooks.r.watch = type("Watch", (), {"range_opened": lambda *a: None, "range_closed": lambda *a: None})()
     hooks.set_collecting(how not in ("off", "switched on"))
     pre, post = hooks._step_hooks()
     opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
@@ -211,6 +242,7 @@ def test_an_optimizer_step_is_a_range_and_a_step_mark(how: str) -> None:
     else:
         assert [(r[5], r[8]) for r in ranges] == [("SGD.step", "optimizer")] and ranges[0][0] <= ranges[0][1]
         assert bool(hooks.r._logs) is (how != "pushed")
+    assert len(anchors) == (3 if how == "anchored" else 0)  # the range's two ends, and the step mark
     assert hooks.r.counts["unbalanced_pops"] == 0 and hooks.r.close_open() == []
     assert hooks.counts["hook_errors"] == 0
 
@@ -234,7 +266,7 @@ def test_the_cost_is_measured_on_the_path_the_process_took(monkeypatch: pytest.M
         hooks.set_collecting(False)  # the process's end has closed the capture window
         costs = hook_cost.costs(RangeRecorder, hooks, lambda level, message: None)
         assert costs["ns_per_module_call"] == 1 and costs["ns_per_module_call_with_backward"] == 2
-    assert seen == [(True, False), (False, False), (False, True)]
+    assert seen == [(True, False), (True, False), (False, True)]
 
 
 def test_module_call_costs_are_measured_on_both_paths() -> None:

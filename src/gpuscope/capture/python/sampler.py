@@ -56,7 +56,7 @@ class Sampler:
         self._own_stacks = stacks is None
         self._rows: Rows = {"cpu_sample": [], "thread_time": []}
         self._last: dict[int, int] = {}  # thread ident -> time of its previous sample
-        self._prev: dict[int, tuple[Any, int, int]] = {}  # id(frame) -> (frame, line, node), last sample
+        self._prev: dict[int, tuple[Any, int, int]] = {}  # id(frame) -> (frame, instruction offset, node), last sample
         self._native: dict[int, tuple[int, str]] = {}  # thread ident -> (native id, name)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -173,7 +173,7 @@ class Sampler:
     def _node(self, frame: Any, seen: dict[int, tuple[Any, int, int]]) -> int:
         """Return the stack node of ``frame``, adding to ``seen`` every frame of its stack.
 
-        A frame that was on a stack at the previous sample, at the same line, keeps the node it
+        A frame that was on a stack at the previous sample, at the same instruction, keeps the node it
         had (its callers are suspended, so its whole stack is unchanged): usually only the top
         few frames are new, and the walk stops below them.
         """
@@ -183,7 +183,7 @@ class Sampler:
         f = frame
         while f is not None and len(fresh) < MAX_DEPTH:
             hit = prev.get(id(f))
-            if hit is not None and hit[0] is f and hit[1] == f.f_lineno:
+            if hit is not None and hit[0] is f and hit[1] == f.f_lasti:
                 base = hit[2]
                 while f is not None:  # carry the unchanged callers over to this sample
                     kept = prev.get(id(f))
@@ -197,9 +197,8 @@ class Sampler:
         node = base
         stacks = self.stacks
         for f in reversed(fresh):
-            line = f.f_lineno
-            node = stacks.child(node, stacks.frame(f.f_code, line))
-            seen[id(f)] = (f, line, node)
+            node = stacks.child(node, stacks.frame_of(f))
+            seen[id(f)] = (f, f.f_lasti, node)
         return node
 
     def _refresh_threads(self) -> None:

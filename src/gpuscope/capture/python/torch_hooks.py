@@ -5,10 +5,12 @@ Installed right after the program imports torch. Forward ranges come from wrappi
 ``nn.Module.__call__``: global module hooks would force every module call onto PyTorch's slow
 hook path (about 1 µs more per call on the CPU machine before any hook runs, 2.8 µs with two hooks
 that only append a time; the wrapper that passes a call through costs 0.07 µs). Where nothing else
-is asked of a forward range (no backward ranges, no launch anchors, no capture range that watches
-range names), the wrapper only logs ``(time, kind)`` and ``time`` in its thread's log of the range
-recorder (ranges.py), the kind being a small int for the module's qualified name, found once per
-module; the flush thread pairs them into ranges.
+is asked of a forward range (no backward ranges, no capture range that watches range names), the
+wrapper only logs ``(time, kind)`` and ``time`` in its thread's log of the range recorder
+(ranges.py), the kind being a small int for the module's qualified name, found once per module; the
+flush thread pairs them into ranges. Where launch anchors are on, the wrapper makes one right before
+each of the two clock reads (the push/pop path cost about 6 µs more per module call on an H100 host,
+bench/RESULTS.md).
 A module's backward starts when the gradient of its output is ready (a tensor hook on the output)
 and ends when the gradients of its inputs are (tensor hooks on the inputs that require grad).
 A module whose inputs need no gradient (the first layer, an embedding) ends it when its own
@@ -83,14 +85,14 @@ class TorchHooks:
 
     @property
     def logged(self) -> bool:
-        """Whether forward ranges go to the thread's log while collecting: no backward ranges, no launch
-        anchors, and no capture window watching range names (those need push/pop)."""
-        return not (self.backward or self.force_full or self.r.anchor is not None or self.r.watch is not None)
+        """Whether forward ranges go to the thread's log while collecting: no backward ranges, and no
+        capture window watching range names (those need push/pop). Launch anchors are made there too."""
+        return not (self.backward or self.force_full or self.r.watch is not None)
 
     def _refresh(self) -> None:
         """Decide, once per change of state, whether module calls take the logged path."""
         self.fast = self.collecting and not self._disabled and self.logged
-        self.fast_steps = self.collecting and not self._disabled and self.r.anchor is None and self.r.watch is None
+        self.fast_steps = self.collecting and not self._disabled and self.r.watch is None
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Nothing: the hooks' ranges are delivered by the range recorder."""
@@ -177,10 +179,11 @@ class TorchHooks:
 
     def _module_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap ``nn.Module.__call__``: each call is a forward range. On the logged path (:attr:`fast`)
-        the wrapper reads the clock twice and appends to its thread's log; otherwise it takes the
-        full path (:meth:`_full_module_call`). Return the wrapper."""
+        the wrapper reads the clock twice and appends to its thread's log, making a launch anchor
+        before each read where anchors are on; otherwise it takes the full path
+        (:meth:`_full_module_call`). Return the wrapper."""
         full = self._full_module_call(call)
-        kinds, local, clock, is_compiling = self._kinds, self.r._local, time.monotonic_ns, self._is_compiling
+        r, kinds, local, clock, is_compiling = self.r, self._kinds, self.r._local, time.monotonic_ns, self._is_compiling
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if not self.fast:
@@ -198,10 +201,19 @@ class TorchHooks:
                 except Exception as exc:  # noqa: BLE001
                     self._fail(exc)
                     return call(module, *args, **kwargs)
+            anchor = r.anchor
+            if anchor is None:
+                log.append((clock(), kind))
+                try:
+                    return call(module, *args, **kwargs)
+                finally:
+                    log.append(clock())
+            anchor()
             log.append((clock(), kind))
             try:
                 return call(module, *args, **kwargs)
             finally:
+                anchor()
                 log.append(clock())
 
         __call__.__wrapped__ = call  # type: ignore[attr-defined]
@@ -387,8 +399,9 @@ class TorchHooks:
 
         They run once a step, inside the program's loop, where a few microseconds are a few percent
         of a small model's step; so they do as little as the state allows. While collecting on the
-        logged path (no anchors, no capture window watching range names) the range goes to the
-        thread's log, like a module call's. Outside a capture window, with nothing watching range
+        logged path (no capture window watching range names) the range goes to the
+        thread's log, like a module call's (with a launch anchor before each clock read where anchors
+        are on). Outside a capture window, with nothing watching range
         names, there is no range at all. Otherwise it is pushed and popped. Which of the three the
         pre hook did is kept on the thread, so that its post hook ends what was begun even where
         collection switched in between. The step mark is recorded always.
@@ -410,6 +423,8 @@ class TorchHooks:
                     if kind is None:
                         kind = kinds[cls] = r.kind(f"{cls.__name__}.step", "", SOURCE, "optimizer")
                     log = r.thread_log()
+                    if r.anchor is not None:
+                        r.anchor()
                     log.append((clock(), kind))
                     began.append(log)
                 elif self.collecting or r.watch is not None:
@@ -431,6 +446,8 @@ class TorchHooks:
                 if how is True:
                     r.pop()
                 elif how is not None:
+                    if r.anchor is not None:
+                        r.anchor()
                     how.append(clock())
                 if self._step_optimizer is None:
                     self._step_optimizer = id(optimizer)
