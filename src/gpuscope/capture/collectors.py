@@ -185,8 +185,9 @@ def _torch_ops_hint(trace: list[str]) -> str | None:
 
 TRACES = [
     TraceOption("cuda", "kernels, memory copies and sets, synchronizations, devices (CUPTI); cost, measured on H100 "
-                "2026-11-22 and 2026-11-25: 1.2 µs more per kernel launch for CUPTI's records, 1.02-1.23x the step of a "
-                "launch-bound MLP, 1.28-1.33x with the whole GPU default",
+                "and H200 2026-11-22 to 2026-11-26: 1.2 µs more per kernel launch for CUPTI's records, 1.02-1.23x the "
+                "step of a launch-bound MLP; the whole GPU default 1.19-1.27x there, 1.05x a small GPT eager, 1.13-1.38x "
+                "it compiled, 1.00x large GEMMs",
                 ("kernel", "kernel_config", "memcpy", "memset", "sync", "device", "context", "overhead",
                  "sync_site", "launch_call"), needs_gpu=True, hint_key="cuda", hint="GPU activity: add --trace cuda"),
     TraceOption("cuda-graph", "each CUDA graph launch as one operation, instead of one per kernel of the graph "
@@ -200,8 +201,8 @@ TRACES = [
                 ("nvtx_range",), needs_gpu=True, hint_key="nvtx", hint="NVTX ranges: add --trace nvtx"),
     TraceOption("torch", "PyTorch module forward, optimizer, zero_grad, loss.backward, DataLoader waits, steps (a module "
                 "call logs two clock readings that a background thread pairs into a range: about 1-1.5 µs per call "
-                "on a 2-core CPU; with cuda, two launch anchors per call besides, about 1.1-1.5 µs each; alone 1.00x the step "
-                "of a launch-bound MLP on an H100, +0.1x on top of cuda)",
+                "on a 2-core CPU; with cuda, a launch anchor before each reading, about 1.1-1.5 µs each; alone 1.00x the "
+                "step of a launch-bound MLP on an H100, about +0.05-0.1x on top of cuda)",
                 ("nvtx_range",), hint_key="torch",
                 hint="PyTorch module, optimizer and step ranges: add --trace torch"),
     TraceOption("torch-backward", "the backward of every PyTorch module (autograd hooks; about 4x the cost of "
