@@ -148,10 +148,25 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
+def row_counts(path: Path) -> str:
+    """The report's rows of the kinds a timeline draws, as a phrase."""
+    import duckdb  # noqa: PLC0415
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        counts = [f"{con.execute(f'SELECT count(*) FROM {t}').fetchone()[0]:,} {t}"  # type: ignore[index]
+                  for t in ("kernel", "memcpy", "nvtx_range", "torch_op", "cpu_sample") if t in tables]
+    finally:
+        con.close()
+    return ", ".join(counts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--path", type=Path, default=Path("/tmp/gpuscope-bench/viewer.gpuscope"))
+    ap.add_argument("--report", type=Path, help="open this report (any gpuscope report) instead of the synthetic one")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--fresh-analyses", action="store_true",
@@ -159,9 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--content-timeout", type=float, default=3600,
                     help="seconds the first open may take to show the tables")
     args = ap.parse_args(argv)
-    args.path.parent.mkdir(parents=True, exist_ok=True)
-    gen = load_or_make(args.path, args.records, log=print)
-    print(f"report: {gen.records:,} kernels, {args.path.stat().st_size / 1e6:.0f} MB, span {gen.span_s:.0f} s")
+    if args.report is not None:
+        args.path = args.report
+        print(f"report: {args.path}, {args.path.stat().st_size / 1e6:.0f} MB; {row_counts(args.path)}")
+    else:
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        gen = load_or_make(args.path, args.records, log=print)
+        print(f"report: {gen.records:,} kernels, {args.path.stat().st_size / 1e6:.0f} MB, span {gen.span_s:.0f} s")
     kept_dir = args.path.with_name(args.path.name + ".cache")
     for name in ("timeline.bin", "lod.bin", "content.json") if args.fresh_analyses else ("timeline.bin", "lod.bin"):
         (kept_dir / name).unlink(missing_ok=True)

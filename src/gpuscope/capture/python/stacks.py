@@ -1,10 +1,10 @@
 """Python stacks as a prefix tree of interned frames, shared by every collector in the process.
 
-A frame is (code object, line), looked up by the code object's id; a stack node is (parent node, frame), node 0 being the empty
-stack. Frames and nodes are defined once (rows ``cpu_frame`` and ``cpu_stack``), so a sample or a
-synchronization site refers to its whole stack by one integer. The sampler's thread and the
-program's threads add to the same table; new entries are made under a lock, lookups of known ones
-are plain dictionary reads.
+A frame is (code object, line), looked up by the code object's id; a stack node is (parent node,
+frame), node 0 being the empty stack. Frames and nodes are defined once (rows ``cpu_frame`` and
+``cpu_stack``), so a sample or a synchronization site refers to its whole stack by one integer. The
+sampler's thread and the program's threads add to the same table; new entries are made under a
+lock, lookups of known ones are plain dictionary reads.
 
 Standard library only.
 """

@@ -9,7 +9,7 @@ is asked of a forward range (no backward ranges, no capture range that watches r
 wrapper only logs ``(time, kind)`` and ``time`` in its thread's log of the range recorder
 (ranges.py), the kind being a small int for the module's qualified name, found once per module; the
 flush thread pairs them into ranges. Where launch anchors are on, the wrapper makes one right before
-each of the two clock reads (the push/pop path cost about 6 µs more per module call on an H100 host,
+each of the two clock reads (the push/pop path cost about 3 µs more per module call on an H200 host,
 bench/RESULTS.md).
 A module's backward starts when the gradient of its output is ready (a tensor hook on the output)
 and ends when the gradients of its inputs are (tensor hooks on the inputs that require grad).
