@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from diagnosis_sim import WAKE, Sim
@@ -133,3 +134,26 @@ def test_recorded_launch_bound_mlp(recorded: Callable[[str], Path]) -> None:
     assert 0.2 < busy < 0.35
     assert mean["idle_launch"] > mean["idle_sync"] + mean["idle_data"] + mean["idle_transfer"]
     assert len(p.steps) == 4 and p.steps["warmup"].tolist() == [True, False, False, False]
+
+
+def test_the_range_that_launched_most_operations_weighs_them_and_names_the_category(tmp_path: Path) -> None:
+    """Summed in the report's database, not one Python object per operation: the innermost range at
+    each operation's launch, by count or by weight; operations launched outside every range count
+    for nothing."""
+    from gpuscope.analysis.attribution import ops_table
+    from report_builder import torch_training
+
+    with torch_training(tmp_path / "t.gpuscope") as report:
+        ops = report.df(f"SELECT o.op_id, n.value AS name, o.launch_ns FROM {ops_table(report)} o "
+                        "JOIN string n ON n.id = o.name_id ORDER BY o.launch_ns")
+        ctx = Context(report)
+
+        def ids(*launches: int) -> list[int]:
+            return [int(ops.loc[ops["launch_ns"] == t, "op_id"].iloc[0]) for t in launches]
+
+        gemms = ids(4000, 8000, 33000)  # Net.enc.fc, Net.head, Net.head (a range that never ended)
+        assert ctx.top_launch_range(gemms) == "Net.head (forward)"
+        assert ctx.top_launch_range(np.array(gemms), np.array([10.0, 1.0, 1.0])) == "Net.enc.fc (forward)"
+        assert ctx.top_launch_range(ids(500, 41000)) is None  # before and after every range
+        assert ctx.top_launch_range(ids(500, 22000)) == "SGD.step (optimizer)"
+        assert ctx.top_launch_range([]) is None

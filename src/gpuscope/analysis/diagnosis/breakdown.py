@@ -249,14 +249,17 @@ def _charge_copies(tl: ProcessTimeline, prev_op: np.ndarray, cause: np.ndarray, 
     ops, calls = tl.ops, tl.calls
     if not mask.any():
         return
-    by_corr = {int(c): int(o) for c, o, kind in zip(ops["correlation_id"].fillna(-1), ops["op_id"], ops["kind"])
-               if kind == "memcpy" and c >= 0}
-    idx_of = {int(o): i for i, o in enumerate(ops["op_id"])}
+    # lookups for the few pieces charged to a call, without one Python object per operation
+    copies = ops.loc[(ops["kind"] == "memcpy").to_numpy(bool), ["correlation_id", "op_id"]]
+    copies = copies[copies["correlation_id"].fillna(-1) >= 0]
+    by_corr = dict(zip(copies["correlation_id"].astype(np.int64).tolist(), copies["op_id"].astype(np.int64).tolist()))
+    op_ids = ops["op_id"].to_numpy(np.int64)
+    by_id = np.argsort(op_ids, kind="stable")
     for i in np.flatnonzero(mask):
         call = calls.iloc[int(ref[i])]
         copy = -1
         if call["source"] == "op":
-            op = ops.iloc[idx_of[int(call["ref"])]]
+            op = ops.iloc[int(by_id[np.searchsorted(op_ids, int(call["ref"]), sorter=by_id)])]
             copy = int(op["op_id"]) if op["kind"] == "memcpy" else -1
         elif str(call["api"]).startswith(COPY_APIS):
             copy = by_corr.get(int(call["correlation_id"]), -1)

@@ -4,10 +4,9 @@ ran in given intervals)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -338,25 +337,30 @@ class Context:
         return out
 
     # -- locations and evidence -----------------------------------------------------------------
-    def launch_ranges(self, op_ids: list[int]) -> dict[int, str]:
-        """The innermost range (any source) open where each operation was launched, as
-        ``name (category)``; operations outside every range are absent."""
-        if not op_ids or not self.report.count("nvtx_range"):
-            return {}
-        rows = self.report.sql(
-            f"""SELECT p.op_id, n.value, r.category FROM {innermost_table(self.report)} p
-                JOIN {ranges_table(self.report)} r USING (rid) JOIN string n ON n.id = r.name_id
-                WHERE p.op_id IN (SELECT unnest(?::BIGINT[]))""", [list(map(int, op_ids))])
-        return {int(o): (f"{n} ({c})" if c and c not in ("step",) else str(n)) for o, n, c in rows}
+    def top_launch_range(self, op_ids: Sequence[int] | np.ndarray,
+                         weights: Sequence[float] | np.ndarray | None = None) -> str | None:
+        """The innermost range (any source) open where most of ``op_ids`` (weighted) were launched,
+        as ``name (category)``; None where none of them was launched inside a range.
 
-    def top_launch_range(self, op_ids: list[int], weights: list[float] | None = None) -> str | None:
-        """The range that launched most of ``op_ids`` (weighted), as :meth:`launch_ranges` names it."""
-        where = self.launch_ranges(op_ids)
-        totals: dict[str, float] = defaultdict(float)
-        for i, op in enumerate(op_ids):
-            if op in where:
-                totals[where[op]] += weights[i] if weights else 1.0
-        return max(totals, key=lambda k: totals[k]) if totals else None
+        Summed in DuckDB: the operations can be millions (a rule's kernels over a long run), and one
+        Python object per operation cost gigabytes.
+        """
+        if not len(op_ids) or not self.report.count("nvtx_range"):
+            return None
+        ops = pd.DataFrame({"op_id": np.asarray(op_ids, np.int64),
+                            "w": np.ones(len(op_ids)) if weights is None else np.asarray(weights, np.float64)})
+        name = f"gpuscope_launched_{id(ops)}"
+        self.report.con.register(name, ops)
+        try:
+            rows = self.report.sql(
+                f"""SELECT CASE WHEN coalesce(r.category, '') IN ('', 'step') THEN n.value
+                                ELSE n.value || ' (' || r.category || ')' END AS label, sum(o.w) AS w
+                    FROM {name} o JOIN {innermost_table(self.report)} p USING (op_id)
+                    JOIN {ranges_table(self.report)} r USING (rid) JOIN string n ON n.id = r.name_id
+                    GROUP BY label ORDER BY w DESC, label LIMIT 1""")
+        finally:
+            self.report.con.unregister(name)
+        return str(rows[0][0]) if rows else None
 
     def program_lines(self, pid: int, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
         """The program lines (``file:line``, function, share) that Python samples of the process's

@@ -188,7 +188,7 @@ class StreamOverlap(Rule):
             copies = _steady_copies(p)
             these = copies[copies["op_id"].isin(mine["ref"])]
             streams = ", ".join(str(int(s)) for s in sorted(these["stream_id"].dropna().unique()))
-            where = ctx.top_launch_range(these["op_id"].tolist())
+            where = ctx.top_launch_range(these["op_id"].to_numpy())
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=f"Copies serialized with compute on stream {streams}: {per_step_text(p, running)} "

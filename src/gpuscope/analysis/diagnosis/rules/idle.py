@@ -199,7 +199,7 @@ class LaunchBound(Rule):
             duration = float((kernels["end_ns"] - kernels["start_ns"]).median())
             busy = p.breakdown.mean_parts()
             busy_share = sum(busy[k] for k in busy if k.startswith("busy_")) / busy["duration_ns"]
-            where = ctx.top_launch_range(kernels["op_id"].tolist())
+            where = ctx.top_launch_range(kernels["op_id"].to_numpy())
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=f"Launch-bound: capture the step in a CUDA graph; {per_step:.0f} kernels per step, GPU idle "

@@ -52,7 +52,7 @@ class NoTensorCores(Rule):
             busy_ns = sum(v for k, v in busy.items() if k.startswith("busy_"))
             top = mine.groupby("name", observed=True)["steady_ns"].sum().sort_values(ascending=False).head(TOP)
             attention = any(is_attention(n) for n in top.index)
-            where = ctx.top_launch_range(mine["op_id"].tolist(), mine["steady_ns"].astype(float).tolist())
+            where = ctx.top_launch_range(mine["op_id"].to_numpy(), mine["steady_ns"].to_numpy(dtype="float64"))
             evidence = [f"{len(names)} float32 matmul kernels (by name) on CUDA cores take {fmt_ns(total)} per step, "
                         f"{total / busy_ns:.0%} of GPU busy time" if busy_ns else "",
                         "top: " + "; ".join(f"{n[:80]} ({fmt_ns(p.per_step(float(t)))})" for n, t in top.items()),
