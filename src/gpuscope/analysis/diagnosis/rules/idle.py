@@ -188,18 +188,22 @@ class LaunchBound(Rule):
             idle = p.own(recorded)
             ops = ctx.ops(p)
             w = p.steady_windows
-            launched = ops[(ops["launch_ns"] >= w["start_ns"].min()) & (ops["launch_ns"] < w["end_ns"].max())]
-            kernels = launched[launched["kind"] == "kernel"]
-            per_step = len(kernels) / p.n_steps
+            # masks and the columns used, not copies of the operations (millions of rows in a long run)
+            launch = ops["launch_ns"].to_numpy(np.int64)
+            inside = (launch >= w["start_ns"].min()) & (launch < w["end_ns"].max())
+            kernel = inside & (ops["kind"] == "kernel").to_numpy(bool)
+            n_kernels = int(kernel.sum())
+            per_step = n_kernels / p.n_steps
             removed = max(0.0, idle - per_step * GRAPH_GAP_NS)
             ns = p.gpu_gain(removed)
-            if p.share(ns) < ctx.min_share or not len(kernels):
+            if p.share(ns) < ctx.min_share or not n_kernels:
                 continue
-            interval = float(np.median(np.diff(np.sort(launched["launch_ns"].to_numpy())))) if len(launched) > 1 else 0.0
-            duration = float((kernels["end_ns"] - kernels["start_ns"]).median())
+            launches = launch[inside]
+            interval = float(np.median(np.diff(np.sort(launches)))) if len(launches) > 1 else 0.0
+            duration = float(np.median(ops["end_ns"].to_numpy(np.int64)[kernel] - ops["start_ns"].to_numpy(np.int64)[kernel]))
             busy = p.breakdown.mean_parts()
             busy_share = sum(busy[k] for k in busy if k.startswith("busy_")) / busy["duration_ns"]
-            where = ctx.top_launch_range(kernels["op_id"].to_numpy())
+            where = ctx.top_launch_range(ops["op_id"].to_numpy(np.int64)[kernel])
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=f"Launch-bound: capture the step in a CUDA graph; {per_step:.0f} kernels per step, GPU idle "
