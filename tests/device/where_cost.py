@@ -91,16 +91,11 @@ class Switches:
         self.original = getattr(self.wrapper, "__wrapped__", self.wrapper)
 
     def modes(self) -> list[str]:
-        if self.agent is None:
-            return ["as-is"]
-        out = ["as-is"]
-        if self.hooks is not None:
-            out += ["full", "logged", "no-wrapper", "hooks-off"]
-        if self.cuda is not None:
-            out += ["cupti-off"]
-            if self.hooks is not None:
-                out += ["cupti-off-no-wrapper", "all-off"]
-        return out
+        """The settings of :data:`MODES` this process can switch (untraced: as is only)."""
+        hooks, cuda = self.hooks is not None, self.cuda is not None
+        needs = {"full": hooks, "logged": hooks, "no-wrapper": hooks, "hooks-off": hooks, "cupti-off": cuda,
+                 "cupti-off-no-wrapper": hooks and cuda, "all-off": hooks and cuda}
+        return [m for m in MODES if m == "as-is" or (self.agent is not None and needs[m])]
 
     def set(self, mode: str) -> None:
         cupti_on = "cupti-off" not in mode and mode != "all-off"
