@@ -6,6 +6,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from gpuscope.capture.python.cuda_memory import _Code  # the stand-in the allocator's stacks use
 from gpuscope.capture.python.stacks import StackTable
 
 SOURCE = "def here():\n    import sys\n    return sys._getframe(0)\n"
@@ -37,24 +38,11 @@ def test_a_frame_is_interned_once_per_code_and_line() -> None:
     assert len(table.take()["cpu_frame"]) == 2
 
 
-class StandIn:
-    """A frame of a stack recorded elsewhere (a file and a function name, no code object)."""
-
-    def __init__(self, filename: str, name: str) -> None:
-        self.co_filename, self.co_name = filename, name
-
-    def __hash__(self) -> int:
-        return hash((self.co_filename, self.co_name))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StandIn) and (self.co_filename, self.co_name) == (other.co_filename, other.co_name)
-
-
 def test_stand_ins_are_interned_by_what_they_name_and_not_kept_per_call() -> None:
     table = StackTable()
-    ids = {table.frame(StandIn("train.py", "step"), 7) for _ in range(1000)}
+    ids = {table.frame(_Code("train.py", "step"), 7) for _ in range(1000)}
     assert len(ids) == 1 and len(table._codes) == 1
-    assert table.frame(StandIn("train.py", "other"), 7) not in ids
+    assert table.frame(_Code("train.py", "other"), 7) not in ids
 
 
 def test_a_stack_is_its_frames_from_the_outermost() -> None:
