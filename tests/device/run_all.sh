@@ -6,7 +6,7 @@
 # Needs: python3 with torch (CUDA); cupti-python, nvtx and duckdb installed or carried as wheels in
 # .whl/ (../shared/device/fetch-wheels.sh plus duckdb). Run from the repository root:
 #     bash tests/device/run_all.sh [sections...]
-# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare overhead-where gemm-gaps shapes shapes-programs hang anchors where where-ab rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
+# sections: env fixtures nvtx layers events torchprof crash frameworks sync graphs torchops roofline probe capture diagnosis programs programs-trace overhead-probe gaps power drift nccl-shared ablation-pinned multi-gpu multi-gpu-truth multi-gpu-compare overhead-where gemm-gaps shapes shapes-programs hang anchors where where-ab floor launchcost spin-exit rangecost rawcheck memory memory-check memory-cupti memory-cost overhead
 # PROGRAMS_ARGS: more arguments of bench/diagnosis.py for the programs section ("--part 1/2", "--only bmm_loop")
 set -u
 OUT=${OUT:-/tmp/gpuscope-device}
@@ -185,6 +185,37 @@ if has where; then
   $WHERE $PY -m gpuscope profile --no-overhead-probe -t cuda -o "$W/where_mlp_cuda" --force-overwrite tests/device/where_cost.py --workload mlp --out "$OUT/where_mlp_cuda.json"
   $WHERE $PY tests/device/where_cost.py --workload gpt --rounds 8 --out "$OUT/where_gpt_untraced.json"
   $WHERE $PY -m gpuscope profile --no-overhead-probe -o "$W/where_gpt" --force-overwrite tests/device/where_cost.py --workload gpt --rounds 12 --out "$OUT/where_gpt_default.json"
+fi
+
+if has floor; then
+  step "CUPTI's own cost inside one untraced process, attached and detached block by block (tests/device/cupti_floor.py)"
+  for wl in ${FLOOR_WORKLOADS:-launch mlp gpt gemm gpt-compiled}; do
+    taskset -c 4-11 timeout 300 $PY tests/device/cupti_floor.py --workload $wl --rounds ${FLOOR_ROUNDS:-16} --out "$OUT/floor_$wl.json"
+    echo "floor $wl rc=$?"
+  done
+fi
+
+if has launchcost; then
+  step "CUPTI's cost per launch as each profiled process measures it at its end (capture/cupti/launch_cost.py)"
+  for t in cuda cuda,cuda-api; do
+    for r in 1 2 3; do
+      taskset -c 4-11 timeout 200 $PY -m gpuscope profile --no-overhead-probe -t $t -o "$W/lc_$r" --force-overwrite $WL/mlp.py --steps 40 > "$W/lc_$r.log" 2>&1
+      echo "trace $t round $r rc=$? $(grep -o 'ns_per_launch=[0-9]*' "$W/lc_$r.log" | head -1)"
+      $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print(r.sql(\"SELECT pid, detail FROM collector WHERE name = 'cupti'\")); print(r.sql(\"SELECT message FROM diagnostic WHERE message LIKE '%per kernel launch%'\")); print('kernels', r.count('kernel'), 'of the measurement', r.sql(\"SELECT count(*) FROM kernel k JOIN kernel_config c ON c.id = k.config_id JOIN string s ON s.id = c.name_id WHERE s.value LIKE 'gpuscope%'\"))" "$W/lc_$r.gpuscope"
+      grep "Collection overhead" "$W/lc_$r.log"
+    done
+  done
+fi
+
+if has spin-exit; then
+  step "a kernel still spinning when the program ends: the run's end against untraced (CUPTI's last flush waits for the kernel; the end-of-run launch measurement adds nothing to that)"
+  for m in untraced gpuscope; do
+    t0=$(date +%s%N)
+    if [ $m = gpuscope ]; then timeout 120 $PY -m gpuscope profile -o "$W/spin" --force-overwrite $WL/spin_at_exit.py --seconds 20 > "$W/spin.log" 2>&1
+    else timeout 120 $PY $WL/spin_at_exit.py --seconds 20 > /dev/null 2>&1; fi
+    echo "$m rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  done
+  $PY -c "import gpuscope, sys; r = gpuscope.load(sys.argv[1]); print(r.sql(\"SELECT message FROM diagnostic WHERE message LIKE '%per kernel launch%'\")); print('kernels', r.count('kernel'))" "$W/spin.gpuscope"
 fi
 
 if has where-ab; then

@@ -15,7 +15,13 @@ Settings (each compared with ``as-is`` of the same round):
 - ``hooks-off``: every PyTorch hook passes its call through (no module, optimizer or step ranges);
 - ``cupti-off``: CUPTI's record kinds that a capture window switches turned off;
 - ``cupti-off-no-wrapper``: both;
-- ``all-off``: CUPTI's kinds off and every hook passing through.
+- ``sampler-off``: the Python sampler asleep (``--trace cpu``);
+- ``ops-off``: the operator recorder off (``torch-ops``/``torch-shapes``);
+- ``all-off``: everything above off (CUPTI's kinds, every hook passing through, the sampler, the
+  operator recorder).
+
+``--workload sgd4`` is the CPU benchmark's small training loop (bench/workloads/cpu_train.py), for
+a machine without a GPU.
 
 Also runs untraced (no agent): then only ``as-is`` exists.
 
@@ -36,7 +42,8 @@ import torch
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the script itself
 sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
 
-MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cupti-off-no-wrapper", "all-off"]
+MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cupti-off-no-wrapper", "sampler-off",
+         "ops-off", "all-off"]
 
 
 def mlp_step() -> Callable[[], None]:
@@ -76,6 +83,20 @@ def gpt_step() -> Callable[[], None]:
     return step
 
 
+def sgd4_step() -> Callable[[], None]:
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())]).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 128, device=DEV)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+
+    return step
+
+
 class Switches:
     """The settings of the running agent that a block changes, and how to put them back."""
 
@@ -85,6 +106,9 @@ class Switches:
         self.agent = agent_mod.current()
         self.hooks = self.agent.collector("torch") if self.agent else None
         self.cuda = self.agent.collector("cuda") if self.agent else None
+        self.sampler = self.agent.collector("sampler") if self.agent else None
+        self.ops = self.agent.collector("torch-ops") if self.agent else None
+        self.ops_recording = bool(getattr(self.ops, "recording", False))  # as the run left it
         self.recorder = self.agent.ranges if self.agent else None
         self.anchor = self.recorder.anchor if self.recorder else None
         self.wrapper = torch.nn.Module.__call__
@@ -94,13 +118,18 @@ class Switches:
         """The settings of :data:`MODES` this process can switch (untraced: as is only)."""
         hooks, cuda = self.hooks is not None, self.cuda is not None
         needs = {"full": hooks, "logged": hooks, "no-wrapper": hooks, "hooks-off": hooks, "cupti-off": cuda,
-                 "cupti-off-no-wrapper": hooks and cuda, "all-off": hooks and cuda}
+                 "cupti-off-no-wrapper": hooks and cuda, "sampler-off": self.sampler is not None,
+                 "ops-off": self.ops is not None, "all-off": hooks or cuda}
         return [m for m in MODES if m == "as-is" or (self.agent is not None and needs[m])]
 
     def set(self, mode: str) -> None:
         cupti_on = "cupti-off" not in mode and mode != "all-off"
         if self.cuda is not None:
             self.cuda.set_collecting(cupti_on)
+        if self.sampler is not None:
+            self.sampler.set_collecting(mode not in ("sampler-off", "all-off"))
+        if self.ops is not None:
+            self.ops.set_collecting(self.ops_recording and mode not in ("ops-off", "all-off"))
         if self.hooks is not None:
             self.recorder.anchor = None if mode == "logged" else self.anchor
             self.hooks.force_full = mode == "full"
@@ -181,13 +210,13 @@ def spy(args: argparse.Namespace, step: Callable[[], None], sw: Switches) -> dic
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--workload", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--workload", choices=["mlp", "gpt", "sgd4"], default="mlp")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--steps", type=int, default=30, help="steps per block")
     p.add_argument("--spy", metavar="PY_SPY", help="also sample this process with this py-spy, as is")
     p.add_argument("--spy-seconds", type=float, default=8.0)
     args = p.parse_args()
-    step = mlp_step() if args.workload == "mlp" else gpt_step()
+    step = {"mlp": mlp_step, "gpt": gpt_step, "sgd4": sgd4_step}[args.workload]()
     sw = Switches()
     modes = sw.modes()
     for _ in range(20):

@@ -85,6 +85,40 @@ def test_cupti_cost_per_recorded_launch(tmp_path: Path) -> None:
     assert o.unseen[0].startswith("CUPTI's cost per CUDA call on this machine")
 
 
+def test_cupti_cost_per_launch_as_each_process_measured_it(tmp_path: Path) -> None:
+    b = ReportBuilder(tmp_path / "measured.gpuscope")
+    b.writer.con.execute("INSERT INTO process (pid, ppid, start_ns, clock) VALUES (101, 100, 0, 'cupti')")
+    for i in range(4):
+        b.kernel("k", 1000 * i, 1000 * i + 500, tid=1, launch=1000 * i - 200)
+    b.memcpy(9000, 9500, tid=1, launch=8800)
+    for i in range(3):
+        b.kernel("k", 1000 * i, 1000 * i + 500, tid=2, launch=1000 * i - 200, pid=101)
+    _collector(b, "cupti", 5, 0, "kinds=kernel,memcpy copied_buffers=0 anchors=on ns_per_launch=2400")
+    with b.open(wall_ns=1_000_000) as r:
+        o = collection_overhead(r)
+    # process 100 measured 2.4 µs a launch; process 101 measured nothing: the H100 constant, said as unseen
+    assert OverheadPart("CUPTI in CUDA calls", 5 * 2_400 + 3 * CUPTI_NS_PER_RECORD, estimated=True) in o.parts
+    assert any(u.startswith("CUPTI's cost per CUDA call on this machine") for u in o.unseen)
+    b3 = ReportBuilder(tmp_path / "paths.gpuscope")
+    for i in range(3):
+        b3.kernel("triton_poi_fused_add_0", 1000 * i, 1000 * i + 500, tid=1, launch=1000 * i - 200)
+    b3.kernel("elementwise_kernel", 5000, 5500, tid=1, launch=4800)
+    b3.memcpy(9000, 9500, tid=1, launch=8800)
+    _collector(b3, "cupti", 5, 0, "kinds=kernel ns_per_launch=500 ns_per_runtime_launch=1400")
+    with b3.open(wall_ns=1_000_000) as r:
+        o = collection_overhead(r)
+    # Triton's kernels at the driver's cost, PyTorch's kernel and the copy at the runtime's
+    assert OverheadPart("CUPTI in CUDA calls", 3 * 500 + 2 * 1_400, estimated=True) in o.parts
+    b2 = ReportBuilder(tmp_path / "all-measured.gpuscope")
+    b2.kernel("k", 0, 500, tid=1, launch=-200)
+    _collector(b2, "cupti", 1, 0, "kinds=kernel ns_per_launch=0")  # measured, and nothing seen
+    with b2.open(wall_ns=1_000_000) as r:
+        o = collection_overhead(r)
+    assert OverheadPart("CUPTI in CUDA calls", 0, estimated=True) in o.parts
+    assert not any("on this machine" in u for u in o.unseen)
+    assert "CUPTI's start (attaching, and the program's kernels loaded under it)" in o.unseen
+
+
 def test_profiling_share_of_launch_overhead() -> None:
     from gpuscope.analysis.overhead import CollectionOverhead, profiling_share_ns
 

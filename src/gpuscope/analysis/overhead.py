@@ -9,7 +9,9 @@ The parts, each from the report:
   loading, which CUPTI reports as overhead too, are left out: CUDA does them with or without a
   profiler;
 - **CUPTI in CUDA calls**: estimated, as the kernels, memory copies and sets CUPTI recorded times
-  :data:`CUPTI_NS_PER_RECORD`, what recording one costs inside the CUDA call that launches it;
+  what recording one costs inside the CUDA call that launches it: the cost the process measured
+  at its end (capture/cupti/launch_cost.py, ``ns_per_launch`` in its ``cupti`` row), or in a report
+  without it :data:`CUPTI_NS_PER_RECORD`;
 - **Python sampler**: the wall time the sampler thread held the GIL (``held_ns`` in the detail of
   its ``collector`` row: the program's threads could run no Python meanwhile), measured; in older
   reports its CPU time (``callback_ns``);
@@ -35,12 +37,11 @@ The total is set against the run's wall time. Processes add up, so with several 
 share is of one wall clock, not of their summed time. What the estimate can not see is listed in
 ``unseen`` (the report writer beside the program competing for the cores, above all).
 
-Why a constant for CUPTI and not a calibration in each run: measuring it needs kernel launches
-with and without CUPTI's activity records, so a CUDA context made by gpuscope in every process,
-before the program (which changes the program's start-up and memory) or at its end (after CUPTI
-has been detached). The constant is the H100 measurement of bench/RESULTS.md ("Memory and CPU of
-the target": 11.29 µs per launch with kernel records against 10.13 µs without); bench/overhead.py's
-``gs-kernel`` ablation measures it again on any machine.
+The cost per launch is measured in each process, not taken from one machine, because it depends
+on the CPU, the driver and the virtual machine: an empty kernel launched on the program's context
+at its end, with the records on and off in turn. The constant for older reports is the H100
+measurement of bench/RESULTS.md ("Memory and CPU of the target": 11.29 µs per launch with kernel
+records against 10.13 µs without).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ CUPTI_NS_PER_RECORD = 1_160  # CUPTI's cost inside a launching CUDA call per act
 CUPTI_RECORD_TABLES = ("kernel", "memcpy", "memset")
 WRITER_UNSEEN = "the report writer beside the program (it competes for the cores)"
 CUPTI_UNSEEN = f"CUPTI's cost per CUDA call on this machine (an H100's, {CUPTI_NS_PER_RECORD / 1000:g} µs, is used)"
+CUPTI_START_UNSEEN = "CUPTI's start (attaching, and the program's kernels loaded under it)"
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,7 @@ def collection_overhead(report: Report) -> CollectionOverhead:
         measured["sampler"] = held
     if measured.get("cupti"):
         out.parts.append(OverheadPart(PART_NAMES["cupti"], int(measured["cupti"])))
-    records = sum(report.count(t) for t in CUPTI_RECORD_TABLES)
-    if records:
-        out.parts.append(OverheadPart("CUPTI in CUDA calls", records * CUPTI_NS_PER_RECORD, estimated=True))
-        out.unseen.append(CUPTI_UNSEEN)
+    _estimate_cupti_in_calls(report, out)
     for name in ("sampler", "flush"):
         if measured.get(name):
             out.parts.append(OverheadPart(PART_NAMES[name], int(measured[name])))
@@ -122,6 +121,51 @@ def collection_overhead(report: Report) -> CollectionOverhead:
     if report.count("process"):
         out.unseen.append(WRITER_UNSEEN)
     return out
+
+
+TRITON_PREFIX = "triton"  # kernels of this name are launched through the driver (Triton's launchers)
+
+
+def launch_costs(report: Report) -> dict[int, dict[str, int]]:
+    """The cost of CUPTI's records per kernel launch that each process measured at its end, by
+    launch path (``driver``, ``runtime``): ``ns_per_launch`` and ``ns_per_runtime_launch`` in the
+    detail of its ``cupti`` collector row (capture/cupti/launch_cost.py)."""
+    keys = {"ns_per_launch": "driver", "ns_per_runtime_launch": "runtime"}
+    out: dict[int, dict[str, int]] = {}
+    for pid, detail in report.sql("SELECT pid, detail FROM collector WHERE name = 'cupti'"):
+        for word in (detail or "").split():
+            key, _, value = word.partition("=")
+            if key in keys and value.isdigit():
+                out.setdefault(int(pid), {})[keys[key]] = int(value)
+    return out
+
+
+def _estimate_cupti_in_calls(report: Report, out: CollectionOverhead) -> None:
+    """Add CUPTI's estimated cost inside the CUDA calls that launched the recorded kernels, copies
+    and sets: per process, its records times the cost per launch it measured (Triton's kernels at
+    the driver's cost, the rest at the runtime's where measured), else the constant."""
+    names = """SELECT k.pid, coalesce(s.value, '') AS name FROM kernel k
+               LEFT JOIN kernel_config c ON c.id = k.config_id LEFT JOIN string s ON s.id = c.name_id"""
+    union = " UNION ALL ".join([names, *(f"SELECT pid, '' FROM {t}" for t in CUPTI_RECORD_TABLES if t != "kernel")])
+    counts = report.sql(f"""SELECT pid, count(*) FILTER (WHERE starts_with(lower(name), '{TRITON_PREFIX}')),
+                                   count(*) FILTER (WHERE NOT starts_with(lower(name), '{TRITON_PREFIX}'))
+                            FROM ({union}) GROUP BY pid""")
+    if not counts:
+        return
+    measured = launch_costs(report)
+    total = 0
+    unmeasured = False
+    for pid, driver_n, other_n in counts:
+        cost = measured.get(int(pid)) if pid is not None else None
+        if not cost or "driver" not in cost:
+            unmeasured = True
+            total += (int(driver_n) + int(other_n)) * CUPTI_NS_PER_RECORD
+            continue
+        total += int(driver_n) * cost["driver"] + int(other_n) * cost.get("runtime", cost["driver"])
+    out.parts.append(OverheadPart("CUPTI in CUDA calls", total, estimated=True))
+    if unmeasured:
+        out.unseen.append(CUPTI_UNSEEN)
+    out.unseen.append(CUPTI_START_UNSEEN)
 
 
 def _details(report: Report, names: tuple[str, ...]) -> list[dict]:

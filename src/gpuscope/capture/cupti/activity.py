@@ -29,6 +29,7 @@ KINDS_ENV = "GPUSCOPE_CUPTI_KINDS"  # comma-separated labels of _kinds() to keep
 # memory grows with the kernels launched; launch anchors place kernels instead: launch_anchors.py)
 LATENCY_ENV = "GPUSCOPE_LATENCY_TIMESTAMPS"
 RAW_ENV = "GPUSCOPE_RAW_BUFFERS"  # "0": take records through cupti-python's per-record objects
+LAUNCH_COST_ENV = "GPUSCOPE_LAUNCH_COST"  # "0": CUPTI's cost per launch not measured at the end
 VERIFY_ENV = "GPUSCOPE_VERIFY_WALK"  # "1": check every buffer's walk against CUPTI's iterator
 BUFFER_SIZE = 8 * 1024 * 1024
 # Records further apart than this are not in the same buffer (the largest CUPTI record is < 1 KiB).
@@ -146,6 +147,11 @@ class CuptiCollector:
         self.verify_walk = os.environ.get(VERIFY_ENV) == "1"
         self.walk_checked = 0  # records whose place the full walk with CUPTI's iterator checked
         self.walk_mismatches = 0
+        self.ns_per_launch: int | None = None  # what the records add to a launch (launch_cost.py)
+        self.ns_per_runtime_launch: int | None = None  # the same through the CUDA runtime
+        self.launch_cost_kinds_off: dict[str, int] = {}  # the same against the kinds disabled, not detached
+        self.launch_cost_unmeasured = ""  # why that was not measured, where it was not
+        self._dropping = False  # records of gpuscope's own launches arrive: read into nothing
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -274,24 +280,73 @@ class CuptiCollector:
         """Deliver everything CUPTI still holds and detach from CUPTI."""
         if not self._enabled_kinds or self._stopped:
             return
-        cupti = self._cupti
         try:
             self._flush_all(True)
+            self._measure_launch_cost()  # detaches from CUPTI where it measures
         finally:
             self._report_dropped()
-            for kind in self._enabled_kinds:
-                try:
-                    cupti.activity_disable(kind)
-                except Exception:  # noqa: BLE001,S112  (disabling at exit; nothing left to report to)
-                    continue
-            self._stopped = True
-            try:
-                # Detaching keeps CUPTI from calling into Python after the interpreter is gone.
-                cupti.finalize()
-            except Exception as exc:  # noqa: BLE001
-                self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
+            self._detach()
             if self.raw is not None:
                 self.raw.drain()  # buffers CUPTI completed while detaching
+
+    def _detach(self) -> None:
+        """Disable every kind and detach from CUPTI (once)."""
+        if self._stopped:
+            return
+        for kind in self._enabled_kinds:
+            try:
+                self._cupti.activity_disable(kind)
+            except Exception:  # noqa: BLE001,S112  (disabling at exit; nothing left to report to)
+                continue
+        self._stopped = True
+        try:
+            # Detaching keeps CUPTI from calling into Python after the interpreter is gone.
+            self._cupti.finalize()
+        except Exception as exc:  # noqa: BLE001
+            self.diag("warning", f"CUPTI did not detach cleanly: {explain(exc)}")
+
+    def _measure_launch_cost(self) -> None:
+        """Measure what the records add to one kernel launch (launch_cost.py), after the program's
+        records are all delivered: launches with every kind on and off in turn, then detached from
+        CUPTI (disabling the kinds leaves most of CUPTI's work in each launch in place). The records
+        of the measurement's launches are dropped."""
+        if os.environ.get(LAUNCH_COST_ENV) == "0" or "kernel" not in self.enabled:
+            return
+        lib = loaded_library("libcuda.so")
+        if lib is None:
+            self.launch_cost_unmeasured = "libcuda not loaded"
+            return
+        from . import launch_cost  # noqa: PLC0415
+
+        runtime = loaded_library("libcudart.so")
+        self._dropping = True
+        try:
+            cost = launch_cost.measure(ctypes.CDLL(lib), self._switch_every_kind,
+                                       ctypes.CDLL(runtime) if runtime else None, detach=self._detach_dropping)
+            self.ns_per_launch, self.ns_per_runtime_launch = cost["driver"], cost.get("runtime")
+            self.launch_cost_kinds_off = {k: v for k, v in cost.items() if k.endswith("kinds_off")}
+        except Exception as exc:  # noqa: BLE001  (Unmeasured, or CUPTI's own errors: the run's records stay)
+            self.launch_cost_unmeasured = explain(exc) if not isinstance(exc, launch_cost.Unmeasured) else str(exc)
+        finally:
+            try:
+                if not self._stopped:
+                    self._flush_all(True)
+                elif self.raw is not None:
+                    self.raw.drain()
+            finally:
+                self._dropping = False
+
+    def _switch_every_kind(self, on: bool) -> None:
+        """Enable or disable every kind this collector enabled, those a capture window leaves on
+        included."""
+        switch = self._cupti.activity_enable if on else self._cupti.activity_disable
+        for kind in self._enabled_kinds:
+            switch(kind)
+
+    def _detach_dropping(self) -> None:
+        """Deliver the measurement's records (to be dropped) and detach from CUPTI."""
+        self._flush_all(True)
+        self._detach()
 
     def shutdown(self, ctx: Context) -> None:
         """Stop (:meth:`stop`) and add the ``collector`` row: records, buffers, the callbacks' CPU time."""
@@ -303,6 +358,15 @@ class CuptiCollector:
         if self.raw is not None:
             detail += f" raw_buffers={self.raw.buffers_allocated} failed_buffers={self.failed_buffers}"
         detail += f" anchors={'on' if ctx.collector('launch-anchors') is not None else 'off'}"
+        if self.ns_per_launch is not None:
+            detail += f" ns_per_launch={self.ns_per_launch}"
+        if self.ns_per_runtime_launch is not None:
+            detail += f" ns_per_runtime_launch={self.ns_per_runtime_launch}"
+        for path, ns in sorted(self.launch_cost_kinds_off.items()):
+            detail += f" ns_per_{path}={ns}"
+        if self.ns_per_launch is None and self.launch_cost_unmeasured:
+            why = f"CUPTI's cost per kernel launch was not measured: {self.launch_cost_unmeasured}"
+            ctx.add_row("diagnostic", (ctx.now_ns(), "info", why))
         if self.verify_walk:
             detail += f" walk_checked={self.walk_checked} walk_mismatches={self.walk_mismatches}"
         ctx.add_row("collector", ("cupti", self.records, self.buffers, self.callback_ns, self.failed_records, detail))
@@ -323,7 +387,7 @@ class CuptiCollector:
     def _on_complete(self, activities: list[Any]) -> None:
         t0 = time.thread_time_ns()
         try:
-            if activities and not self._stopped:
+            if activities and not self._stopped and not self._dropping:
                 self._ship(activities)
         except BaseException as exc:  # noqa: BLE001  (an exception here would drop the buffer silently)
             self.failed_records += len(activities)
@@ -333,6 +397,8 @@ class CuptiCollector:
 
     def _on_raw_buffer(self, raw: Any, valid: int, next_record: Any) -> None:
         """Ship the records of one of CUPTI's buffers, read in place (CUPTI's thread)."""
+        if self._dropping:
+            return
         buffers = self._buffers
         t0 = time.thread_time_ns()
         try:
