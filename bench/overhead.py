@@ -17,7 +17,8 @@ interleaved rounds as fit ``--budget-s`` (rounds start only while the slowest ro
 fits). It writes the JSON (``--out``) and the markdown table (``--md``), with, for each traced run,
 the end-of-run line's estimate (analysis/overhead.py) against the measured slowdown: the traced
 run's ``program_s`` (from the workload's start to its last step) minus the untraced one's of the
-same round.
+same round, and against the steps' part of it (the timed steps' extra time: mean step minus the
+untraced run's, times the steps), which leaves out the start-up the line does not count.
 
     python3 bench/overhead.py --ablation --out ablation.json --md ablation.md   # about 8 minutes on an H100
 
@@ -218,10 +219,19 @@ def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[
                 continue
             checks = [(r["estimate_ns"] / 1e9, r["program_s"] - base[r["round"]]["program_s"]) for r in mine
                       if "estimate_ns" in r and "program_s" in r and "program_s" in base.get(r["round"], {})]
+            # the steps' share of the slowdown: the timed steps' extra time over the untraced run's of the round
+            step_checks = [(r["estimate_ns"] / 1e9, (r["mean_step_s"] - base[r["round"]]["mean_step_s"]) * r["steps"])
+                           for r in mine if "estimate_ns" in r and r["round"] in base]
             check = {}
             if checks:
                 est, slow = statistics.median(e for e, _ in checks), statistics.median(m for _, m in checks)
                 check = {"estimate_s": est, "slowdown_s": slow, "estimate_over_slowdown": est / slow if slow > 0 else None}
+            if step_checks:
+                slow = statistics.median(m for _, m in step_checks)
+                quotients = sorted(e / m for e, m in step_checks if m > 0)
+                check.update({"steps_slowdown_s": slow,
+                              "estimate_over_steps_slowdown": statistics.median(quotients) if quotients else None,
+                              "estimate_over_steps_slowdown_range": [quotients[0], quotients[-1]] if quotients else None})
             out.append({**check,
                 "workload": wl, "mode": mode, "rounds": len(ratios),
                 "step_ms_mean": statistics.median(r["mean_step_s"] for r in mine) * 1e3,
@@ -237,16 +247,22 @@ def summarize(runs: list[dict], workloads: list[str], modes: list[str]) -> list[
 def markdown(summary: list[dict]) -> str:
     lines = ["| workload | mode | mean step (ms) | ratio of mean steps (median over rounds) | range | "
              "ratio of median steps | target peak RSS (MB) | line's estimate (s) | measured slowdown (s) | "
-             "estimate / slowdown |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "estimate / slowdown | the steps' slowdown (s) | estimate / the steps' slowdown (median; range) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         ratio = f"{s['ratio_median']:.3f}" if s["ratio_median"] else "-"
         rng = f"{s['ratio_min']:.3f} - {s['ratio_max']:.3f}" if s["ratio_min"] else "-"
         med = f"{s['ratio_of_median_steps']:.3f}" if s["ratio_of_median_steps"] else "-"
         lines.append(f"| {s['workload']} | {s['mode']} | {s['step_ms_mean']:.3f} | {ratio} | {rng} | {med} | "
                      f"{s['peak_rss_mb']:.0f} | {_num(s.get('estimate_s'))} | {_num(s.get('slowdown_s'))} | "
-                     f"{_num(s.get('estimate_over_slowdown'), 2)} |")
+                     f"{_num(s.get('estimate_over_slowdown'), 2)} | {_num(s.get('steps_slowdown_s'))} | "
+                     f"{_steps_quotient(s)} |")
     return "\n".join(lines)
+
+
+def _steps_quotient(s: dict) -> str:
+    q, rng = s.get("estimate_over_steps_slowdown"), s.get("estimate_over_steps_slowdown_range")
+    return f"{q:.2f} ({rng[0]:.2f} - {rng[1]:.2f})" if isinstance(q, float) and rng else ""
 
 
 def _num(x: object, digits: int = 3) -> str:

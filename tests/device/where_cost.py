@@ -18,7 +18,11 @@ Settings (each compared with ``as-is`` of the same round):
 - ``sampler-off``: the Python sampler asleep (``--trace cpu``);
 - ``ops-off``: the operator recorder off (``torch-ops``/``torch-shapes``);
 - ``all-off``: everything above off (CUPTI's kinds, every hook passing through, the sampler, the
-  operator recorder).
+  operator recorder);
+- ``uninstalled``: as ``all-off``, and the PyTorch hooks taken out altogether (``TorchHooks.uninstall``:
+  the original functions back, the optimizer's global hooks removed) with the interpreter's switch
+  interval back to its default: what is left of gpuscope is CUPTI attached, the sleeping sampler
+  thread and the flush thread.
 
 ``--workload sgd4`` is the CPU benchmark's small training loop (bench/workloads/cpu_train.py), for
 a machine without a GPU.
@@ -34,6 +38,7 @@ import argparse
 import json
 import re
 import statistics
+import sys
 import time
 from typing import Any, Callable
 
@@ -43,7 +48,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the sc
 sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
 
 MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cupti-off-no-wrapper", "sampler-off",
-         "ops-off", "all-off"]
+         "ops-off", "all-off", "uninstalled"]
 
 
 def mlp_step() -> Callable[[], None]:
@@ -64,7 +69,6 @@ def mlp_step() -> Callable[[], None]:
 
 def gpt_step() -> Callable[[], None]:
     import os
-    import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workloads"))
     import torch.nn.functional as F  # noqa: N812, PLC0415
@@ -109,6 +113,8 @@ class Switches:
         self.sampler = self.agent.collector("sampler") if self.agent else None
         self.ops = self.agent.collector("torch-ops") if self.agent else None
         self.ops_recording = bool(getattr(self.ops, "recording", False))  # as the run left it
+        self.uninstalled = False
+        self.switch = sys.getswitchinterval()
         self.recorder = self.agent.ranges if self.agent else None
         self.anchor = self.recorder.anchor if self.recorder else None
         self.wrapper = torch.nn.Module.__call__
@@ -119,10 +125,23 @@ class Switches:
         hooks, cuda = self.hooks is not None, self.cuda is not None
         needs = {"full": hooks, "logged": hooks, "no-wrapper": hooks, "hooks-off": hooks, "cupti-off": cuda,
                  "cupti-off-no-wrapper": hooks and cuda, "sampler-off": self.sampler is not None,
-                 "ops-off": self.ops is not None, "all-off": hooks or cuda}
+                 "ops-off": self.ops is not None, "all-off": hooks or cuda, "uninstalled": hooks}
         return [m for m in MODES if m == "as-is" or (self.agent is not None and needs[m])]
 
     def set(self, mode: str) -> None:
+        if self.hooks is not None and mode != "uninstalled" and self.uninstalled:
+            self.hooks.install(torch)
+            self.hooks._disabled = False
+            self.wrapper = torch.nn.Module.__call__
+            sys.setswitchinterval(self.switch)
+            self.uninstalled = False
+        if mode == "uninstalled":
+            self.set("all-off")
+            if not self.uninstalled:
+                self.hooks.uninstall()
+                sys.setswitchinterval(0.005)
+                self.uninstalled = True
+            return
         cupti_on = "cupti-off" not in mode and mode != "all-off"
         if self.cuda is not None:
             self.cuda.set_collecting(cupti_on)

@@ -228,3 +228,64 @@ def test_an_unmeasured_cost_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     c.launch_cost_unmeasured = ""
     c._measure_launch_cost()
     assert c.launch_cost_unmeasured == ""  # switched off: nothing to say
+
+
+class CallLog:
+    """A cupti module that notes the calls of the end of a run, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def activity_flush_all(self, forced: int) -> None:
+        self.calls.append("flush")
+
+    def activity_get_num_dropped_records(self, ctx: int, stream: int, out: int) -> None:
+        self.calls.append("dropped")
+
+    def activity_enable(self, kind: int) -> None:
+        self.calls.append(f"enable {kind}")
+
+    def activity_disable(self, kind: int) -> None:
+        self.calls.append(f"disable {kind}")
+
+    def finalize(self) -> None:
+        self.calls.append("finalize")
+
+
+class Spool:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write(self, rows: dict) -> None:
+        self.rows.append(rows)
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_the_end_of_a_run_reads_the_dropped_count_before_detaching_once(monkeypatch: pytest.MonkeyPatch,
+                                                                       measured: bool) -> None:
+    log, spool = CallLog(), Spool()
+    c = activity.CuptiCollector(spool, {"cuda"}, lambda lvl, m: None)  # type: ignore[arg-type]
+    c._cupti = log
+    c.enabled, c._enabled_kinds = ["kernel"], [10]
+
+    def fake_measure(lib: Any, switch: Any, runtime: Any, detach: Any) -> dict[str, int]:
+        switch(False)
+        switch(True)
+        detach()
+        return {"driver": 1_500}
+
+    monkeypatch.setattr(activity, "loaded_library", lambda fragment: "/fake/lib.so" if measured else None)
+    monkeypatch.setattr(activity.ctypes, "CDLL", lambda path: object())
+    monkeypatch.setattr(launch_cost, "measure", fake_measure)
+    c.stop()
+    calls = log.calls
+    assert calls.index("dropped") < calls.index("finalize") and calls.count("finalize") == 1
+    assert calls[0] == "flush" and calls[1] == "dropped"
+    if measured:  # every kind off and on for the measurement, its records flushed, then detached
+        assert calls[2:] == ["disable 10", "enable 10", "flush", "disable 10", "finalize"]
+        assert c.ns_per_launch == 1_500
+    else:
+        assert calls[2:] == ["disable 10", "finalize"] and c.ns_per_launch is None
+    assert spool.rows == [{"dropped": [("cupti", 0), ("gpuscope", 0)]}]
+    c.stop()  # a second stop does nothing
+    assert log.calls.count("finalize") == 1

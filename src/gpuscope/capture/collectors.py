@@ -185,10 +185,10 @@ def _torch_ops_hint(trace: list[str]) -> str | None:
 
 TRACES = [
     TraceOption("cuda", "kernels, memory copies and sets, synchronizations, devices (CUPTI); cost, measured on H100 "
-                "and H200 2026-11-22 to 2026-11-26: 1.2-2.3 µs more per kernel launch for CUPTI's records (1.11x the "
-                "step of a launch-bound MLP and 1.08x a compiled GPT without gpuscope: the floor), 1.02-1.23x the "
-                "step of a launch-bound MLP with the anchors; the whole GPU default 1.19-1.27x there, 1.05x a small GPT eager, 1.13-1.38x "
-                "it compiled, 1.00x large GEMMs",
+                "and H200 2026-11-22 to 2026-11-26: 1.1-2.5 µs more per kernel launch for CUPTI's records (1.11x "
+                "the step of a launch-bound MLP and 1.08x a compiled GPT without gpuscope: the floor), 1.02-1.23x "
+                "the step of a launch-bound MLP with the anchors; the whole GPU default 1.19-1.27x there, 1.05x a "
+                "small GPT eager, 1.13-1.38x it compiled, 1.00x large GEMMs",
                 ("kernel", "kernel_config", "memcpy", "memset", "sync", "device", "context", "overhead",
                  "sync_site", "launch_call"), needs_gpu=True, hint_key="cuda", hint="GPU activity: add --trace cuda"),
     TraceOption("cuda-graph", "each CUDA graph launch as one operation, instead of one per kernel of the graph "

@@ -281,10 +281,12 @@ class CuptiCollector:
         if not self._enabled_kinds or self._stopped:
             return
         try:
-            self._flush_all(True)
+            try:
+                self._flush_all(True)
+            finally:
+                self._report_dropped()  # before detaching, which forgets the count
             self._measure_launch_cost()  # detaches from CUPTI where it measures
         finally:
-            self._report_dropped()
             self._detach()
             if self.raw is not None:
                 self.raw.drain()  # buffers CUPTI completed while detaching
