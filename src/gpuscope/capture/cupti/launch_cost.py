@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 BLOCK = 200  # launches per block
-PAIRS = 7  # blocks with records on, and as many with them off, alternating
+PAIRS = 7  # blocks with records on, as many with them off (alternating), and as many detached
 DEADLINE_S = 0.5  # the longest wait for one block's kernels to finish
 CU_STREAM_NON_BLOCKING = 1
 CUDA_SUCCESS = 0
