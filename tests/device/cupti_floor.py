@@ -41,49 +41,24 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workloads"))
+sys.path.insert(0, os.path.dirname(__file__))
+from where_cost import gpt_step, mlp_step  # noqa: E402
+
+from gpuscope.capture.cupti.graph_launches import GRAPH_LAUNCH_APIS  # noqa: E402
+from gpuscope.capture.cupti.launch_anchors import ANCHOR_API  # noqa: E402
+from gpuscope.capture.cupti.sync_sites import SYNC_APIS  # noqa: E402
 
 DEV = "cuda"
 STATES = ["bare", "attached", "kernel", "kernel+copies", "records", "subscribed", "records+subscribed", "latency"]
-CALLBACK_APIS = [  # what gpuscope's default subscribes to (sync_sites.SYNC_APIS, graph launches, the anchor)
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
-    "cudaGraphLaunch", "cuGraphLaunch", "cuDriverGetVersion",
-]
+# what gpuscope's default subscribes to: synchronization calls, graph launches, the anchor call
+CALLBACK_APIS = [*SYNC_APIS, *GRAPH_LAUNCH_APIS, ANCHOR_API]
 
 
 def workload(name: str) -> Callable[[], None]:
     if name == "mlp":
-        layers: list[Any] = []
-        for _ in range(8):
-            layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
-        model = torch.nn.Sequential(*layers).to(DEV)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(256, 1024, device=DEV)
-
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            model(x).square().mean().backward()
-            opt.step()
-        return step
-    if name.startswith("gpt"):
-        import torch.nn.functional as F
-        from transformer import GPT
-
-        model = GPT(vocab=4096, dim=256, heads=8, layers=4, ctx=256).to(DEV)
-        if name == "gpt-compiled":
-            model = torch.compile(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        idx = torch.randint(0, 4096, (8, 256), device=DEV)
-
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            logits = model(idx)
-            F.cross_entropy(logits.view(-1, logits.shape[-1]), idx.view(-1)).backward()
-            opt.step()
-        return step
+        return mlp_step()
+    if name in ("gpt", "gpt-compiled"):
+        return gpt_step(compiled=name == "gpt-compiled")
     if name == "launch":  # 200 one-element kernels a step: the cost of a launch, and nothing else
         t = torch.zeros(1, device=DEV)
 

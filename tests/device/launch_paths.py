@@ -54,16 +54,11 @@ def paths() -> dict[str, Callable[[int], None]]:
         assert cuda.cuModuleGetFunction(ctypes.byref(fn), module, entry) == 0
         if entry == b"gpuscope_params":
             buf = (ctypes.c_uint8 * 512)()
-            ptr = ctypes.c_void_p(ctypes.addressof(buf))
             params = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-            keep = (buf, ptr, params)
             u = ctypes.c_uint
             args = (fn, u(1), u(1), u(1), u(1), u(1), u(1), u(0), stream, params, None)
-
-            def run(n: int, args: tuple = args, keep: tuple = keep) -> None:
-                for _ in range(n):
-                    cuda.cuLaunchKernel(*args)
-            out[name] = run
+            out[name] = launch_cost.repeat(cuda.cuLaunchKernel, args, "cuLaunchKernel")
+            out[name].keep = buf  # type: ignore[attr-defined]  # the parameters' bytes, alive with the launcher
         else:
             out[name] = launch_cost._driver_launcher(cuda, fn, stream)
     library = ctypes.c_void_p()

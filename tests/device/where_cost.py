@@ -51,13 +51,12 @@ MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cup
          "ops-off", "all-off", "uninstalled"]
 
 
-def mlp_step() -> Callable[[], None]:
-    layers: list[Any] = []
-    for _ in range(8):
-        layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers).to(DEV)
+def mlp_step(layers: int = 8, width: int = 1024, batch: int = 256) -> Callable[[], None]:
+    """``layers`` x (Linear(width) + ReLU) trained with SGD on one batch: the launch-bound MLP by default."""
+    model = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(width, width),
+                                                                       torch.nn.ReLU())]).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(256, 1024, device=DEV)
+    x = torch.randn(batch, width, device=DEV)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -67,7 +66,7 @@ def mlp_step() -> Callable[[], None]:
     return step
 
 
-def gpt_step() -> Callable[[], None]:
+def gpt_step(compiled: bool = False) -> Callable[[], None]:
     import os
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workloads"))
@@ -75,6 +74,8 @@ def gpt_step() -> Callable[[], None]:
     from transformer import GPT  # noqa: PLC0415
 
     model = GPT(vocab=4096, dim=256, heads=8, layers=4, ctx=256).to(DEV)
+    if compiled:
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, 4096, (8, 256), device=DEV)
 
@@ -89,16 +90,7 @@ def gpt_step() -> Callable[[], None]:
 
 def sgd4_step() -> Callable[[], None]:
     torch.set_num_threads(1)
-    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())]).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(32, 128, device=DEV)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        model(x).square().mean().backward()
-        opt.step()
-
-    return step
+    return mlp_step(layers=4, width=128, batch=32)
 
 
 class Switches:

@@ -130,13 +130,17 @@ def measure(libcuda: ctypes.CDLL, switch: Switch, cudart: ctypes.CDLL | None = N
 def _driver_launcher(libcuda: ctypes.CDLL, fn: ctypes.c_void_p, stream: ctypes.c_void_p) -> Callable[[int], None]:
     launch = libcuda.cuLaunchKernel
     u = ctypes.c_uint
-    args = (fn, u(1), u(1), u(1), u(1), u(1), u(1), u(0), stream, None, None)
+    return repeat(launch, (fn, u(1), u(1), u(1), u(1), u(1), u(1), u(0), stream, None, None), "cuLaunchKernel")
+
+
+def repeat(launch: Callable[..., int], args: tuple[object, ...], name: str) -> Callable[[int], None]:
+    """Return a function that calls ``launch(*args)`` n times, raising :class:`Unmeasured` on an error code."""
 
     def run(n: int) -> None:
         for _ in range(n):
             rc = launch(*args)
             if rc != CUDA_SUCCESS:
-                raise Unmeasured(f"cuLaunchKernel returned CUDA error {rc}")
+                raise Unmeasured(f"{name} returned CUDA error {rc}")
     return run
 
 
@@ -165,14 +169,7 @@ def _runtime_launcher(cudart: ctypes.CDLL, stream: ctypes.c_void_p,
     except (AttributeError, TypeError):  # not a ctypes function (a test's fake)
         pass
     one = Dim3(1, 1, 1)
-    args = (kernel, one, one, None, 0, stream)
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            rc = launch(*args)
-            if rc != CUDA_SUCCESS:
-                raise Unmeasured(f"cudaLaunchKernel returned CUDA error {rc}")
-    return run
+    return repeat(launch, (kernel, one, one, None, 0, stream), "cudaLaunchKernel")
 
 
 class _Driver:
