@@ -192,12 +192,16 @@ WORKLOAD = textwrap.dedent("""
 
 
 def _profile(tmp_path: Path, name: str, *options: str) -> Path:
+    steps = "80"
+    if "--args-steps" in options:  # the program's step count, not an option of gpuscope
+        i = options.index("--args-steps")
+        steps, options = options[i + 1], options[:i] + options[i + 2:]
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
     out = tmp_path / f"{name}.gpuscope"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "-o", str(out), "-t", "torch,torch-ops",
-                           *options, sys.executable, str(script), "80"],
+                           *options, sys.executable, str(script), steps],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
@@ -238,3 +242,17 @@ def test_no_overhead_probe_records_every_step(tmp_path: Path) -> None:
 
         listed = {int(r[1]) for r in step_sum(report).rows if str(r[1]).isdigit()}
     assert listed == set(range(1, 81))
+
+
+def test_a_probe_at_the_last_steps_leaves_step_sum_readable(tmp_path: Path) -> None:
+    """11 steps: the probe starts after step 10, and the loop ends inside it, so no step with
+    collection off is timed; the step summary says so instead of failing."""
+    from gpuscope.analysis.steps import step_sum
+
+    with Report.open(_profile(tmp_path, "short", "-t", "torch", "--args-steps", "11")) as report:
+        (timing,) = probe_timings(report).values()
+        table = step_sum(report)
+    assert timing.off_ns == () and not timing.measured and timing.cost_share == 0.0
+    listed = {int(r[1]) for r in table.rows if str(r[1]).isdigit()}
+    assert {1, 5, 10} <= listed
+    assert any("no measurement" in n for n in table.notes), table.notes

@@ -39,18 +39,18 @@ class ProbeTiming:
 
     @property
     def off_median(self) -> float:
-        """The median step with collection off."""
-        return float(np.median(self.off_ns))
+        """The median step with collection off (0.0 when none was timed)."""
+        return float(np.median(self.off_ns)) if self.off_ns else 0.0
 
     @property
     def on_median(self) -> float:
-        """The median recorded step."""
-        return float(np.median(self.on_ns))
+        """The median recorded step (0.0 when none was timed)."""
+        return float(np.median(self.on_ns)) if self.on_ns else 0.0
 
     @property
     def ratio(self) -> float:
         """How many times longer a recorded step took than one without collection (1.0: no cost seen)."""
-        return self.on_median / self.off_median if self.off_median > 0 else 1.0
+        return self.on_median / self.off_median if self.off_median > 0 and self.on_median > 0 else 1.0
 
     @property
     def measured(self) -> bool:
@@ -65,9 +65,15 @@ class ProbeTiming:
         return 1.0 - 1.0 / self.ratio
 
     def describe(self) -> str:
-        """One line: what the probe measured."""
+        """One line: what the probe measured, or why it measured nothing (a probe at the run's last
+        steps times no step with collection off)."""
         from ..units import duration
 
+        if not self.measured:
+            return (f"{self.probes} probe{'s' if self.probes != 1 else ''} timed {len(self.off_ns)} step"
+                    f"{'s' if len(self.off_ns) != 1 else ''} with collection off and {len(self.on_ns)} recorded "
+                    f"step{'s' if len(self.on_ns) != 1 else ''} (at least {MIN_OFF_STEPS} of each are needed): "
+                    "no measurement")
         low, high = min(self.off_ns), max(self.off_ns)
         return (f"{len(self.off_ns)} steps with collection off ({self.probes} probes) took "
                 f"{duration(self.off_median)} each (median; {duration(low)} to {duration(high)}) against "
