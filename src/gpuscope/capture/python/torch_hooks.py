@@ -149,7 +149,7 @@ class TorchHooks:
         r = self.r
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self._disabled or not self.collecting or self._is_compiling():
+            if self._is_compiling() or self._disabled or not self.collecting:  # compiling first: no guards
                 return func(*args, **kwargs)
             r.push(name(args), "", SOURCE, category)
             try:
@@ -186,12 +186,15 @@ class TorchHooks:
         r, kinds, local, clock, is_compiling = self.r, self._kinds, self.r._local, time.monotonic_ns, self._is_compiling
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            # First, before any state is read: torch.compile traces this frame (the compiled module's
+            # own __call__), and every attribute it reads here would become a guard of the compiled
+            # graph, failing (and recompiling) whenever collection switches on or off.
+            if is_compiling():
+                return call(module, *args, **kwargs)
             if not self.fast:
                 if not self.collecting or self._disabled:  # outside a capture window: one frame, no more
                     return call(module, *args, **kwargs)
                 return full(module, *args, **kwargs)
-            if is_compiling():
-                return call(module, *args, **kwargs)
             try:
                 kind = kinds[id(module)]
                 log = local.log
@@ -242,7 +245,7 @@ class TorchHooks:
         r, names, active, torch = self.r, self._names, self._active, self._torch
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if self._disabled or not self.collecting or self._is_compiling():
+            if self._is_compiling() or self._disabled or not self.collecting:  # compiling first: no guards
                 return call(module, *args, **kwargs)
             try:
                 name = names.get(module) or self.name_of(module)
@@ -411,7 +414,7 @@ class TorchHooks:
         names: dict[type, str] = {}
 
         def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if self._disabled or is_compiling():
+            if is_compiling() or self._disabled:
                 return None
             try:
                 began = getattr(local, "optimizer_steps", None)
@@ -438,7 +441,7 @@ class TorchHooks:
             return None
 
         def post(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if self._disabled or is_compiling():
+            if is_compiling() or self._disabled:
                 return None
             try:
                 began = getattr(local, "optimizer_steps", None)
