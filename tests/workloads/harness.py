@@ -15,11 +15,22 @@ iterations of a variant and then times ``--iterations`` of them between two
 ``torch.cuda.synchronize()`` calls, so the per-iteration time is the wall time over the count,
 whichever of host and GPU is the bottleneck. ``--device cpu --quick`` runs tiny sizes on a machine
 without a GPU (variants that need CUDA, such as CUDA graphs, are skipped there).
+
+The plain run also times its steady state: after ``--warmup`` untimed iterations (default the
+program's warm-up) it times the remaining ones between two waits for the device, and
+``--timing-out`` gets ``steady_s_per_iteration`` and ``iterations_timed`` (and, where the program
+used ``torch.compile``, dynamo's counters: frames compiled, graph breaks, recompiles), so that plain
+and traced runs of one program compare per iteration, without their start-up.
+
+A program whose work is not PyTorch's (JAX, CuPy) declares its own ``sync``: it is given the last
+iteration's return value and waits for that work (``block_until_ready``, a stream synchronize);
+without one the harness waits with ``torch.cuda.synchronize()``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import statistics
@@ -27,6 +38,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -90,7 +102,9 @@ class Program:
     (warm-up included: enough for 50 steady ones); ``measure_iterations``: timed per round;
     ``warmup``: untimed iterations of each variant after it is built. ``nothing_to_fix``: no finding
     should save more than 5%. ``marks``: step marks the program makes by itself (``none``, or
-    ``optimizer``: PyTorch's ``optimizer.step``).
+    ``optimizer``: PyTorch's ``optimizer.step``). ``sync(out)``: waits for the device work of the
+    iterations run so far, given the last iteration's return value (None: ``torch.cuda.synchronize()``
+    on a GPU, nothing on a CPU).
     """
 
     name: str
@@ -102,6 +116,7 @@ class Program:
     warmup: int = 10
     nothing_to_fix: bool = False
     marks: str = "none"
+    sync: Callable[[object], None] | None = None
 
     @property
     def as_written(self) -> Variant:
@@ -119,6 +134,48 @@ class Program:
             if v.name == name:
                 return v
         raise KeyError(f"{self.name} has no variant {name!r}; it has {', '.join(v.name for v in self.variants)}")
+
+
+def wait(program: Program, setup: Setup, out: object = None) -> None:
+    """Wait for the work of ``program``'s iterations so far: its own ``sync`` (given ``out``, the last
+    iteration's return value), else the GPU's."""
+    if program.sync is not None:
+        program.sync(out)
+    else:
+        setup.sync()
+
+
+def compile_counters() -> dict[str, int] | None:
+    """Dynamo's counters summed to a few integers, or None where ``torch.compile`` was not used:
+    frames seen and compiled, graphs, graph breaks, and recompiles (guard failures)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    counters = getattr(utils, "counters", {})
+    frames = counters.get("frames", {})
+    if not frames.get("total"):
+        return None
+    failures = getattr(utils, "guard_failures", {}) or {}
+    recompiles = sum(len(v) for v in failures.values()) + sum(counters.get("recompiles", {}).values())
+    return {"frames_total": int(frames.get("total", 0)), "frames_compiled": int(frames.get("ok", 0)),
+            "unique_graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters.get("graph_break", {}).values())), "recompiles": int(recompiles)}
+
+
+def need(module: str, package: str | None = None) -> ModuleType:
+    """Import ``module``; where it is not installed, exit with one line saying so (``package``: the
+    name to install it by, default the module's top-level name)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        sys.exit(f"this program needs {package or module.split('.')[0]}, which is not installed ({exc})")
+
+
+def gpu_only(setup: Setup, what: str) -> None:
+    """Exit with one line (status 0) where ``setup`` is not a GPU: for programs whose library runs only there."""
+    if not setup.cuda:
+        print(f"{what} runs on a CUDA GPU only: skipped on the CPU")
+        sys.exit(0)
 
 
 def python_work(seconds: float) -> int:
@@ -185,7 +242,9 @@ def parser(program: Program) -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, help="iterations of the plain run, or timed per round with --measure")
     p.add_argument("--measure", action="store_true", help="time every variant, interleaved, in this process")
     p.add_argument("--rounds", type=int, default=5, help="rounds of --measure")
-    p.add_argument("--warmup", type=int, help="untimed iterations of each variant after it is built (--measure)")
+    p.add_argument("--warmup", type=int,
+                   help="untimed iterations of each variant after it is built (--measure), or before the steady "
+                        "iterations of the plain run (default the program's)")
     p.add_argument("--timing-out", help="write the timing (JSON) here")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to run (default cuda)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few iterations: a smoke test")
@@ -204,15 +263,37 @@ def _device_name(setup: Setup) -> str:
 
 def run_plain(program: Program, setup: Setup, variant: str = AS_WRITTEN, iterations: int | None = None) -> float:
     """Build one variant and run it ``iterations`` times, as a user's script would; return the wall seconds."""
+    return run_steady(program, setup, variant, iterations)["wall_s"]
+
+
+def run_steady(program: Program, setup: Setup, variant: str = AS_WRITTEN, iterations: int | None = None,
+               warmup: int | None = None) -> dict[str, Any]:
+    """Build one variant and run it ``iterations`` times, as a user's script would, timing the steady part.
+
+    The first ``warmup`` iterations (default the program's, 2 with ``quick``; at most all but one) run
+    untimed; the rest are timed between two waits for the device. Returns ``wall_s`` (build and every
+    iteration), ``steady_s_per_iteration``, ``iterations_timed``, ``warmup`` and ``compile`` (dynamo's
+    counters, None without ``torch.compile``).
+    """
     if program.variant(variant).needs_cuda and not setup.cuda:
         sys.exit(f"variant {variant} of {program.name} needs CUDA")
     n = iterations or (5 if setup.quick else program.iterations)
+    w = warmup if warmup is not None else (2 if setup.quick else program.warmup)
+    w = max(0, min(w, n - 1))
     t0 = time.perf_counter()
     step = program.build(variant, setup)
-    for _ in range(n):
-        step()
-    setup.sync()
-    return time.perf_counter() - t0
+    out: object = None
+    for _ in range(w):
+        out = step()
+    wait(program, setup, out)
+    t1 = time.perf_counter()
+    for _ in range(n - w):
+        out = step()
+    wait(program, setup, out)
+    t2 = time.perf_counter()
+    timed = n - w
+    return {"wall_s": t2 - t0, "steady_s_per_iteration": (t2 - t1) / timed if timed else None,
+            "iterations_timed": timed, "warmup": w, "compile": compile_counters()}
 
 
 def measure(program: Program, setup: Setup, rounds: int, iterations: int, warmup: int) -> dict[str, Any]:
@@ -229,15 +310,18 @@ def measure(program: Program, setup: Setup, rounds: int, iterations: int, warmup
         t0 = time.perf_counter()
         try:
             steps[v.name] = program.build(v.name, setup)
+            out: object = None
             for _ in range(warmup):
-                steps[v.name]()
-            setup.sync()
+                out = steps[v.name]()
+            wait(program, setup, out)
         except Exception as exc:  # noqa: BLE001  (a fix that cannot run here is reported, the others measured)
             failed[v.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
             print(f"{program.name} {v.name}: failed to build: {failed[v.name]}", file=sys.stderr)
             steps.pop(v.name, None)
-            if setup.cuda:
-                torch.cuda.synchronize()
+            try:
+                wait(program, setup)
+            except Exception:  # noqa: BLE001  (the failed variant's work may not be waited for)
+                pass
             continue
         build_s[v.name] = time.perf_counter() - t0
     variants = [v for v in variants if v.name in steps]
@@ -245,13 +329,14 @@ def measure(program: Program, setup: Setup, rounds: int, iterations: int, warmup
     for _ in range(rounds):
         for v in variants:
             step = steps[v.name]
+            out = None
             for _ in range(min(REWARM, warmup)):
-                step()
-            setup.sync()
+                out = step()
+            wait(program, setup, out)
             t0 = time.perf_counter()
             for _ in range(iterations):
-                step()
-            setup.sync()
+                out = step()
+            wait(program, setup, out)
             times[v.name].append((time.perf_counter() - t0) / iterations)
     out: dict[str, Any] = {}
     for v in program.variants:
@@ -297,10 +382,12 @@ def main(program: Program, argv: list[str] | None = None) -> None:
                 print(f"{program.name} {name}: skipped ({v['skipped']})")
     else:
         n = args.iterations or (5 if args.quick else program.iterations)
-        wall = run_plain(program, setup, args.variant, n)
+        run = run_steady(program, setup, args.variant, n, args.warmup)
         doc = {"program": program.name, "variant": args.variant, "device": _device_name(setup),
-               "iterations": n, "wall_s": wall}
-        print(f"{program.name} ({args.variant.replace('_', ' ')}): {n} iterations in {wall:.2f} s")
+               "iterations": n, **run}
+        steady = run["steady_s_per_iteration"]
+        print(f"{program.name} ({args.variant.replace('_', ' ')}): {n} iterations in {run['wall_s']:.2f} s"
+              + (f", {steady * 1e3:.3f} ms per steady iteration" if steady is not None else ""))
     if args.timing_out:
         with open(args.timing_out, "w") as fh:
             json.dump(doc, fh, indent=1)
