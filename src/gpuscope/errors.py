@@ -17,3 +17,18 @@ class ReportError(GpuscopeError):
     def __init__(self, path: object, reason: str) -> None:
         super().__init__(f"{path}: {reason}", exit_code=2)
         self.path = path
+
+
+class QueryError(GpuscopeError):
+    """A SQL query given to an opened report failed on the query itself (its syntax, a name it
+    uses, a value it casts), not on the report's file."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"error in the SQL query: {message}", exit_code=2)
+
+
+class InternalError(GpuscopeError):
+    """A failure of gpuscope itself (a bug), printed as ``gpuscope: internal error: ...``, exit 3."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, exit_code=3)

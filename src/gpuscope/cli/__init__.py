@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Protocol, Sequence
 
-from ..errors import GpuscopeError
+from ..errors import GpuscopeError, InternalError, QueryError
 from ..safe_text import terminal
 from ..version import __version__
-from . import analyze, diff, export, import_, kernels, profile, report, roofline, stats, view
+from . import analyze, diff, export, failures, import_, kernels, profile, report, roofline, stats, view
 
 
 class Command(Protocol):
@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
         return int(_run_reader(args) if args.command != profile.NAME else args._run(args))
+    except InternalError as exc:
+        print(f"gpuscope: internal error: {terminal(exc)}", file=sys.stderr)
+        return exc.exit_code
     except GpuscopeError as exc:
         print(f"gpuscope: error: {terminal(exc)}", file=sys.stderr)
         return exc.exit_code
@@ -72,26 +75,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-# Set to see the traceback of a failure that a reader command reports as one line.
-DEBUG_ENV = "GPUSCOPE_DEBUG"
+DEBUG_ENV = failures.DEBUG_ENV  # set to see the traceback of a failure said in one line
 
 
 def _run_reader(args: argparse.Namespace) -> int:
     """Run a command that reads a report. A report is data from anywhere: whatever a damaged one makes
-    the analyses raise is said in one line (exit 2), never as a traceback (unless GPUSCOPE_DEBUG is set)."""
+    the analyses raise is said in one line (exit 2), never as a traceback (unless GPUSCOPE_DEBUG is
+    set); a failure of gpuscope itself is said as one (exit 3); cli/failures.py tells them apart."""
     try:
         return int(args._run(args))
+    except QueryError as exc:  # the commands run only gpuscope's own SQL
+        if os.environ.get(DEBUG_ENV):
+            raise
+        raise failures.unexpected(exc, getattr(args, "report", None)) from None
     except (GpuscopeError, KeyboardInterrupt, BrokenPipeError):
         raise
     except OSError as exc:
-        if exc.filename is None:
+        said = failures.os_error(exc)
+        if said is None:
             raise  # the output, not the report
-        raise GpuscopeError(f"{exc.filename}: {exc.strerror or exc}") from None
+        raise said from None
     except Exception as exc:  # noqa: BLE001
         if os.environ.get(DEBUG_ENV):
             raise
-        report = getattr(args, "report", None)
-        text = str(exc).strip().splitlines()
-        raise GpuscopeError(f"{report}: cannot read this report, damaged or of a form this gpuscope does not "
-                            f"know ({type(exc).__name__}: {text[0][:200] if text else ''}); "
-                            f"{DEBUG_ENV}=1 shows where") from None
+        raise failures.unexpected(exc, getattr(args, "report", None)) from None

@@ -65,11 +65,10 @@ def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
         how = "read the kept timeline index of"
         if index is None:
             how = "indexed"
-            # DuckDB's cache would hold gigabytes while ten million slices are read; the index is what stays
-            report.con.execute(f"SET memory_limit = '{INDEX_MEMORY}'")
-            index = build_index(report)
-        if index.events() <= FILE_EVENT_CAP:  # the analyses of the page's other sections run at full width
-            report.con.execute("RESET memory_limit")
+            # DuckDB's cache would hold gigabytes while ten million slices are read; the index is what
+            # stays: read through a connection of its own, within less memory, given back when it closes
+            with Report.open(path, memory=INDEX_MEMORY) as lean:
+                index = build_index(lean)
         said = f"{how} {index.events():,} timeline slices in {time.perf_counter() - t0:.1f} s"
         viewer = Viewer(report, index, FILE_EVENT_CAP, key)
         if how == "indexed" and key is not None:  # kept in the background, then its levels of detail

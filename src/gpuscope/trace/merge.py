@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 
 from ..errors import GpuscopeError
-from . import outputs, schema
+from . import outputs, report_catalog, schema
 
 PID_STRIDE = 10_000_000  # above Linux's largest pid (4,194,304): a shifted pid reads as report number + pid
 STRING_IDS = {"name_id", "mangled_id", "domain_id", "file_id", "function_id", "api_name_id"}
@@ -58,6 +58,18 @@ def pid_shifts(pids: list[set[int]]) -> list[int]:
         out.append(shift)
         taken |= {p + shift for p in own}
     return out
+
+
+def _check(con: duckdb.DuckDBPyConnection, db: str, src: MergeSource) -> None:
+    """Raise GpuscopeError unless the attached ``db`` holds only a report's tables (nothing that runs
+    when read: report_catalog.py), as Report.open checks before reading a report."""
+    version = src.meta.get("schema_version")
+    try:
+        report_catalog.check(con, db)
+        report_catalog.check_tables(con, db, version if isinstance(version, int) else schema.SCHEMA_VERSION)
+    except report_catalog.CatalogProblem as problem:
+        what = "damaged report" if problem.damaged else "not a gpuscope report"
+        raise GpuscopeError(f"{src.path}: {what}: {problem}") from None
 
 
 def _columns(con: duckdb.DuckDBPyConnection, db: str, table: str) -> list[str]:
@@ -100,7 +112,8 @@ def _intern(con: duckdb.DuckDBPyConnection, db: str) -> None:
 def merge(sources: list[MergeSource], output: Path) -> None:
     """Write the reports of ``sources`` into the new report file ``output`` (which must not exist)."""
     outputs.create_report(output, force=False)
-    con = duckdb.connect(str(output))
+    con = duckdb.connect(str(output), config={"autoinstall_known_extensions": False,
+                                              "autoload_known_extensions": False})
     try:
         for stmt in schema.create_statements():
             con.execute(stmt)
@@ -110,6 +123,7 @@ def merge(sources: list[MergeSource], output: Path) -> None:
         for i, src in enumerate(sources):
             db = f"src{i}"
             con.execute(f"ATTACH '{str(src.path).replace(chr(39), chr(39) * 2)}' AS {db} (READ_ONLY)")
+            _check(con, db, src)
             _intern(con, db)
             for table in schema.TABLES:
                 if table in ("meta", "string"):
@@ -133,8 +147,10 @@ def merge(sources: list[MergeSource], output: Path) -> None:
                     wall_ns=max((int(s.meta.get("wall_ns") or 0) for s in sources), default=0))
         con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
         con.execute("CHECKPOINT")
-    except duckdb.Error as exc:
+    except (duckdb.Error, GpuscopeError) as exc:
         con.close()
         output.unlink(missing_ok=True)
+        if isinstance(exc, GpuscopeError):
+            raise
         raise GpuscopeError(f"cannot merge the reports into {output}: {str(exc).splitlines()[0]}") from None
     con.close()

@@ -16,18 +16,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..errors import GpuscopeError
 from . import schema
-from .report import DAMAGED, Report
+from .report import Report
+from .report_errors import disk_full
 
 
 def column_types(table: str) -> dict[str, str]:
     """Return the SQL type of each column of ``table``, in order."""
-    out = {}
-    for line in schema.TABLES[table].split(","):
-        parts = line.split()
-        if len(parts) >= 2:
-            out[parts[0]] = parts[1]
-    return out
+    return schema.column_types(table)
 
 
 def write(report: Report, folder: Path) -> dict[str, int]:
@@ -38,11 +35,13 @@ def write(report: Report, folder: Path) -> dict[str, int]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
     counts: dict[str, int] = {}
     try:
-        for table in schema.TABLES:
-            target = str(tmp / f"{table}.parquet").replace("'", "''")
-            cols = ", ".join(f'"{c}"' for c in schema.columns(table))
-            report.con.execute(f"COPY (SELECT {cols} FROM {table}) TO '{target}' (FORMAT PARQUET, COMPRESSION ZSTD)")
-            counts[table] = report.count(table)
+        # a reading of its own that may write into the new folder, and nowhere else
+        with Report.open(report.path, writable=[tmp]) as own, own.deadline():
+            for table in schema.TABLES:
+                target = str(tmp / f"{table}.parquet").replace("'", "''")
+                cols = ", ".join(f'"{c}"' for c in schema.columns(table))
+                own.con.execute(f"COPY (SELECT {cols} FROM {table}) TO '{target}' (FORMAT PARQUET, COMPRESSION ZSTD)")
+                counts[table] = own.count(table)
         doc = {"format": "gpuscope-parquet", "schema_version": schema.SCHEMA_VERSION,
                "report_schema_version": report.meta.get("schema_version"),
                "source": str(report.path.name), "rows": counts,
@@ -53,8 +52,10 @@ def write(report: Report, folder: Path) -> dict[str, int]:
         elif folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
-    except DAMAGED as exc:
-        raise report.damaged(exc) from None
+    except OSError as exc:
+        if disk_full(exc):
+            raise GpuscopeError(f"the disk is full: cannot write {folder} ({exc.strerror})") from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return counts

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import re
-import shutil
-import tempfile
-import uuid
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from ..errors import ReportError
-from . import schema
+from ..errors import GpuscopeError, InternalError, ReportError
+from . import report_catalog, schema
+from .report_connection import (DB, MEMORY_LIMIT, Deadline, check_file, connect, new_spill_folder, remove_spill,
+                                seal)
+from .report_errors import denied, explain, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,13 +40,8 @@ _API_CALLS = """
     ORDER BY a.start_ns"""
 
 
-# What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
+# What DuckDB raises when a query on a report fails (report_errors.explain says why).
 DAMAGED = (duckdb.Error,)
-# DuckDB's memory while reading a report: past it, sorts, joins and the analyses' temporary tables
-# spill to a private temporary folder, so that reading a report of tens of millions of rows stays
-# within a machine's memory. GPUSCOPE_MEMORY_LIMIT (a DuckDB size, such as 4GB) sets it.
-MEMORY_LIMIT = "1GB"
-_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([kmgt]i?b|b|bytes)?\s*", re.IGNORECASE)  # what DuckDB takes as a size
 
 
 class Report:
@@ -59,48 +54,36 @@ class Report:
         self._spill: str | None = None
 
     @classmethod
-    def open(cls, path: str | Path) -> Report:
-        """Open and validate ``path``; raise ReportError with the reason if it is not readable."""
+    def open(cls, path: str | Path, writable: list[Path] | None = None, memory: str | None = None) -> Report:
+        """Open and check ``path`` and return it; raise ReportError with the reason if it is not a
+        readable gpuscope report. ``writable``: folders that queries may write into (an export's
+        output); nothing else outside the report is readable or writable by its queries.
+        ``memory``: the memory DuckDB may use (default GPUSCOPE_MEMORY_LIMIT, else 1GB); the
+        configuration cannot be changed once the report is open."""
         p = Path(path)
-        if not p.exists():
-            raise ReportError(p, "no such report file")
-        if p.is_dir():
-            raise ReportError(p, "is a directory, not a report file")
+        check_file(p)
+        spill = new_spill_folder()
         try:
-            con = duckdb.connect(str(p), read_only=True)
+            con = connect(p, spill, writable, memory)
         except duckdb.Error as exc:
-            text = _first_line(exc)
-            if "lock" in text.lower():
-                raise ReportError(p, "is being written (a gpuscope profile run still holds it); read it when "
-                                     "that run has ended") from None
-            raise ReportError(p, f"not a gpuscope report, or a damaged one ({text})") from None
+            remove_spill(spill)
+            raise _unopenable(p, exc) from None
         try:
             report = cls(p, con, _meta(p, con))
-            report._bound_memory()
+            report._spill = spill
+            # DuckDB makes the folder when it first spills; it goes on close, or when the report is
+            # collected or the interpreter ends if the report was never closed
+            weakref.finalize(report, remove_spill, spill)
             return report
         except BaseException:
             con.close()
+            remove_spill(spill)
             raise
-
-    def _bound_memory(self) -> None:
-        limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
-        if not _SIZE.fullmatch(limit):
-            raise ReportError(self.path, f"GPUSCOPE_MEMORY_LIMIT={limit!r} is not a size such as 4GB")
-        try:
-            self.con.execute(f"SET memory_limit = '{limit}'")
-        except duckdb.Error as exc:  # a size, but below what the open report already holds
-            raise ReportError(self.path, f"opening it needs more than the memory allowed ({limit}): set "
-                                         f"GPUSCOPE_MEMORY_LIMIT higher, such as 4GB ({_first_line(exc)})") from None
-        # DuckDB makes the folder when it first spills; it goes on close, or when the report is
-        # collected or the interpreter ends if the report was never closed
-        self._spill = os.path.join(tempfile.gettempdir(), f"gpuscope-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        self.con.execute(f"SET temp_directory = '{self._spill}'")
-        weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
 
     def close(self) -> None:
         self.con.close()
         if self._spill:
-            shutil.rmtree(self._spill, ignore_errors=True)
+            remove_spill(self._spill)
             self._spill = None
 
     def __enter__(self) -> Report:
@@ -124,28 +107,38 @@ class Report:
         return int(self.sql(f"SELECT count(*) FROM {table}")[0][0])
 
     def sql(self, query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run a SQL query on the report and return its rows."""
-        try:
+        """Run a SQL query on the report and return its rows. A query that fails raises a
+        GpuscopeError that names the cause: QueryError for an error in the query itself."""
+        with self.deadline():
             return self.con.execute(query, params or []).fetchall()
+
+    @contextlib.contextmanager
+    def deadline(self) -> Iterator[None]:
+        """``with report.deadline():`` runs queries on :attr:`con` within the time limit, and turns
+        what DuckDB raises into the error that names its cause (:meth:`damaged`)."""
+        watch = Deadline(self.con)
+        try:
+            with watch:
+                yield
+        except duckdb.InterruptException:
+            if not watch.expired:
+                raise KeyboardInterrupt from None
+            raise self.damaged(duckdb.InterruptException("time limit"), timed_out=True) from None
         except DAMAGED as exc:
             raise self.damaged(exc) from None
 
-    def damaged(self, exc: BaseException) -> ReportError:
-        """Return the error that says this report's data cannot be read (or, where DuckDB ran out
-        of the memory it may use, that and how to give it more)."""
-        if isinstance(exc, duckdb.OutOfMemoryException):
-            limit = os.environ.get("GPUSCOPE_MEMORY_LIMIT") or MEMORY_LIMIT
-            return ReportError(self.path, f"reading it needed more than the memory allowed ({limit}): set "
-                                          f"GPUSCOPE_MEMORY_LIMIT higher, such as 4GB ({_first_line(exc)})")
-        return ReportError(self.path, f"damaged or truncated report ({_first_line(exc)})")
+    def damaged(self, exc: BaseException, timed_out: bool = False) -> GpuscopeError:
+        """Return the error that says why a query on this report failed: its file damaged, the
+        memory or time allowed used up, a disk full, a permission missing, or the query itself."""
+        if not isinstance(exc, duckdb.Error):
+            return InternalError(f"{type(exc).__name__}: {first_line(exc)}")
+        return explain(self.path, exc, timed_out)
 
     # -- DataFrames -------------------------------------------------------------------------
     def df(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:
-        """Run a SQL query on the report and return a pandas DataFrame."""
-        try:
+        """Run a SQL query on the report and return a pandas DataFrame (errors as :meth:`sql`)."""
+        with self.deadline():
             return self.con.execute(query, params or []).df()
-        except DAMAGED as exc:
-            raise self.damaged(exc) from None
 
     def df_shared(self, query: str) -> pd.DataFrame:
         """:meth:`df`, for results of millions of rows whose text repeats (kernel, operator and range
@@ -154,7 +147,7 @@ class Report:
         import numpy as np
         import pandas as pd
 
-        try:
+        with self.deadline():
             res = self.con.execute(query)
             parts = []
             texts: dict[str, str] = {}
@@ -168,8 +161,6 @@ class Report:
                 parts.append(chunk)
                 if chunk.empty:
                     break
-        except DAMAGED as exc:
-            raise self.damaged(exc) from None
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
     def kernels(self) -> pd.DataFrame:
@@ -215,15 +206,39 @@ class Report:
         return self.df("SELECT * FROM diagnostic ORDER BY ts_ns")
 
 
+def _unopenable(p: Path, exc: duckdb.Error) -> ReportError:
+    """Return the error for a file DuckDB cannot attach: held by a writer, unreadable, or not a
+    DuckDB database at all (or one too damaged to open)."""
+    text = first_line(exc)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return explain(p, exc)
+    if "could not set lock" in text.lower() or "conflicting lock" in text.lower():
+        return ReportError(p, "is being written (a gpuscope profile run still holds it); read it when "
+                              "that run has ended")
+    if denied(exc):
+        return ReportError(p, f"permission denied ({text})")
+    return ReportError(p, f"not a gpuscope report, or a damaged one ({text})")
+
+
 def _meta(p: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """Read and check the report's ``meta`` table, and make an older schema readable; return it."""
+    """Check the report's catalog, read and check its ``meta`` table, make an older schema readable
+    and give it empty tables for those it may lack; then seal the connection (report_connection.py).
+    Return the meta items."""
     try:
-        rows = con.execute("SELECT key, value FROM meta").fetchall()
-    except duckdb.Error:
+        report_catalog.check(con, DB)
+    except report_catalog.CatalogProblem as problem:
         hint = ""
-        if not p.with_name(p.name + ".wal").exists() and p.stat().st_size <= 1 << 16:
+        if str(problem) == "it has no meta table" and not p.with_name(p.name + ".wal").exists() \
+                and p.stat().st_size <= 1 << 16:
             hint = f"; if it was copied while being written, copy {p.name}.wal beside it too"
-        raise ReportError(p, f"not a gpuscope report (it has no meta table){hint}") from None
+        what = "damaged report" if problem.damaged else "not a gpuscope report"
+        raise ReportError(p, f"{what}: {problem}{hint}") from None
+    except duckdb.Error as exc:
+        raise explain(p, exc) from None
+    try:
+        rows = con.execute(f"SELECT key, value FROM {DB}.main.meta").fetchall()
+    except duckdb.Error as exc:
+        raise explain(p, exc) from None
     meta: dict[str, Any] = {}
     for key, value in rows:
         try:
@@ -239,14 +254,15 @@ def _meta(p: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         raise ReportError(p, f"report schema version {version} is newer than this gpuscope reads "
                              f"(up to {schema.SCHEMA_VERSION}); upgrade gpuscope")
     try:
-        db = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-        for stmt in schema.upgrade_statements(version, db):
+        missing = report_catalog.check_tables(con, DB, version)
+        seal(con)
+        statements = schema.upgrade_statements(version, DB)
+        created = {s.split()[3] for s in statements if s.startswith("CREATE TEMP TABLE")}
+        statements += [f"CREATE TEMP TABLE {t} ({schema.TABLES[t]}\n)" for t in missing if t not in created]
+        for stmt in statements:
             con.execute(stmt)
+    except report_catalog.CatalogProblem as problem:
+        raise ReportError(p, f"damaged report: {problem}") from None
     except duckdb.Error as exc:
-        raise ReportError(p, f"damaged report ({_first_line(exc)})") from None
+        raise explain(p, exc) from None
     return meta
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -323,3 +323,36 @@ def columns(table: str) -> list[str]:
         if line:
             out.append(line.split()[0])
     return out
+
+
+# Tables a report of any version may lack: it reads them as empty. ``kernel_metric`` is written by
+# ``gpuscope kernels --ncu`` or ``--import``; reports of an earlier writer do not create it until then.
+OPTIONAL_TABLES: tuple[str, ...] = ("kernel_metric",)
+
+# Columns that appeared in a version (a report of an older version lacks them; UPGRADES adds them).
+COLUMNS_ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
+    2: {"nvtx_range": ("source", "category", "color")},
+}
+
+
+def column_types(table: str) -> dict[str, str]:
+    """Return the SQL type of each column of ``table`` (``{"start_ns": "BIGINT", ...}``), in order."""
+    out = {}
+    for line in TABLES[table].split(","):
+        parts = line.split()
+        if len(parts) >= 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def stored_columns(table: str, version: int) -> dict[str, str]:
+    """Return the columns and types that ``table`` has in a report of schema ``version``, in order."""
+    later = {c for v, added in COLUMNS_ADDED_IN.items() if v > version for c in added.get(table, ())}
+    return {c: t for c, t in column_types(table).items() if c not in later}
+
+
+def tables_of(version: int) -> tuple[list[str], list[str]]:
+    """Return the tables a report of ``version`` must hold, and those it may lack (read as empty)."""
+    later = {t for v, added in ADDED_IN.items() if v > version for t in added}
+    required = [t for t in TABLES if t not in later and t not in OPTIONAL_TABLES]
+    return required, [t for t in TABLES if t not in required]

@@ -13,6 +13,7 @@ import duckdb
 from ...errors import GpuscopeError
 from ...trace import parquet
 from ...trace.report import Report
+from ...trace.report_connection import check_file
 from ...trace.schema import FILE_SUFFIX
 
 
@@ -33,6 +34,7 @@ def _expand(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
+        check_file(path)  # a FIFO, socket or device: refused with what it is, never opened for reading
         raise GpuscopeError(f"{path}: no such report file or directory")
     if (path / "schema.json").is_file():
         return [path]
