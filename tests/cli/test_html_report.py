@@ -209,7 +209,7 @@ def test_view_keeps_the_connection_open_and_says_where_a_windows_time_went(adam:
         assert answers[0] == view.get(f"/api/window?t0=0&t1={span}&px=500")
         # a window asked for on a connection the asker then closed (a cancelled fetch) gets no answer;
         # the same request on an open connection does, and the server goes on serving
-        request = f"GET /api/window?t0=0&t1={span}&px=500 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        request = f"GET /api/window?t0=0&t1={span}&px=500 HTTP/1.1\r\nHost: 127.0.0.1:{u.port}\r\n\r\n".encode()
         for cancel in (True, False):
             with socket.create_connection((u.hostname, u.port), timeout=60) as s:
                 if cancel:  # the request and the close in one segment: the server sees both at once

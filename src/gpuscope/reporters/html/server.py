@@ -10,18 +10,28 @@ its query and its encoding took;
 Times are ns from the timeline's start. Connections stay open (HTTP/1.1, no Nagle delay).
 Serving two reports side by side (``gpuscope view BASE NEW``), each route takes ``side=0`` (base,
 the default) or ``side=1``, and ``/api/diff`` answers the comparison. The server binds 127.0.0.1 only.
+
+What it accepts: a request whose Host (and Origin, where it has one) names 127.0.0.1, localhost or
+[::1] with the server's port, else 403 (a page of another site reaching it through a name that
+resolves here); parameters that are finite numbers of at most 32 characters within their bounds
+(times within 2^61 ns, ``t0 <= t1``, ``px`` 1 to 100,000, an existing side), a search of at most
+1,000 characters, else 400 with one line. Every answer says ``X-Content-Type-Options: nosniff``.
+Connections are served by a pool of :data:`WORKERS` threads (more wait, up to :data:`PENDING`) and
+closed after :data:`IDLE_TIMEOUT_S` of silence.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import queue
 import socket
 import sys
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
@@ -180,13 +190,49 @@ class Once:
         return self._value
 
 
-def _int(q: dict[str, list[str]], key: str, default: int | None = None) -> int:
-    try:
-        return int(float(q[key][0]))
-    except (KeyError, IndexError, ValueError):
+# What a query parameter may be: at most MAX_PARAM characters, a finite number within its bounds.
+MAX_PARAM = 32
+TIME_LIMIT = 1 << 61  # ns from the timeline's start, either way (73 years): sums with a clock stay in int64
+MAX_PX = 100_000
+MAX_SEARCH = 1000  # characters of /api/search's text
+
+
+def _int(q: dict[str, list[str]], key: str, default: int | None = None, lo: int = -TIME_LIMIT,
+         hi: int = TIME_LIMIT) -> int:
+    """Return the query parameter ``key`` as an integer (a decimal number, its fraction cut off),
+    or ``default`` where it is absent; ValueError (a 400 answer) where it is absent without a
+    default, too long, not a finite number, or outside [``lo``, ``hi``]."""
+    values = q.get(key)
+    if not values:
         if default is None:
-            raise ValueError(f"missing or bad parameter {key}") from None
+            raise ValueError(f"missing parameter {key}")
         return default
+    text = values[0].strip()
+    if len(text) > MAX_PARAM:
+        raise ValueError(f"parameter {key}: more than {MAX_PARAM} characters")
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"parameter {key}: not a number") from None
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise ValueError(f"parameter {key}: not between {lo} and {hi}")
+    return int(number)
+
+
+def _span(q: dict[str, list[str]]) -> tuple[int, int]:
+    """Return the parameters ``t0`` and ``t1`` (ValueError unless ``t0 <= t1``)."""
+    t0, t1 = _int(q, "t0"), _int(q, "t1")
+    if t1 < t0:
+        raise ValueError("parameter t1: before t0")
+    return t0, t1
+
+
+def _text(q: dict[str, list[str]], key: str) -> str:
+    """Return the query parameter ``key`` as text ("" where absent; ValueError when too long)."""
+    text = q.get(key, [""])[0]
+    if len(text) > MAX_SEARCH:
+        raise ValueError(f"parameter {key}: more than {MAX_SEARCH} characters")
+    return text
 
 
 Route = Callable[[dict[str, list[str]]], Any]
@@ -216,20 +262,20 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
     side) and the ``extra`` routes."""
 
     def side(q: dict[str, list[str]]) -> Viewer:
-        k = _int(q, "side", 0)
-        if not 0 <= k < len(viewers):
-            raise ValueError(f"no side {k}")
-        return viewers[k]
+        return viewers[_int(q, "side", 0, 0, len(viewers) - 1)]
+
+    def window_answer(q: dict[str, list[str]]) -> WindowAnswer:
+        v = side(q)
+        (t0, t1), px = _span(q), _int(q, "px", 1000, 1, MAX_PX)
+        return WindowAnswer({**window(v.index, t0, t1, px, lod=v.lod, arrays=True),
+                             "counters": counters(v.index, t0, t1, px)}, as_bytes=q.get("bin") == ["1"])
 
     routes: dict[str, Route] = {
         "/api/content": lambda q: side(q).content(q.get("compute") == ["1"]),
-        "/api/window": lambda q: WindowAnswer({
-            **window(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000), lod=side(q).lod, arrays=True),
-            "counters": counters(side(q).index, _int(q, "t0"), _int(q, "t1"), _int(q, "px", 1000))},
-            as_bytes=q.get("bin") == ["1"]),
-        "/api/slice": lambda q: side(q).slice(_int(q, "lane"), _int(q, "i")),
-        "/api/search": lambda q: _search(side(q).index, q.get("q", [""])[0]),
-        "/api/summary": lambda q: side(q).summary(_int(q, "t0"), _int(q, "t1")),
+        "/api/window": window_answer,
+        "/api/slice": lambda q: side(q).slice(_int(q, "lane", lo=0), _int(q, "i", lo=0)),
+        "/api/search": lambda q: _search(side(q).index, _text(q, "q")),
+        "/api/summary": lambda q: side(q).summary(*_span(q)),
         **(extra or {}),
     }
 
@@ -239,8 +285,13 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
         server_version = "gpuscope"
         protocol_version = "HTTP/1.1"  # connections kept open: a zoom does not wait for a new one
         disable_nagle_algorithm = True  # on an open connection an answer's last bytes would wait for an ACK
+        timeout = IDLE_TIMEOUT_S  # a connection silent this long is closed, its worker freed
 
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+            refused = self._refused()
+            if refused is not None:
+                self.close_connection = True
+                return self._json(HTTPStatus.FORBIDDEN, {"error": refused})
             url = urlparse(self.path)
             if url.path in ("/", "/index.html"):
                 return self._send(HTTPStatus.OK, page_bytes, "text/html; charset=utf-8")
@@ -259,6 +310,8 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
                 return self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
             except GpuscopeError as exc:
                 return self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
+            except Exception as exc:  # one line for the page; the server goes on
+                return self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"[:300]})
             if body is None:
                 return self._json(HTTPStatus.NOT_FOUND, {"error": "no such slice"})
             if isinstance(body, WindowAnswer):
@@ -272,6 +325,24 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
             else:
                 data, kind = json.dumps(_lists(body.value), separators=(",", ":")).encode(), "application/json"
             self._send(HTTPStatus.OK, data, kind, (answered - started, time.perf_counter() - answered))
+
+        def _refused(self) -> str | None:
+            """Return why the request is refused (None: answered): its Host, and its Origin where it
+            has one, must name this server as 127.0.0.1, localhost or [::1] with its port, so that
+            no other site's page reaches it through a name that resolves here (DNS rebinding)."""
+            port = self.server.server_address[1]
+            allowed = local_hosts(port)
+            host = self.headers.get("Host")
+            if host is None or host.strip().lower() not in allowed:
+                return f"this server answers only http://127.0.0.1:{port}/ (the request's Host is not it)"
+            origin = self.headers.get("Origin")
+            if origin is not None and origin.strip().lower() not in {f"http://{h}" for h in allowed}:
+                return f"this server answers only pages of http://127.0.0.1:{port}/ (the request's Origin is not it)"
+            return None
+
+        def end_headers(self) -> None:
+            self.send_header("X-Content-Type-Options", "nosniff")  # every answer, errors included
+            super().end_headers()
 
         def _gone(self) -> bool:
             """Return True when the page has closed the connection (it cancelled this request)."""
@@ -315,20 +386,82 @@ def handler(page: str, viewers: list[Viewer], extra: dict[str, Route] | None = N
     return Handler
 
 
-def serve(page: str, viewers: list[Viewer], port: int, extra: dict[str, Route] | None = None) -> ThreadingHTTPServer:
+IDLE_TIMEOUT_S = 20.0  # a connection that sends nothing (or nothing more) for this long is closed
+WORKERS = 16  # connections served at once; more wait for a worker
+PENDING = 256  # connections accepted and waiting for a worker; more are closed at once
+BACKLOG = 256  # connections the system holds before they are accepted
+
+
+def local_hosts(port: int) -> set[str]:
+    """Return the Host values that name this machine's loopback at ``port`` (lower case)."""
+    names = ("127.0.0.1", "localhost", "[::1]")
+    return {f"{n}:{port}" for n in names} | (set(names) if port == 80 else set())
+
+
+class PooledHTTPServer(HTTPServer):
+    """An HTTP server whose connections are served by a fixed pool of threads: at most
+    :data:`WORKERS` at once, :data:`PENDING` more waiting (the rest are closed when accepted), each
+    closed after :data:`IDLE_TIMEOUT_S` of silence (the handler's ``timeout``)."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler_class: type[BaseHTTPRequestHandler],
+                 workers: int = WORKERS, pending: int = PENDING) -> None:
+        self._pending: queue.Queue[tuple[Any, Any] | None] = queue.Queue(maxsize=pending)
+        self._workers: list[threading.Thread] = []  # started once the port is bound
+        super().__init__(address, handler_class)
+        self._workers = [threading.Thread(target=self._work, name=f"gpuscope-http-{k}", daemon=True)
+                         for k in range(workers)]
+        for t in self._workers:
+            t.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Hand the connection to a worker, or close it when too many wait already."""
+        try:
+            self._pending.put_nowait((request, client_address))
+        except queue.Full:
+            self.shutdown_request(request)
+
+    def _work(self) -> None:
+        while True:
+            item = self._pending.get()
+            if item is None:
+                return
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Say nothing: a connection that failed (reset, timed out) concerns only its client."""
+
+    def server_close(self) -> None:
+        """Close the listening socket and let the workers end once the connections they serve end."""
+        super().server_close()
+        for _ in self._workers:
+            try:
+                self._pending.put_nowait(None)
+            except queue.Full:
+                break
+
+
+def serve(page: str, viewers: list[Viewer], port: int, extra: dict[str, Route] | None = None) -> PooledHTTPServer:
     """Return a server of ``page`` and ``viewers`` (see :func:`handler`) bound to 127.0.0.1:``port``
     (0: a free port); GpuscopeError when the port is taken or not allowed."""
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler(page, viewers, extra))
+        server = PooledHTTPServer(("127.0.0.1", port), handler(page, viewers, extra))
     except OSError as exc:
         what = "is in use" if exc.errno in (98, 48, 10048) else f"cannot be used ({exc.strerror})"
         raise GpuscopeError(f"port {port} on 127.0.0.1 {what}: choose another with --port, or leave "
                             "--port out for a free one") from None
-    server.daemon_threads = True
     return server
 
 
-def url_of(server: ThreadingHTTPServer) -> str:
+def url_of(server: HTTPServer) -> str:
     """Return the address people open."""
     host, port = server.server_address[:2]
     return f"http://{host}:{port}/"
