@@ -4,14 +4,16 @@ gaps to them). Adding a rule: a :class:`..rule.Rule` subclass in a module here, 
 from __future__ import annotations
 
 from ..rule import Rule
-from .attention import FusedAttention
+from .attention import FusedAttention, SdpaBackend
 from .copies import PageableCopies, StreamOverlap, SyncCopies
 from .fusion import UnfusedElementwise
 from .gemm_loops import SmallGemms
 from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
 from .kernels import BelowRoofline, NoTensorCores
+from .layout import ChannelsLast
 from .memory import GpuMemory
 from .out_of_memory import OutOfMemory
+from .precision import Precision
 from .straggler import ExposedComm, Straggler
 from .sync import HostSync
 
@@ -27,7 +29,10 @@ RULES: list[Rule] = [
     SyncCopies(),
     StreamOverlap(),
     NoTensorCores(),
+    Precision(),
+    ChannelsLast(),
     FusedAttention(),
+    SdpaBackend(),
     UnfusedElementwise(),
     BelowRoofline(),
     GpuMemory(),

@@ -13,6 +13,18 @@ directly before the first product (operands made contiguous) belong to the chain
 kernel does the two products' FLOPs: where the report has them (operator shapes), it takes them
 at ``FUSED_EFFICIENCY`` of the tensor-core roof of their precision; without them it is assumed
 to take as long as the two products did, which only credits the passes over the scores.
+
+``sdpa_backend`` reads which backend ``F.scaled_dot_product_attention`` took, from its operators
+(``aten::_scaled_dot_product_efficient_attention``, ``_flash_attention``, ``_cudnn_attention``,
+``_scaled_dot_product_attention_math``) and its kernels (``fmha_cutlassF``/``fmha_cutlassB``:
+memory-efficient; ``flash_fwd``/``flash_bwd``: flash; ``cudnn_generated_fort_native_sdpa``: cuDNN).
+Flash attention takes no mask tensor: an explicit ``attn_mask`` sends bf16 and fp16 attention to the
+memory-efficient kernel, which reads the mask and computes every query-key pair. Where that mask is
+causal-shaped (square, ``L == S`` the query and key lengths, the same for every sequence and head:
+its leading dimensions are 1) ``is_causal=True`` instead takes flash, which skips the pairs above the
+diagonal. The model: the causal flash kernel does the memory-efficient kernels' matrix FLOPs (forward
+and backward) times ``causal_pairs(L, S) / (L x S)`` (about half) at ``FUSED_EFFICIENCY`` of the
+tensor-core roof of their precision; the saving is the efficient kernels' critical time less that.
 """
 
 from __future__ import annotations
@@ -22,9 +34,10 @@ import re
 import numpy as np
 
 from ...ceilings import for_report
-from ..context import Context, data_dict, fmt_ns
+from ...work.matrix import causal_pairs
+from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
-from ..kernel_names import is_attention, is_elementwise, is_matmul
+from ..kernel_names import attention_backend, is_attention, is_elementwise, is_matmul
 from ..rule import Rule
 
 MAX_BETWEEN = 3
@@ -67,6 +80,39 @@ def _work(ctx: Context) -> dict[str, tuple[float, str | None]]:
     return out
 
 
+def attention_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
+    """The chains of hand-written attention in the process's steady kernels (positions in
+    :meth:`Context.steady_kernels`): (first kernel, first product, second product). Computed once
+    per process (the fusion rule leaves these kernels to this rule)."""
+    key = ("attention_chains", p.pid)
+    if key not in ctx.cache:
+        ctx.cache[key] = _find_chains(ctx, p)
+    out: list[tuple[int, int, int]] = ctx.cache[key]
+    return out
+
+
+def _find_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
+    kern, step = ctx.steady_kernels(p)
+    names = kern["name"].astype(str).tolist()
+    if not any(_SOFTMAX.search(n) for n in set(names)):
+        return []
+    out = []
+    taken = -1
+    for i, name in enumerate(names):
+        if i <= taken or not _SOFTMAX.search(name):
+            continue
+        a, b = _neighbour(names, i, step, -1), _neighbour(names, i, step, +1)
+        if a is None or b is None:
+            continue
+        first = a
+        while first - 1 > taken and step[first - 1] == step[a] and _COPY.search(names[first - 1]) \
+                and is_elementwise(names[first - 1]) and a - first < MAX_BETWEEN:
+            first -= 1
+        out.append((first, a, b))
+        taken = b
+    return out
+
+
 class FusedAttention(Rule):
     name = "fused_attention"
     description = ("Attention computed as separate kernels (product, scale/mask, softmax, product) that write "
@@ -76,26 +122,17 @@ class FusedAttention(Rule):
         out = []
         work: dict[str, tuple[float, str | None]] | None = None
         for p in ctx.processes:
-            kern, step = ctx.steady_kernels(p)
-            names = kern["name"].astype(str).tolist()
-            if not any(_SOFTMAX.search(n) for n in set(names)):
+            found = attention_chains(ctx, p)
+            if not found:
                 continue
+            kern, _ = ctx.steady_kernels(p)
+            names = kern["name"].astype(str).tolist()
             dur = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.int64)
             if work is None:
                 work = _work(ctx)
             peaks = for_report(ctx.report)
             saving, total, chains, modelled, op_ids = 0.0, 0.0, 0, 0, []
-            taken = -1
-            for i, name in enumerate(names):
-                if i <= taken or not _SOFTMAX.search(name):
-                    continue
-                a, b = _neighbour(names, i, step, -1), _neighbour(names, i, step, +1)
-                if a is None or b is None:
-                    continue
-                first = a
-                while first - 1 > taken and step[first - 1] == step[a] and _COPY.search(names[first - 1]) \
-                        and is_elementwise(names[first - 1]) and a - first < MAX_BETWEEN:
-                    first -= 1
+            for first, a, b in found:
                 chain_ns = float(dur[first:b + 1].sum())
                 fused_ns = float(dur[a] + dur[b])
                 wa, wb = work.get(names[a]), work.get(names[b])
@@ -108,7 +145,6 @@ class FusedAttention(Rule):
                 total += chain_ns
                 chains += 1
                 op_ids += kern["op_id"].iloc[first:b + 1].astype(int).tolist()
-                taken = b
             ns = p.per_step(saving)
             if not chains or p.share(ns) < ctx.min_share:
                 continue
@@ -130,5 +166,124 @@ class FusedAttention(Rule):
                      "kernel that never writes the score matrix; nn.MultiheadAttention and "
                      "nn.TransformerEncoderLayer use it already."),
                 data=data_dict(saving_ns=ns, chains_per_step=chains / p.n_steps, modelled_chains=modelled),
+            ))
+        return out
+
+
+# SDPA's backend operators: name -> (backend, position of the mask, layout of q/k/v)
+SDPA_OPS = {
+    "aten::_scaled_dot_product_efficient_attention": ("efficient", 3, "bhle"),
+    "aten::_efficient_attention_forward": ("efficient", 3, "blhe"),
+    "aten::_scaled_dot_product_flash_attention": ("flash", None, "bhle"),
+    "aten::_flash_attention_forward": ("flash", None, "blhe"),
+    "aten::_scaled_dot_product_cudnn_attention": ("cudnn", 3, "bhle"),
+    "aten::_scaled_dot_product_attention_math": ("math", 3, "bhle"),
+}
+EFFICIENT_OPS = ("aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward",
+                 "aten::_scaled_dot_product_efficient_attention_backward", "aten::_efficient_attention_backward")
+FLASH_HEAD_SIZE = 256  # PyTorch's flash kernels take head sizes up to this (multiples of 8)
+
+
+def _sdpa_call(name: str, shapes: list[object], dtypes: list[object], scalars: dict[str, object]) -> dict[str, object] | None:
+    """What one SDPA backend call says: backend, q and k lengths, head size, dtype, mask shape, is_causal."""
+    backend, mask_at, layout = SDPA_OPS[name]
+    q, k = (shapes[0] if shapes else None), (shapes[1] if len(shapes) > 1 else None)
+    if not (isinstance(q, list) and isinstance(k, list) and len(q) == 4 and len(k) == 4):
+        return None
+    q_len, k_len = (q[2], k[2]) if layout == "bhle" else (q[1], k[1])
+    mask = shapes[mask_at] if mask_at is not None and mask_at < len(shapes) else None
+    return {"backend": backend, "q_len": int(q_len), "k_len": int(k_len), "head": int(q[3]),
+            "dtype": str(dtypes[0]) if dtypes else "", "mask": mask if isinstance(mask, list) else None,
+            "causal": bool(scalars.get("is_causal") or scalars.get("custom_mask_type", 0) in (1, 2))}
+
+
+def causal_shaped(call: dict[str, object]) -> bool:
+    """Whether the call's mask could be a causal mask: square over the query and key lengths
+    (``L == S``), and the same for every sequence and head (leading dimensions of 1)."""
+    mask = call["mask"]
+    if not isinstance(mask, list) or len(mask) < 2:
+        return False
+    q_len, k_len = call["q_len"], call["k_len"]
+    return mask[-2] == mask[-1] == q_len == k_len and all(d == 1 for d in mask[:-2])
+
+
+class SdpaBackend(Rule):
+    name = "sdpa_backend"
+    description = ("Which backend scaled_dot_product_attention took and why: an explicit causal-shaped mask that "
+                   "sends bf16/fp16 attention to the memory-efficient kernel, where is_causal=True takes flash.")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        from ..steady_work import calls_named, ceilings, steady_work
+
+        out = []
+        for p in ctx.processes:
+            calls = [c for c in (_sdpa_call(n, s, d, sc) for n, s, d, sc in calls_named(ctx, p.pid, tuple(SDPA_OPS)))
+                     if c is not None]
+            efficient = [c for c in calls if c["backend"] == "efficient"]
+            masked = [c for c in efficient if causal_shaped(c) and not c["causal"]]
+            if not masked:
+                continue
+            half = [c for c in masked if c["dtype"] in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")]
+            if not half:
+                continue  # float32 attention takes no flash kernel whatever the mask: the precision rule's
+            k = steady_work(ctx, p)
+            names = k["name"].tolist()
+            by_name = {n: attention_backend(n) == "efficient" for n in set(names)}
+            mine = np.array([by_name[n] for n in names], bool) | k["op_name"].isin(EFFICIENT_OPS).to_numpy(bool)
+            if not mine.any():
+                continue
+            share = len(half) / len(efficient)  # of the efficient attention calls, those with such a mask
+            c = ceilings(ctx)
+            dur = k["dur_ns"].to_numpy(np.float64)
+            critical = k["critical"].to_numpy(bool)
+            call = half[0]
+            ratio = causal_pairs(int(call["q_len"]), int(call["k_len"])) / float(call["q_len"] * call["k_len"])
+            new, old_known, new_known = np.full(len(k), np.nan), 0.0, 0.0
+            for i in np.flatnonzero(mine & critical):
+                matrix, prec = k.at[i, "matrix_flops"], k.at[i, "precision"]
+                peak = c.peak(prec if isinstance(prec, str) else "bf16", tensor=True)
+                if np.isfinite(matrix) and matrix > 0 and peak:
+                    new[i] = min(dur[i], matrix * ratio / (FUSED_EFFICIENCY * peak) * 1e9)
+                    old_known += dur[i]
+                    new_known += new[i]
+            if not old_known:
+                continue  # no FLOPs for the attention kernels: nothing to model the flash kernel from
+            crit = mine & critical
+            # launches without their own FLOPs (outside the sample windows, not carried) take the ratio of those with
+            fill = crit & np.isnan(new)
+            new[fill] = dur[fill] * new_known / old_known
+            waited = float(dur[crit].sum()) * share
+            saving = float((dur[crit] - new[crit]).sum()) * share
+            ns = p.per_step(saving)
+            if p.share(ns) < ctx.min_share:
+                continue
+            total = p.per_step(float(dur[mine].sum()))
+            backends = ", ".join(f"{b} {n}" for b, n in sorted(
+                {b: sum(1 for x in calls if x["backend"] == b) for b in {str(x["backend"]) for x in calls}}.items()))
+            evidence = [
+                f"scaled_dot_product_attention ran the memory-efficient kernel: {per_step_text(p, total)} in "
+                f"fmha_cutlass kernels; sampled backend calls: {backends}",
+                f"{len(half)} of {len(efficient)} memory-efficient calls pass an explicit {call['dtype']} mask of shape "
+                f"{call['mask']} over {call['q_len']} queries and {call['k_len']} keys (head size {call['head']}"
+                + (f", which flash takes" if int(call["head"]) <= FLASH_HEAD_SIZE and int(call["head"]) % 8 == 0
+                   else "") + "): flash attention takes no mask tensor",
+                f"estimate: with is_causal=True flash does {ratio:.0%} of the query-key pairs, its FLOPs at "
+                f"{FUSED_EFFICIENCY:.0%} of the tensor-core roof, for the {fmt_ns(p.per_step(waited))} per step the "
+                f"step waits on: {fmt_ns(ns)} per step saved",
+            ]
+            op_ids = k.loc[mine, "op_id"].astype(int).tolist()
+            location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "scaled_dot_product_attention")
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+                title=f"Attention with an explicit square mask runs the memory-efficient kernel ({fmt_ns(total)} "
+                      f"{p.unit}): pass is_causal=True instead of the mask",
+                evidence=evidence, location=location,
+                fix=("If the mask is causal (each query sees the keys up to its own position), drop it and call "
+                     "F.scaled_dot_product_attention(q, k, v, is_causal=True): PyTorch then runs the flash kernel, "
+                     "which skips the masked half of the scores. A mask that is not causal (padding, a block "
+                     "pattern) keeps the memory-efficient kernel; FlexAttention (torch.nn.attention.flex_attention) "
+                     "skips the blocks such a mask hides."),
+                data=data_dict(saving_ns=ns, kernel_ns=total, masked_calls=len(half), efficient_calls=len(efficient),
+                               causal_ratio=round(ratio, 4)),
             ))
         return out

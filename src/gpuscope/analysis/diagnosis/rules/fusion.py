@@ -1,76 +1,177 @@
-"""Chains of elementwise kernels that one fused kernel would replace.
+"""Chains of elementwise and normalization kernels that one fused kernel would replace.
 
 Eager PyTorch runs ``y = torch.sigmoid(x * a + b)`` as three kernels, each reading its inputs from
-memory and writing its output back. On large tensors each is bound by memory bandwidth, and one
-fused kernel (torch.compile, a custom kernel) would read and write once. A *chain* is a run, in
-a steady step, of at least ``MIN_CHAIN`` elementwise kernels one after another on the GPU (no
-other kernel between them), each running at least ``MIN_KERNEL_NS`` (long enough that memory, not
-its launch, sets its time) and critical (:mod:`..breakdown`). A fused kernel takes about as long
-as the chain's longest pass, so the saving is the chain's time less its longest kernel.
+memory and writing its output back; a residual add before a layer norm is two. On large tensors each
+is bound by memory bandwidth, and one fused kernel (torch.compile: Inductor fuses elementwise
+operators with their neighbouring normalizations and reductions) would read the chain's inputs and
+write its outputs once. A *chain* is a run, in a steady step, of kernels one after another on the
+GPU (no other kernel between them), each critical (:mod:`..breakdown`), outside the hand-written
+attention chains (:mod:`.attention`, which counts those). Two models:
+
+- **by bytes**, where the report has the kernels' bytes (operator shapes, :mod:`..steady_work`): a
+  run of at least two elementwise, copy, normalization, softmax or reduction kernels. Each reads its
+  inputs and writes its output once: ``bytes_i = reads_i + writes_i``, the writes taken from its
+  operator's output shapes (launches outside the sample windows: the mean share of the sampled
+  launches of the same kernel name; half where no operator says).
+  Fused, each intermediate output is neither written nor read back: the chain moves
+  ``sum(bytes_i) - 2 x sum(writes_i, i < n)`` (at least the first kernel's reads and the last one's
+  writes), at the DRAM roof, and takes no less than the shortest kernel of the chain. The saving is
+  the chain's time less that.
+- **by names**, where it has not: a run of at least ``MIN_CHAIN`` elementwise kernels, each running
+  at least ``MIN_KERNEL_NS`` (long enough that memory, not its launch, sets its time). A fused
+  kernel takes about as long as the chain's longest pass, so the saving is the chain's time less
+  its longest kernel.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from ..context import Context, data_dict, fmt_ns
+from ...work.call import Call
+from ...work.model import op_work
+from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
-from ..kernel_names import is_elementwise
+from ..kernel_names import is_elementwise, is_normalization
 from ..rule import Rule
+from ..steady_work import ceilings, op_calls, steady_work
+from .attention import attention_chains
 
 MIN_CHAIN = 3
 MIN_KERNEL_NS = 10_000
+MIN_BYTES_CHAIN = 2
+FUSABLE_KINDS = ("elementwise", "copy", "norm", "softmax", "reduction")
+UNARY_WRITES = 0.5  # the writes' share of a kernel's bytes where no operator says: one input, one output
+
+
+def _write_shares(ctx: Context, k: pd.DataFrame) -> np.ndarray:
+    """Per kernel, the share of its bytes that are writes: from the output shapes of the operator
+    that launched it, else the mean of the sampled launches of its name, else :data:`UNARY_WRITES`."""
+    linked = k["torch_op_id"].notna().to_numpy(bool) & np.isfinite(k["bytes"].to_numpy(np.float64))
+    ids = k["torch_op_id"].to_numpy(object)
+    calls = op_calls(ctx, sorted({int(i) for i in ids[linked]}))
+    by_op: dict[int, float] = {}
+    for i, (name, shapes, dtypes, outs, scalars) in calls.items():
+        work = op_work(name, shapes, dtypes, outs, scalars)
+        if work is not None and work.bytes > 0:
+            by_op[i] = min(1.0, Call(name, shapes, dtypes, outs, scalars).write_bytes() / work.bytes)
+    names = k["name"].to_numpy(object)
+    found: dict[str, list[float]] = {}
+    own = np.full(len(k), np.nan)
+    for j in np.flatnonzero(linked):
+        share = by_op.get(int(ids[j]))
+        if share is not None:
+            own[j] = share
+            found.setdefault(str(names[j]), []).append(share)
+    by_name = {n: float(np.mean(v)) for n, v in found.items()}
+    fill = np.array([by_name.get(str(n), UNARY_WRITES) for n in names])
+    return np.where(np.isnan(own), fill, own)
+
+
+def _runs(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]:
+    """The runs [i, j) of consecutive ``ok`` kernels within one step, at least ``least`` long."""
+    out = []
+    i = 0
+    while i < len(ok):
+        if not ok[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(ok) and ok[j] and step[j] == step[i]:
+            j += 1
+        if j - i >= least:
+            out.append((i, j))
+        i = j
+    return out
 
 
 class UnfusedElementwise(Rule):
     name = "unfused_elementwise"
-    description = ("Runs of memory-bound elementwise kernels back to back, each a full pass over its tensors, "
-                   "that one fused kernel would do in one pass.")
+    description = ("Runs of memory-bound elementwise and normalization kernels back to back, each a full pass over "
+                   "its tensors, that one fused kernel would do in one pass.")
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
         for p in ctx.processes:
-            kern, step = ctx.steady_kernels(p)
-            if not len(kern):
-                continue
-            names = kern["name"].astype(str).to_numpy(object)
-            dur = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.int64)
-            elementwise = {n: is_elementwise(n) for n in set(names.tolist())}
-            ok = np.array([elementwise[n] for n in names], bool) & (dur >= MIN_KERNEL_NS)
-            ok &= kern["critical"].fillna(False).to_numpy(bool)
-            # a chain ends with its step: one fused kernel per step and chain
-            saving, chains, kernels, op_ids = 0.0, 0, 0, []
-            i = 0
-            while i < len(ok):
-                if not ok[i]:
-                    i += 1
-                    continue
-                j = i
-                while j < len(ok) and ok[j] and step[j] == step[i]:
-                    j += 1
-                if j - i >= MIN_CHAIN:
-                    saving += float(dur[i:j].sum() - dur[i:j].max())
-                    chains += 1
-                    kernels += j - i
-                    op_ids += kern["op_id"].iloc[i:j].astype(int).tolist()
-                i = j
-            ns = p.per_step(saving)
-            if not chains or p.share(ns) < ctx.min_share:
-                continue
-            location = ctx.kernel_location(p, kern, op_ids, "chains of elementwise kernels")
-            out.append(Finding(
-                rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                title=f"Unfused elementwise chains: {kernels / p.n_steps:.0f} memory-bound kernels per step in "
-                      f"{chains / p.n_steps:.1f} chain(s)",
-                evidence=[f"{chains / p.n_steps:.1f} chains per step of {MIN_CHAIN} or more elementwise kernels back "
-                          f"to back, each at least {fmt_ns(MIN_KERNEL_NS)} (a pass over memory), "
-                          f"{kernels / chains:.1f} kernels per chain",
-                          f"estimate: a fused kernel takes about as long as the longest pass of its chain: "
-                          f"{fmt_ns(ns)} per step saved"],
-                location=location,
-                fix=("Fuse the chain into one kernel: torch.compile the function or module (Inductor fuses "
-                     "elementwise operators), or use in-place and fused operators (torch.addcmul, torch.lerp, "
-                     "fused activations); a hand-written Triton kernel for what the compiler cannot fuse."),
-                data=data_dict(saving_ns=ns, chains_per_step=chains / p.n_steps, kernels_per_step=kernels / p.n_steps),
-            ))
+            f = self._process(ctx, p)
+            if f is not None:
+                out.append(f)
         return out
+
+    def _process(self, ctx: Context, p: Process) -> Finding | None:
+        k = steady_work(ctx, p)
+        if not len(k):
+            return None
+        names = k["name"].to_numpy(object)
+        dur = k["dur_ns"].to_numpy(np.float64)
+        step = k["step"].to_numpy()
+        critical = k["critical"].to_numpy(bool)
+        free = np.ones(len(k), bool)  # not part of a hand-written attention chain
+        for first, _, last in attention_chains(ctx, p):
+            free[first:last + 1] = False
+        elementwise = {n: is_elementwise(n) for n in set(names.tolist())}
+        by_name = np.array([elementwise[n] for n in names], bool)
+        # by bytes
+        kinds = k["work_kind"].astype(object).to_numpy()
+        fusable = np.array([(isinstance(w, str) and w in FUSABLE_KINDS) for w in kinds], bool)
+        fusable |= np.array([is_normalization(str(n)) for n in names], bool) | by_name
+        nbytes = k["bytes"].to_numpy(np.float64)
+        known = np.isfinite(nbytes) & (nbytes > 0)
+        byte_runs = _runs(fusable & known & critical & free, step, MIN_BYTES_CHAIN) if known.any() else []
+        saving, chains, kernels, op_ids, moved, fused_moved = 0.0, 0, 0, [], 0.0, 0.0
+        if byte_runs:
+            shares = _write_shares(ctx, k)
+            bw = ceilings(ctx).dram_bytes_per_s
+            for i, j in byte_runs:
+                if not bw:
+                    break
+                b = nbytes[i:j]
+                w = shares[i:j] * b
+                fused = max(float(b.sum() - 2 * w[:-1].sum()), float(b[0] - w[0] + w[-1]))
+                fused_ns = max(fused / bw * 1e9, float(dur[i:j].min()))
+                gain = float(dur[i:j].sum()) - fused_ns
+                if gain <= 0:
+                    continue
+                saving += gain
+                chains += 1
+                kernels += j - i
+                moved += float(b.sum())
+                fused_moved += fused
+                op_ids += k["op_id"].iloc[i:j].astype(int).tolist()
+        # by names, where the bytes are not known
+        ok = by_name & (dur >= MIN_KERNEL_NS) & critical & free & ~known
+        named = 0
+        for i, j in _runs(ok, step, MIN_CHAIN):
+            saving += float(dur[i:j].sum() - dur[i:j].max())
+            chains += 1
+            named += 1
+            kernels += j - i
+            op_ids += k["op_id"].iloc[i:j].astype(int).tolist()
+        ns = p.per_step(saving)
+        if not chains or p.share(ns) < ctx.min_share:
+            return None
+        location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "chains of elementwise kernels")
+        evidence = [f"{chains / p.n_steps:.1f} chains per step of elementwise or normalization kernels back to back, "
+                    f"{kernels / chains:.1f} kernels per chain"]
+        if chains > named:
+            evidence.append(f"{(chains - named) / p.n_steps:.1f} chains per step by their bytes: they move "
+                            f"{moved / 1e6 / p.n_steps:.1f} MB per step; fused, reading their inputs and writing their "
+                            f"outputs once, {fused_moved / 1e6 / p.n_steps:.1f} MB, at the DRAM roof (no less than the "
+                            "chain's shortest kernel)")
+        if named:
+            evidence.append(f"{named / p.n_steps:.1f} chains per step by their names ({MIN_CHAIN} or more elementwise "
+                            f"kernels of at least {fmt_ns(MIN_KERNEL_NS)} each): a fused kernel takes about as long as "
+                            "the longest pass of its chain")
+        evidence.append(f"estimate: {fmt_ns(ns)} per step saved")
+        return Finding(
+            rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+            title=f"Unfused elementwise chains: {kernels / p.n_steps:.0f} memory-bound kernels per step in "
+                  f"{chains / p.n_steps:.1f} chain(s)",
+            evidence=evidence, location=location,
+            fix=("Fuse the chain into one kernel: torch.compile the function or module (Inductor fuses "
+                 "elementwise operators with their normalizations and reductions), or use in-place and fused "
+                 "operators (torch.addcmul, torch.lerp, fused activations); a hand-written Triton kernel for what "
+                 "the compiler cannot fuse."),
+            data=data_dict(saving_ns=ns, chains_per_step=chains / p.n_steps, kernels_per_step=kernels / p.n_steps,
+                           byte_chains_per_step=(chains - named) / p.n_steps),
+        )

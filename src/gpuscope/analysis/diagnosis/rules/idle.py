@@ -12,6 +12,8 @@ from .gemm_loops import gemm_loops, idle_inside
 
 GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap left when a CUDA graph replays the launches
 SHORT_GAP_NS = 500_000  # outside PyTorch's ranges, a host gap shorter than this is launch machinery
+BUSY_GPU = 0.9  # a GPU busy more than this share of the step without the profiler ...
+BUSY_GPU_MAX_SHARE = 0.05  # ... gets no launch-bound saving above this share of it
 WARMUP_MIN_NS = 1_000_000_000  # warm-up excess below this, without signs of compilation, is not reported
 COMPILER_FILES = ("torch/_dynamo", "torch/_inductor", "triton/", "torch/_functorch")
 
@@ -196,6 +198,11 @@ class LaunchBound(Rule):
             per_step = n_kernels / p.n_steps
             removed = max(0.0, idle - per_step * GRAPH_GAP_NS)
             ns = p.gpu_gain(removed)
+            busy_ns = sum(v for k, v in p.breakdown.mean_parts().items() if k.startswith("busy_"))
+            untraced = _untraced_step(ctx, p)
+            capped = untraced > 0 and busy_ns / untraced > BUSY_GPU and ns > BUSY_GPU_MAX_SHARE * p.base_ns
+            if capped:
+                ns = BUSY_GPU_MAX_SHARE * p.base_ns
             if p.share(ns) < ctx.min_share or not n_kernels:
                 continue
             launches = launch[inside]
@@ -215,7 +222,11 @@ class LaunchBound(Rule):
                     f"PyTorch's own code between launches (dispatch, autograd, optimizer) {fmt_ns(framework)} per step",
                     f"estimate: a graph replay keeps the GPU work plus about {fmt_ns(GRAPH_GAP_NS)} per kernel and "
                     "removes both",
-                ] + [t for t in (p.own_text(recorded), p.power_text(removed)) if t],
+                ] + [t for t in (p.own_text(recorded), p.power_text(removed)) if t] + (
+                    [f"the GPU is busy {busy_ns / untraced:.0%} of the step without the profiler ({fmt_ns(untraced)}"
+                     f"{'' if p.profiling_ns else ', less the collection overhead estimated for it'}): the launch gaps "
+                     "of a GPU this busy are mostly where collection delayed the host, so the saving is capped at "
+                     f"{BUSY_GPU_MAX_SHARE:.0%} of the step"] if capped else []),
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
                 fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
                      "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
@@ -225,6 +236,27 @@ class LaunchBound(Rule):
                                median_launch_interval_ns=interval),
             ))
         return out
+
+
+def _untraced_step(ctx: Context, p: Process) -> float:
+    """The steady step without the profiler: the overhead probe's measurement where it ran
+    (:attr:`Process.base_ns`), else the recorded step less the collection overhead estimated for
+    its kernel launch overhead (:func:`...overhead.profiling_share_ns`, as the diagnosis's notes
+    say it)."""
+    if p.profiling_ns or (p.probe is not None and p.probe.measured):
+        return p.base_ns
+    key = ("untraced_step", p.pid)
+    if key not in ctx.cache:
+        from ...overhead import collection_overhead, profiling_share_ns
+
+        mean = p.breakdown.mean_parts()
+        own = 0
+        if mean.get("idle_launch", 0.0) > 0:
+            own = profiling_share_ns(collection_overhead(ctx.report), int(p.breakdown.steps["duration_ns"].sum()),
+                                     mean["duration_ns"], mean["idle_launch"])
+        ctx.cache[key] = p.step_ns - own
+    out: float = ctx.cache[key]
+    return out
 
 
 class DataLoading(Rule):

@@ -1,0 +1,162 @@
+"""Matrix products, convolutions and attention in float32 or TF32 where bf16 autocast applies.
+
+Under ``torch.autocast('cuda', dtype=torch.bfloat16)`` matrix products, convolutions and attention
+run in bf16 on the tensor cores: twice the TF32 peak on Hopper and Ampere, about fifteen times the
+float32 CUDA-core peak, and half the bytes. The fix changes numerics (an 8-bit mantissa), so it is
+proposed only where those kernels are a large part of the step: at least ``LARGE_SHARE`` of the
+step without the profiler.
+
+A kernel is float32 or TF32 by its operator's dtypes (``torch_op`` rows, carried to the launches
+outside the sample windows) or, without them, by its name (:mod:`..kernel_names`: ``sgemm``,
+``ffma``, ``f32f32_f32f32``, ``simt`` on CUDA cores; ``tf32``, ``xf32``, ``s1688``, ``nvjet_sm90_sss``
+on tensor cores). The model, per kernel the step waits on (critical, :mod:`..breakdown`), of time ``t``:
+
+- with its FLOPs and bytes (operator shapes): the time at the roofs now, ``r_now`` (float32 at the
+  CUDA-core peak, TF32 at the TF32 tensor peak, and its bytes at the DRAM bandwidth), and in bf16,
+  ``r_bf16`` (the BF16 tensor peak, half the bytes). The kernel keeps its share of the roof, but
+  reaches at most ``TARGET_EFFICIENCY`` of it: ``t_bf16 = max(t x r_bf16 / r_now, r_bf16 /
+  TARGET_EFFICIENCY)``. Attention in float32 runs the memory-efficient kernel; in bf16 it takes
+  flash attention, given ``FUSED_EFFICIENCY`` of the BF16 roof (:mod:`.attention`).
+- without them: ``t_bf16 = t_tf32 x max(peak_tf32 / peak_bf16, 1/2)``, the smaller of the two gains
+  (compute and bytes) the roofs promise whatever bounds the kernel, from the kernel's TF32 time
+  ``t_tf32`` (``t`` for a TF32 kernel, ``t / 4`` for a float32 one, below).
+
+Float32 kernels on CUDA cores are also ``no_tensor_cores``'s (enable TF32, ``t / 4``): for them this
+rule counts what bf16 saves beyond TF32, ``max(0, t / 4 - t_bf16)``, so that the two findings never
+count the same time twice and add up to the float32 to bf16 gain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..context import Context, Process, data_dict, fmt_ns, per_step_text
+from ..finding import Finding
+from ..kernel_names import float32_without_tensor_cores, is_attention, is_tf32_matmul
+from ..rule import Rule
+from ..steady_work import ceilings, roof_ns, steady_work
+from .attention import FUSED_EFFICIENCY
+from .gemm_loops import loop_op_ids
+from .kernels import TARGET_EFFICIENCY, TENSOR_CORE_SPEEDUP
+
+LARGE_SHARE = 0.25  # float32/TF32 matmul kernels under this share of the step: autocast is not proposed
+MATRIX_KINDS = ("matmul", "conv", "attention")
+
+
+def _classes(k: pd.DataFrame) -> np.ndarray:
+    """Per kernel: ``fp32`` (float32 on CUDA cores), ``tf32``, or "" (neither): from its operator's
+    precision where known, else from its name."""
+    names = k["name"].tolist()
+    by_name = {n: ("fp32" if float32_without_tensor_cores(n) else "tf32" if is_tf32_matmul(n) else "")
+               for n in set(names)}
+    out = np.array([by_name[n] for n in names], dtype=object)
+    kind = k["work_kind"].astype(object).to_numpy()
+    prec = k["precision"].astype(object).to_numpy()
+    state = k["tensor_cores"].astype(object).to_numpy()
+    known = np.array([isinstance(x, str) and x in MATRIX_KINDS for x in kind], bool)
+    for i in np.flatnonzero(known):
+        if prec[i] == "tf32":
+            out[i] = "tf32"
+        elif prec[i] == "fp32":
+            out[i] = "fp32" if state[i] == "eligible-unused" or kind[i] == "attention" or by_name[names[i]] == "fp32" \
+                else "tf32"
+        else:
+            out[i] = ""  # bf16, fp16 ... by its dtypes, whatever the name says
+    return out
+
+
+class Precision(Rule):
+    name = "precision"
+    description = ("Matmuls, convolutions and attention in float32 or TF32 that are a large part of the step: bf16 "
+                   "autocast runs them at the BF16 tensor-core roof (changes numerics).")
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        c = ceilings(ctx)
+        target = "bf16" if c.peak("bf16", tensor=True) else "fp16" if c.peak("fp16", tensor=True) else None
+        if target is None:
+            return []
+        out = []
+        for p in ctx.processes:
+            f = self._process(ctx, p, target)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def _process(self, ctx: Context, p: Process, target: str) -> Finding | None:
+        k = steady_work(ctx, p)
+        if not len(k):
+            return None
+        cls = _classes(k)
+        looped = loop_op_ids(ctx, p)
+        mine = (cls != "") & ~k["op_id"].isin(looped).to_numpy(bool)
+        total = p.per_step(float(k.loc[mine, "dur_ns"].sum()))
+        if not mine.any() or p.share(total) < LARGE_SHARE:
+            return None
+        c = ceilings(ctx)
+        peak_new = float(c.peak(target, tensor=True) or 0.0)
+        saving, modelled, waited = 0.0, 0, 0.0
+        for i in np.flatnonzero(mine & k["critical"].to_numpy(bool)):
+            row = k.iloc[i]
+            t = float(row["dur_ns"])
+            plain = cls[i] == "fp32"
+            attention = row["work_kind"] == "attention" or is_attention(row["name"])
+            now = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"], "fp32" if plain else "tf32",
+                          tensor=not plain)
+            new = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"] / 2, target, tensor=True)
+            if now and new:
+                modelled += 1
+                t_new = min(t, new / FUSED_EFFICIENCY) if attention else max(t * new / now, new / TARGET_EFFICIENCY)
+            base = t / TENSOR_CORE_SPEEDUP if plain else t  # no_tensor_cores takes float32 to TF32
+            if not (now and new):
+                # from TF32 (where no_tensor_cores leaves a float32 kernel): the smaller of the two gains
+                peak_tf32 = c.peak("tf32", tensor=True)
+                t_new = base * (max(float(peak_tf32) / peak_new, 0.5) if peak_tf32 else 0.5)
+            saving += max(0.0, base - t_new)
+            waited += t
+        ns = p.per_step(saving)
+        if p.share(ns) < ctx.min_share:
+            return None
+        return self._finding(ctx, p, k, cls, mine, ns, total, p.per_step(waited), modelled, target)
+
+    def _finding(self, ctx: Context, p: Process, k: pd.DataFrame, cls: np.ndarray, mine: np.ndarray, ns: float,
+                 total: float, waited: float, modelled: int, target: str) -> Finding:
+        c = ceilings(ctx)
+        sel = k[mine]
+        plain = p.per_step(float(sel.loc[cls[mine] == "fp32", "dur_ns"].sum()))
+        tf32 = p.per_step(float(sel.loc[cls[mine] == "tf32", "dur_ns"].sum()))
+        top = sel.groupby("name")["dur_ns"].sum().sort_values(ascending=False).head(3)
+        label = "bf16" if target == "bf16" else "float16"
+        roofs = ", ".join(f"{name} {float(v) / 1e12:.0f}" for name, v in (
+            ("FP32", c.peak("fp32", False)), ("TF32", c.peak("tf32", True)), (label.upper(), c.peak(target, True))) if v)
+        evidence = [
+            f"float32 matmul, convolution and attention kernels take {per_step_text(p, total)}: "
+            f"{fmt_ns(plain)} on CUDA cores (float32), {fmt_ns(tf32)} on tensor cores in TF32",
+            "top: " + "; ".join(f"{str(n)[:80]} ({fmt_ns(p.per_step(float(t)))})" for n, t in top.items()),
+            f"roofs of {c.device} (TFLOP/s): {roofs}; DRAM {float(c.dram_bytes_per_s or 0) / 1e12:.2f} TB/s",
+            (f"estimate: {modelled} kernel launches by their FLOPs and bytes at the {label.upper()} roof (keeping "
+             f"their share of the roof, at most {TARGET_EFFICIENCY:.0%}; attention at {FUSED_EFFICIENCY:.0%} as "
+             "flash), the others by the ratio of the roofs"
+             if modelled else
+             "estimate: by the ratio of the roofs of the two precisions (record operator shapes, --trace "
+             "torch-shapes, for a model from their FLOPs and bytes)")
+            + f", for the {fmt_ns(waited)} per step the step waits on",
+        ]
+        if plain:
+            evidence.append("for the float32 kernels on CUDA cores, counted beyond what TF32 saves (no_tensor_cores "
+                            f"counts that: {TENSOR_CORE_SPEEDUP:.0f}x)")
+        op_ids = k.loc[mine, "op_id"].astype(int).tolist()
+        location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "float32 matmul and convolution layers")
+        fix = (f"Run the forward pass under torch.autocast('cuda', dtype=torch.{'bfloat16' if target == 'bf16' else 'float16'})"
+               " (the backward follows it; keep the loss and the optimizer as they are). This changes numerics: "
+               f"{label} keeps 8 bits of mantissa, so compare the loss curve or the accuracy with the float32 run.")
+        if target == "fp16":
+            fix += " Train float16 with torch.amp.GradScaler."
+        return Finding(
+            rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
+            title=f"Float32 matmuls and convolutions ({fmt_ns(total)} {p.unit}): {label} autocast would run them at "
+                  f"the {label.upper()} tensor-core roof (changes numerics)",
+            evidence=evidence, location=location, fix=fix,
+            data=data_dict(saving_ns=ns, kernel_ns=total, critical_ns=waited, float32_ns=plain, tf32_ns=tf32, modelled_launches=modelled,
+                           target=target),
+        )
