@@ -120,6 +120,7 @@ def _hooked(monkeypatch: pytest.MonkeyPatch, backward: bool = False) -> TorchHoo
     """Hooks on a fresh recorder, with nn.Module.__call__ wrapped for the test only."""
     hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=backward)
     hooks._torch = torch
+    hooks.r.step_marked = True  # as in a program that marks its steps: no iteration marks among the ranges
     plain = torch.nn.Module.__call__
     monkeypatch.setattr(torch.nn.Module, "__call__", hooks._module_call(plain))
     return hooks
@@ -296,6 +297,26 @@ def test_a_forked_child_passes_calls_through() -> None:
         said = os.read(read, 100).decode()
         os.waitpid(pid, 0)
         torch.nn.Linear(2, 2)(torch.ones(2))  # the parent still records
-        assert said == "False 0" and hooks.fast and [row[5] for row in hooks.r.take()] == ["Linear"]
+        rows = hooks.r.take()
+        assert said == "False 0" and hooks.fast and [row[5] for row in rows if row[6] == "range"] == ["Linear"]
     finally:
         hooks.uninstall()
+
+
+def test_outermost_calls_are_marked_until_the_program_marks_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    hooks.install(torch)
+    try:
+        counting = torch.nn.Module.__call__
+        model = torch.nn.Sequential(Block(), Block())
+        for _ in range(3):
+            model(torch.ones(2, 4))
+        marks = [row for row in hooks.r.take() if row[6] == "mark"]
+        assert [(row[5], row[7], row[8]) for row in marks] == [("iteration", "module", "iteration")] * 3
+        hooks.r.mark("step", "", "gpuscope", "step")  # gpuscope.step(): the program counts its own steps
+        assert torch.nn.Module.__call__ is counting.counted  # one frame less per call from now on
+        model(torch.ones(2, 4))
+        assert not [row for row in hooks.r.take() if row[6] == "mark" and row[5] == "iteration"]
+    finally:
+        hooks.uninstall()
+    assert torch.nn.Module.__call__ is counting.__wrapped__

@@ -256,3 +256,58 @@ def test_a_probe_at_the_last_steps_leaves_step_sum_readable(tmp_path: Path) -> N
     listed = {int(r[1]) for r in table.rows if str(r[1]).isdigit()}
     assert {1, 5, 10} <= listed
     assert any("no measurement" in n for n in table.notes), table.notes
+
+
+def test_outermost_module_calls_count_steps_until_a_better_mark_comes() -> None:
+    """An inference loop marks no steps: its outermost module calls are counted, so the probe runs; the
+    first optimizer step starts the count again from it, and a running probe ends there."""
+    w, switches, rows = _window(CaptureSpec())
+    for n in range(1, PROBE_FIRST + 2):
+        NOW[0] = 1_000_000 * n
+        w.step_mark("module", NOW[0])
+    assert w.step_source == "module" and w.probing and w.probes == 1
+    w.step_mark("torch", NOW[0] + 1_000_000)
+    assert w.step_source == "torch" and w.steps == 1 and not w.probing and w.on
+    w.step_mark("module", NOW[0] + 2_000_000)  # module calls no longer count
+    assert w.steps == 1
+    w.step_mark("gpuscope", NOW[0] + 3_000_000)
+    assert (w.step_source, w.steps) == ("gpuscope", 1)
+    w.finish()
+
+
+def test_steps_capture_range_does_not_count_module_calls() -> None:
+    w, _, _ = _window(CaptureSpec(first_step=2, last_step=3))
+    for n in range(1, 6):
+        w.step_mark("module", 1_000_000 * n)
+    assert w.steps == 0 and not w.on
+
+
+INFERENCE_LOOP = """
+import time, torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+x = torch.randn(16, 64)
+with torch.inference_mode():
+    for i in range(60):
+        y = model(x)
+        pred = y.argmax(-1)
+        time.sleep(0.004)
+"""
+
+
+def test_the_probe_times_an_inference_loop_by_its_model_calls(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")  # noqa: F841
+    prog = tmp_path / "infer.py"
+    prog.write_text(INFERENCE_LOOP)
+    out = tmp_path / "infer"
+    proc = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "-o", str(out), str(prog)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Report.open(str(out) + ".gpuscope") as report:
+        timings = probe_timings(report)
+        marks = report.sql("SELECT count(*) FROM nvtx_range WHERE kind = 'mark' AND category = 'iteration' "
+                           "AND source = 'module'")[0][0]
+    assert marks == 60  # one per model call, recorded or not
+    (timing,) = timings.values()
+    assert timing.source == "module" and timing.probes >= 2 and timing.measured
+    assert timing.off_median > 4_000_000  # each iteration sleeps 4 ms
+    assert "iterations (outermost module calls" in timing.describe()

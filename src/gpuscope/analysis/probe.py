@@ -36,6 +36,7 @@ class ProbeTiming:
     probes: int
     off_ns: tuple[int, ...]
     on_ns: tuple[int, ...]
+    source: str = "torch"  # what the steps were timed by: gpuscope, torch (optimizer) or module (outermost calls)
 
     @property
     def off_median(self) -> float:
@@ -69,16 +70,20 @@ class ProbeTiming:
         steps times no step with collection off)."""
         from ..units import duration
 
+        unit = "iteration" if self.source == "module" else "step"
+        def n(count: int, what: str = unit) -> str:
+            return f"{count} {what}{'s' if count != 1 else ''}"
+
         if not self.measured:
-            return (f"{self.probes} probe{'s' if self.probes != 1 else ''} timed {len(self.off_ns)} step"
-                    f"{'s' if len(self.off_ns) != 1 else ''} with collection off and {len(self.on_ns)} recorded "
-                    f"step{'s' if len(self.on_ns) != 1 else ''} (at least {MIN_OFF_STEPS} of each are needed): "
-                    "no measurement")
+            return (f"{n(self.probes, 'probe')} timed {n(len(self.off_ns))} with collection off and "
+                    f"{len(self.on_ns)} recorded {unit}{'s' if len(self.on_ns) != 1 else ''} (at least "
+                    f"{MIN_OFF_STEPS} of each are needed): no measurement")
         low, high = min(self.off_ns), max(self.off_ns)
-        return (f"{len(self.off_ns)} steps with collection off ({self.probes} probes) took "
+        what = " (outermost module calls: nothing marks steps)" if self.source == "module" else ""
+        return (f"{n(len(self.off_ns))}{what} with collection off ({n(self.probes, 'probe')}) took "
                 f"{duration(self.off_median)} each (median; {duration(low)} to {duration(high)}) against "
-                f"{duration(self.on_median)} for the {len(self.on_ns)} recorded steps: collection made a "
-                f"step {self.ratio - 1:+.0%} longer")
+                f"{duration(self.on_median)} for the {len(self.on_ns)} recorded ones: collection made "
+                f"{'an' if unit == 'iteration' else 'a'} {unit} {self.ratio - 1:+.0%} longer")
 
 
 def probe_timings(report: Report) -> dict[int, ProbeTiming]:
@@ -88,10 +93,12 @@ def probe_timings(report: Report) -> dict[int, ProbeTiming]:
     windows = report.sql("SELECT pid, start_ns, coalesce(end_ns, 9223372036854775807), reason FROM capture_window "
                          "WHERE end_ns IS NULL OR end_ns > start_ns ORDER BY pid, start_ns")
     # the marks steps are counted by, as the capture window counted them: gpuscope.step() marks
-    # where the program made any, else PyTorch's optimizer steps
+    # where the program made any, else PyTorch's optimizer steps, else (an inference loop) the ends of
+    # the outermost module calls
     marks = report.sql(
         """SELECT DISTINCT r.pid, r.source, r.start_ns FROM nvtx_range r JOIN string n ON n.id = r.name_id
-           WHERE r.kind = 'mark' AND r.category = 'step' AND n.value = 'step' AND r.source IN ('gpuscope', 'torch')
+           WHERE r.kind = 'mark' AND ((r.category = 'step' AND n.value = 'step' AND r.source IN ('gpuscope', 'torch'))
+                 OR (r.category = 'iteration' AND n.value = 'iteration' AND r.source = 'module'))
            ORDER BY r.pid, r.start_ns""")
     by_pid: dict[int, dict[str, list[int]]] = {}
     for pid, source, t in marks:
@@ -102,12 +109,13 @@ def probe_timings(report: Report) -> dict[int, ProbeTiming]:
     out = {}
     for pid, mine in spans.items():
         sources = by_pid.get(pid, {})
-        t = np.array(sources.get("gpuscope") or sources.get("torch") or [], np.int64)
+        source = next((s for s in ("gpuscope", "torch", "module") if sources.get(s)), "module")
+        t = np.array(sources.get(source, []), np.int64)
         probes = sum(1 for _, _, reason in mine if PROBE_CLOSES in reason.rpartition(" to ")[2])
         if not probes or len(t) < 3:
             continue
         off, on = _split(t, mine)
-        out[pid] = ProbeTiming(pid, probes, tuple(off), tuple(on))
+        out[pid] = ProbeTiming(pid, probes, tuple(off), tuple(on), source)
     return out
 
 

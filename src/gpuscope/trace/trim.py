@@ -48,7 +48,7 @@ _TRIMMED: dict[str, tuple[str, str]] = {
     "nvtx_range": ("", "t.start_ns"),
     "cpu_sample": ("", "t.ts_ns"),
 }
-_KEEP = {"nvtx_range": "t.kind = 'mark' AND t.category = 'step'"}
+_KEEP = {"nvtx_range": "t.kind = 'mark' AND t.category IN ('step', 'iteration')"}
 
 
 PROBE_CLOSES = "overhead probe at step"  # how a window closed by the overhead probe names it (capture/process/window.py)

@@ -30,6 +30,9 @@ from .window import CaptureWindow
 PROFILER_APIS = ["cudaProfilerStart", "cudaProfilerStop", "cuProfilerStart", "cuProfilerStop"]
 
 
+MODULE_SKIP = 3  # outermost module calls not yet counted by the operator samples
+
+
 class Agent(Protocol):
     """What the capture control uses of the process's agent (agent.py)."""
 
@@ -91,7 +94,9 @@ class CaptureControl:
         window = self.window
         window.step_mark(source, t)
         ops = self.agent.collector("torch-ops")
-        if ops is not None and source == window.step_source:
+        # module calls count for the samples only once a few have passed without a better mark: a
+        # training loop's first forward comes before its first optimizer step
+        if ops is not None and source == window.step_source and (source != "module" or window.steps > MODULE_SKIP):
             ops.step_mark(t)
 
     def api(self, start: bool) -> bool:

@@ -44,6 +44,7 @@ PROBE_OPENS = "end of overhead probe"
 PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
 PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
 PROBE_CLOSES = "overhead probe"
+STEP_SOURCES = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first
 
 
 class CaptureWindow:
@@ -57,7 +58,7 @@ class CaptureWindow:
         self.on = False
         self.windows = 0
         self.steps = 0
-        self.step_source = "torch"  # gpuscope.step() marks replace optimizer steps once seen
+        self.step_source = "module"  # optimizer steps replace module calls, gpuscope.step() marks both, once seen
         self.nvtx_opened = 0
         self.names_seen: list[str] = []
         self.profiler_starts = 0
@@ -124,16 +125,25 @@ class CaptureWindow:
 
     # -- events ------------------------------------------------------------------------------
     def step_mark(self, source: str, t: int) -> None:
-        """A step ended at ``t`` (a mark of ``gpuscope.step()`` or of PyTorch's optimizer step).
+        """A step ended at ``t`` (a mark of ``gpuscope.step()``, of PyTorch's optimizer step, or the
+        end of an outermost module call: ``module``).
 
         Counted as step_sum counts steps: gpuscope.step() marks when the program makes them (from
-        the first one on), otherwise optimizer steps.
+        the first one on), otherwise optimizer steps. A program with neither (an inference loop,
+        ``generate``) is counted by its outermost module calls, so that the overhead probe times its
+        iterations too; the first mark of a better source starts the count again.
         """
+        if source == "module" and self.spec.first_step is not None:
+            return  # --steps counts the program's own step marks, as documented
         with self._lock:
-            if source == "gpuscope" and self.step_source != "gpuscope":
-                self.step_source, self.steps = "gpuscope", 0
-            elif source != self.step_source:
+            rank = STEP_SOURCES.get(source, -1)
+            current = STEP_SOURCES.get(self.step_source, -1)
+            if rank < current:
                 return
+            if rank > current:
+                self.step_source, self.steps = source, 0
+                if self._probe_until:  # a probe counted in the source just replaced ends now
+                    self._end_probe(t, f"{PROBE_OPENS} at a {source} step mark")
             self.steps += 1
             if self._probe:
                 self._probe_step(t)

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 Row = tuple[Any, ...]
 
 
+STEP_CATEGORIES = ("step", "iteration")  # marks the capture window counts (process/window.py)
+
+
 class RangeRecorder:
     """Per-thread range stacks and the finished rows, handed to the spool by the agent."""
 
@@ -70,6 +73,8 @@ class RangeRecorder:
         self._pair_lock = threading.Lock()
         self.on = True
         self.on_step: Any = None  # callable(source, t_ns) at each step mark
+        self.step_marked = False  # a step mark (gpuscope.step(), optimizer.step()) has been recorded
+        self.on_first_step_mark: Any = None  # callable() at the first of them
         self.watch: Any = None  # capture window that starts on a named range
         self.anchor: Any = None  # callable() marking a range boundary among CUDA calls
 
@@ -151,12 +156,17 @@ class RangeRecorder:
 
     def mark(self, name: str, domain: str = "", source: str = "gpuscope", category: str = "",
              color: str | None = None) -> None:
-        """Record an instant (a step mark: ``category`` ``step``)."""
+        """Record an instant (a step mark: ``category`` ``step``; the end of an outermost module call
+        where nothing marks steps: ``iteration``)."""
         self._stack()
-        if self.anchor is not None and (self.on or category == "step"):
+        if self.anchor is not None and (self.on or category in STEP_CATEGORIES):
             self.anchor()  # a capture window may open or close at a step mark
         t = self.now()
-        if category == "step":
+        if category in STEP_CATEGORIES:
+            if category == "step" and not self.step_marked:
+                self.step_marked = True
+                if self.on_first_step_mark is not None:
+                    self.on_first_step_mark()
             if self.on_step is not None:
                 self.on_step(source, t)
         elif not self.on:

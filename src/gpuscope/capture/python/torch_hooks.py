@@ -74,6 +74,7 @@ class TorchHooks:
         self._kinds: dict[int, int] = {}  # id(module) -> its forward range's kind (recorder.kind)
         self._alive: dict[int, Any] = {}  # id(module) -> a weak reference that forgets the kind with the module
         self.force_full = False  # forward ranges through push/pop always (for measuring that path)
+        self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
         self.fast = False  # forward ranges go to the thread's log (see _refresh)
         self._refresh()
 
@@ -109,6 +110,8 @@ class TorchHooks:
             self._is_compiling = compiler.is_compiling
         self._torch = torch
         module_mod.Module.__call__ = self._module_call(module_mod.Module.__call__)  # type: ignore[method-assign]
+        self._module_cls = module_mod.Module
+        self.r.on_first_step_mark = self._counted_enough
         pre, post = self._step_hooks()
         self._handles = [optim_mod.register_optimizer_step_pre_hook(pre),
                          optim_mod.register_optimizer_step_post_hook(post)]
@@ -184,6 +187,7 @@ class TorchHooks:
         (:meth:`_full_module_call`). Return the wrapper."""
         full = self._full_module_call(call)
         r, kinds, local, clock, is_compiling = self.r, self._kinds, self.r._local, time.monotonic_ns, self._is_compiling
+        get_ident, main = threading.get_ident, threading.main_thread().ident
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             # First, before any state is read: torch.compile traces this frame (the compiled module's
@@ -219,9 +223,41 @@ class TorchHooks:
                 anchor()
                 log.append(clock())
 
-        __call__.__wrapped__ = call  # type: ignore[attr-defined]
-        __call__._gpuscope_hooks = self  # type: ignore[attr-defined]
-        return __call__
+        def counting(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling():  # first, as above
+                return call(module, *args, **kwargs)
+            if r.step_marked or get_ident() != main:
+                return __call__(module, *args, **kwargs)
+            self._depth += 1
+            try:
+                return __call__(module, *args, **kwargs)
+            finally:
+                self._depth -= 1
+                if not self._depth and not self._disabled:
+                    self._iteration_mark()
+
+        for wrapper in (__call__, counting):
+            wrapper.__wrapped__ = call  # type: ignore[attr-defined]
+            wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
+        counting.counted = __call__  # type: ignore[attr-defined]
+        return counting
+
+    def _counted_enough(self) -> None:
+        """The program marks its steps: module calls need no counting from now on, so ``nn.Module.__call__``
+        becomes the wrapper without the count (one frame less per call)."""
+        module_cls = getattr(self, "_module_cls", None)
+        current = getattr(module_cls, "__call__", None)
+        counted = getattr(current, "counted", None)
+        if counted is not None and getattr(current, "_gpuscope_hooks", None) is self:
+            module_cls.__call__ = counted  # type: ignore[union-attr]
+
+    def _iteration_mark(self) -> None:
+        """An outermost module call of the main thread returned, in a program that has made no step mark
+        (yet): mark it, so that an inference loop's iterations are counted (the overhead probe)."""
+        try:
+            self.r.mark("iteration", "", "module", "iteration")
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
     def _first_call(self, module: Any) -> tuple[int, list[Any]]:
         """Return the kind of ``module``'s forward range, kept until the module is gone, and this thread's log."""
