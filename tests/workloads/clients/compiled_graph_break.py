@@ -1,0 +1,91 @@
+"""Training of an MLP under ``torch.compile(model)`` whose forward reads a value on the host: after
+each of its 4 blocks (Linear 1024 + LayerNorm + GELU, residual) it checks
+``if h.abs().max().item() > 1e4`` and rescales the activations when they blow up, a guard written
+the way one writes it in eager code. Each ``.item()`` splits the compiled forward into separate
+graphs (a graph break) and waits for the GPU to finish the work queued so far. Batch 256, bf16
+autocast, AdamW; optimizer marks only.
+
+Fix: ``no_item``: the guard on the GPU, ``h = torch.where(h.abs().amax() > 1e4, h / h.abs().amax(), h)``:
+one graph, no wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared harness, one folder up
+from harness import Program, Setup, Step, Variant, main  # noqa: E402
+
+LIMIT = 1e4
+
+
+class Guarded(nn.Module):
+    """Residual blocks with a blow-up guard after each: on the host (``.item()``) or on the GPU."""
+
+    def __init__(self, d: int, blocks: int, on_host: bool) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(d, d) for _ in range(blocks))
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(blocks))
+        self.head = nn.Linear(d, 10)
+        self.on_host = on_host
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The blocks, each followed by the guard, then the head."""
+        for fc, norm in zip(self.fcs, self.norms):
+            h = h + F.gelu(norm(fc(h)))
+            if self.on_host:
+                peak = h.abs().max().item()
+                if peak > LIMIT:
+                    h = h / peak
+            else:
+                peak = h.abs().amax()
+                h = torch.where(peak > LIMIT, h / peak, h)
+        return self.head(h)
+
+
+def build(variant: str, setup: Setup) -> Step:
+    """One training step of ``variant``."""
+    dev = setup.device
+    d, blocks, batch = setup.pick((1024, 4, 256), (32, 2, 4))
+    torch.manual_seed(0)
+    model = Guarded(d, blocks, on_host=variant != "no_item").to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    compiled = torch.compile(model)
+    loss_fn = nn.CrossEntropyLoss()
+    batches = itertools.cycle([(torch.randn(batch, d, device=dev), torch.randint(0, 10, (batch,), device=dev))
+                               for _ in range(4)])
+
+    def step() -> torch.Tensor:
+        x, y = next(batches)
+        with torch.autocast(dev.type, torch.bfloat16):
+            loss = loss_fn(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step
+
+
+PROGRAM = Program(
+    name="compiled_graph_break",
+    description="torch.compile MLP (4 x Linear 1024) with a .item() guard per block: graph breaks and syncs",
+    variants=(
+        Variant("as_written", "if h.abs().max().item() > 1e4: ... after each block", samples=256),
+        Variant("no_item", "the guard with torch.where on the GPU", ("host_sync",), samples=256),
+    ),
+    build=build,
+    iterations=1500,
+    measure_iterations=100,
+    warmup=20,
+    marks="optimizer",
+)
+
+if __name__ == "__main__":
+    main(PROGRAM)
