@@ -65,11 +65,48 @@ def _launch(report: Report, pid: int, corr: int | None) -> dict[str, Any] | None
     return None
 
 
+# A range path deeper than PATH_OUTER + PATH_INNER ranges (ranges left open pile up) is shown as
+# its outermost and innermost ranges and how many lie between.
+PATH_OUTER, PATH_INNER = 4, 12
+
+
+def path_ends(ordered: dict[int, None]) -> tuple[int, ...]:
+    """Return the keys of ``ordered`` (a path, outermost first) that :func:`path_text` shows:
+    all of them, or the first PATH_OUTER, -1, and the last PATH_INNER."""
+    if len(ordered) <= PATH_OUTER + PATH_INNER:
+        return tuple(ordered)
+    outer = [k for k, _ in zip(ordered, range(PATH_OUTER))]
+    inner = [k for k, _ in zip(reversed(ordered), range(PATH_INNER))][::-1]
+    return (*outer, -1, *inner)
+
+
+def path_text(names: list[str], depth: int) -> str:
+    """Return a range path of ``depth`` ranges as text, ``outer > inner``: every name where
+    ``names`` holds them all, else (``names`` as :func:`path_ends` chose them, ``""`` at the gap)
+    the outermost and innermost with the number of ranges between."""
+    if len(names) >= depth:
+        return " > ".join(names)
+    gap = depth - PATH_OUTER - PATH_INNER
+    return " > ".join(f"({gap:,} more)" if k == PATH_OUTER else n for k, n in enumerate(names))
+
+
 def _range_path(report: Report, pid: int, tid: int, t: int) -> str | None:
-    rows = report.sql("SELECT s.value FROM nvtx_range r JOIN string s ON s.id = r.name_id WHERE r.pid = ? AND "
-                      "r.tid = ? AND r.kind <> 'mark' AND r.start_ns <= ? AND coalesce(r.end_ns, ?) >= ? "
-                      "ORDER BY r.start_ns, r.end_ns DESC", [pid, tid, t, t, t])
-    return " > ".join(str(r[0]) for r in rows) or None
+    where = ("FROM nvtx_range r WHERE r.pid = ? AND r.tid = ? AND r.kind <> 'mark' AND r.start_ns <= ? "
+             "AND coalesce(r.end_ns, ?) >= ?")
+    depth = int(report.sql(f"SELECT count(*) {where}", [pid, tid, t, t, t])[0][0])
+    if not depth:
+        return None
+    ends = [] if depth <= PATH_OUTER + PATH_INNER else [PATH_OUTER, PATH_INNER]
+    order = "ORDER BY r.start_ns, r.end_ns DESC"
+    query = f"SELECT s.value FROM (SELECT r.name_id, r.start_ns, r.end_ns {where} {{order}}{{limit}}) r " \
+            f"JOIN string s ON s.id = r.name_id {order}"
+    params = [pid, tid, t, t, t]
+    if not ends:
+        return path_text([str(r[0]) for r in report.sql(query.format(order=order, limit=""), params)], depth)
+    outer = report.sql(query.format(order=order, limit=f" LIMIT {PATH_OUTER}"), params)
+    inner = report.sql(query.format(order="ORDER BY r.start_ns DESC, r.end_ns", limit=f" LIMIT {PATH_INNER}"),
+                       params)
+    return path_text([str(r[0]) for r in outer] + [""] + [str(r[0]) for r in inner], depth)
 
 
 def _python_line(report: Report, pid: int, tid: int, t: int) -> str | None:

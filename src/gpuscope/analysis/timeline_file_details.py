@@ -14,7 +14,7 @@ import pandas as pd
 from ..trace.report import Report
 from ..trace.stacks import stack_sites
 from .launch_sites import WINDOW_NS
-from .timeline_details import GPU_SOURCES, Field, op_fields, site_text
+from .timeline_details import GPU_SOURCES, Field, op_fields, path_ends, path_text, site_text
 from .timeline_tracks import SRC, TimelineIndex
 
 _CONFIG = ("c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z, c.registers_per_thread, "
@@ -98,29 +98,48 @@ def gpu_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> De
 
 def _range_paths(index: TimelineIndex, at: pd.DataFrame) -> dict[tuple[int, int], str]:
     """The ranges open on each launching thread at each launch time, outermost first (as
-    :func:`.timeline_details._range_path` finds them), from the index's range lanes: in each lane
-    (its slices never overlap) the slice starting last at or before the time, or the one before it
-    when it ends exactly then."""
+    :func:`.timeline_details._range_path` finds them, and as :func:`.timeline_details.path_text`
+    shortens a deep path), from the index's range lanes: the slices of every lane of the thread
+    with start <= time <= end. One sweep over the thread's ranges and launches in time order, so
+    time and memory grow with their number, not with the depth times the launches (ranges left
+    open span every later launch)."""
     tracks = {(t.pid, t.tid): t for t in index.tracks if t.tid is not None and t.label.endswith(": Ranges")}
     out: dict[tuple[int, int], str] = {}
     for (pid, tid), group in at.groupby(["pid", "tid"], sort=False):
         track = tracks.get((int(pid), int(tid)))
         if track is None:
             continue
+        lanes = [index.lanes[lane_id] for lane_id in track.lanes]
+        if not lanes:
+            continue
+        ranges = np.unique(np.stack([np.concatenate([np.asarray(ln.start, dtype=np.int64) for ln in lanes]),
+                                     -np.concatenate([np.asarray(ln.end, dtype=np.int64) for ln in lanes]),
+                                     np.concatenate([np.asarray(ln.name, dtype=np.int64) for ln in lanes])],
+                                    axis=1), axis=0)  # by (start, -end, name), each once
+        start, end, name = ranges[:, 0], -ranges[:, 1], ranges[:, 2]
+        by_end = np.argsort(end, kind="stable")
         t = group["at"].to_numpy(np.int64)
-        found: list[list[tuple[int, int, int]]] = [[] for _ in range(len(t))]
-        for lane_id in track.lanes:
-            lane = index.lanes[lane_id]
-            start, end, name = np.asarray(lane.start), np.asarray(lane.end), np.asarray(lane.name)
-            j = np.searchsorted(start, t, "right") - 1
-            for cand in (j, j - 1):
-                c = np.clip(cand, 0, max(len(lane) - 1, 0))
-                ok = (cand >= 0) & (start[c] <= t) & (end[c] >= t)
-                for k in np.flatnonzero(ok):
-                    found[k].append((int(start[c[k]]), -int(end[c[k]]), int(name[c[k]])))
-        for key, hits in zip(zip(group["lane"], group["i"]), found):
-            if hits:
-                out[(int(key[0]), int(key[1]))] = " > ".join(index.names[n] for _, _, n in sorted(set(hits)))
+        keys = list(zip(group["lane"].to_numpy(), group["i"].to_numpy()))
+        open_: dict[int, None] = {}  # the ranges open at the sweep's time, by start (insertion order)
+        nxt = gone = 0
+        texts: dict[tuple[int, ...], str] = {}
+        for k in np.argsort(t, kind="stable"):
+            now = t[k]
+            while nxt < len(start) and start[nxt] <= now:
+                open_[nxt] = None
+                nxt += 1
+            while gone < len(by_end) and end[by_end[gone]] < now:
+                open_.pop(int(by_end[gone]), None)
+                gone += 1
+            if not open_:
+                continue
+            shown = path_ends(open_)
+            text = texts.get(shown)
+            if text is None:
+                names = [index.names[int(name[r])] if r >= 0 else "" for r in shown]
+                text = texts[shown] = path_text(names, len(open_))
+            lane, i = keys[k]
+            out[(int(lane), int(i))] = text
     return out
 
 

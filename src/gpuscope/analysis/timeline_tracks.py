@@ -13,6 +13,7 @@ Names are interned once per index (``names``); a slice refers to its name by pos
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,16 +169,18 @@ def _lanes_of(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
         return np.zeros(len(start), dtype=np.int32)
     out = np.empty(len(start), dtype=np.int32)
-    free: list[int] = []  # end of the last slice on each lane
+    busy: list[tuple[int, int]] = []  # (end of its last slice, lane) of each lane in use: a heap
+    free: list[int] = []  # lanes whose last slice has ended: a heap, the lowest first
+    lanes = 0
     for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
-        for lane, last in enumerate(free):
-            if last <= s:
-                free[lane] = e
-                out[i] = lane
-                break
+        while busy and busy[0][0] <= s:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
         else:
-            free.append(e)
-            out[i] = len(free) - 1
+            lane, lanes = lanes, lanes + 1
+        heapq.heappush(busy, (e, lane))
+        out[i] = lane
     return out
 
 
