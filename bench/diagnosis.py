@@ -7,7 +7,10 @@ Two kinds of programs:
   rounds (planted, fixed, planted, fixed, ...);
 - the programs (``mlp_adam.py``, ...: ordinary scripts without step marks, several candidate fixes
   each, see tests/workloads/harness.py): every variant timed in one process, interleaved, with
-  ``--measure --rounds N``.
+  ``--measure --rounds N``;
+- with ``--suite clients``, instead of both: the client programs (``tests/workloads/clients``: the same
+  kind of script, built on transformers, torchvision, Lightning, JAX, CuPy, Triton), measured and
+  diagnosed the same way.
 
 Then each program as written runs under ``gpuscope profile -t TRACE``, its report is diagnosed, and
 the best measured fix is compared with the top finding, and its measured gain with the estimated
@@ -22,6 +25,7 @@ name, so a run can be split:
     python3 bench/diagnosis.py --out /tmp/diagnosis --skip-old --rounds 7
     python3 bench/diagnosis.py --rediagnose /tmp/diagnosis [--reports DIR]  # the analysis only, on kept reports
     python3 bench/diagnosis.py --merge A B --out C                        # rows of several runs in one table
+    python3 bench/diagnosis.py --out /tmp/clients --suite clients [--part 1/3]  # the client programs
 
 Exits 1 when a program does not pass.
 """
@@ -46,6 +50,7 @@ from diagnosis_compare import compare, finding_row, markdown  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "tests" / "workloads"
+CLIENTS_DIR = WORKLOADS / "clients"
 TRACE = "cuda,nvtx,torch,host,nvml,cpu"  # the GPU defaults without operator samples (as the fixtures were recorded), plus Python samples
 TIMEOUT_S = int(os.environ.get("GPUSCOPE_BENCH_TIMEOUT", "240"))  # per process
 
@@ -69,6 +74,14 @@ PROGRAMS: dict[str, float] = {
     "results_to_host": 15, "python_tokenize": 15, "compiled_mlp": 50, "conv_train_bf16": 20,
     "elementwise_chain": 20, "custom_rnn_loop": 40, "conv_infer_fp16": 15, "compiled_graphs_infer": 60,
     "naive_attention_bf16": 40, "adam_foreach_off": 15, "triton_substeps": 25,
+}
+# client program (tests/workloads/clients) -> estimated seconds on an H100, as PROGRAMS (compiling ones longer)
+CLIENTS: dict[str, float] = {
+    "hf_gpt2_generate": 150, "hf_bert_infer": 90, "hf_gpt2_train": 60, "tv_resnet50_train": 80,
+    "tv_resnet50_amp": 40, "tv_resnet18_infer": 60, "nanogpt_compiled": 90, "nanogpt_reduce_overhead": 90,
+    "sdpa_explicit_mask": 30, "torch_transformer_lm_fp32": 40, "lightning_mlp": 60, "jax_mlp": 50,
+    "cupy_elementwise": 30, "triton_small_blocks": 40, "dataloader_cnn": 40, "eager_norm_chain": 50,
+    "compiled_graph_break": 60,
 }
 PLANTED_COST_S = {name: 60.0 if name == "first_compile" else 29.0 for name in PLANTED}
 
@@ -135,7 +148,7 @@ def run_program(name: str, out: Path, rounds: int, trace: str, extra: list[str] 
     bench on a machine without a GPU).
     """
     work = out / "work"
-    script = str(WORKLOADS / f"{name}.py")
+    script = str((CLIENTS_DIR if name in CLIENTS else WORKLOADS) / f"{name}.py")
     timing = work / f"{name}.measure.json"
     timing.unlink(missing_ok=True)
     rc: dict[str, int] = {}
@@ -189,7 +202,7 @@ def judge(row: dict[str, Any], report: Path | None, md_out: Path | None = None) 
 
 
 def _order() -> list[str]:
-    return [*PLANTED, *PROGRAMS]
+    return [*PLANTED, *PROGRAMS, *CLIENTS]
 
 
 def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,7 +215,7 @@ def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
 
 def split(names: list[str], part: int, parts: int) -> list[str]:
     """Part ``part`` (1-based) of ``parts`` of ``names``, balanced by estimated time; in the names' order."""
-    cost = {**PLANTED_COST_S, **PROGRAMS}
+    cost = {**PLANTED_COST_S, **PROGRAMS, **CLIENTS}
     load = [0.0] * parts
     home: dict[str, int] = {}
     for n in sorted(names, key=lambda n: (-cost.get(n, 20.0), names.index(n))):
@@ -273,12 +286,18 @@ def _print(row: dict[str, Any]) -> None:
 
 
 def _names(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[str]:
-    names = [n for n in _order() if not (args.skip_old and n in PLANTED) and not (args.skip_new and n in PROGRAMS)]
+    if args.suite == "clients":
+        suite = list(CLIENTS)
+    else:
+        suite = [n for n in [*PLANTED, *PROGRAMS]
+                 if not (args.skip_old and n in PLANTED) and not (args.skip_new and n in PROGRAMS)]
+    names = suite
     if args.only:
         only = args.only.split(",")
-        unknown = [n for n in only if n not in PLANTED and n not in PROGRAMS]
+        known = CLIENTS if args.suite == "clients" else {**PLANTED, **PROGRAMS}
+        unknown = [n for n in only if n not in known]
         if unknown:
-            p.error(f"unknown program(s) {', '.join(unknown)}; choose from {', '.join(_order())}")
+            p.error(f"unknown program(s) {', '.join(unknown)}; choose from {', '.join(known)}")
         names = [n for n in names if n in only]
     if args.part:
         part, parts = (int(x) for x in args.part.split("/"))
@@ -294,6 +313,9 @@ def main() -> int:
     p.add_argument("--only", help="comma-separated programs (default: all)")
     p.add_argument("--skip-old", action="store_true", help="leave out the planted workloads")
     p.add_argument("--skip-new", action="store_true", help="leave out the programs")
+    p.add_argument("--suite", choices=("workloads", "clients"), default="workloads",
+                   help="workloads: the planted workloads and programs of tests/workloads (default); clients: "
+                        "the client programs of tests/workloads/clients instead")
     p.add_argument("--part", help="K/N: run part K of N of the selected programs, balanced by estimated time")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each program's --measure")
     p.add_argument("--old-rounds", type=int, default=2, help="interleaved planted/fixed rounds of the planted ones")
@@ -328,7 +350,7 @@ def main() -> int:
         names = _names(args, p)
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         t0 = time.perf_counter()
-        print(f"running {', '.join(names)} (estimated {sum({**PLANTED_COST_S, **PROGRAMS}[n] for n in names):.0f} s)",
+        print(f"running {', '.join(names)} (estimated {sum({**PLANTED_COST_S, **PROGRAMS, **CLIENTS}[n] for n in names):.0f} s)",
               flush=True)
         rows = _existing(out)
         for name in names:

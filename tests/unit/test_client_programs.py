@@ -122,3 +122,11 @@ def test_runs_on_the_cpu(name: str, tmp_path: Path) -> None:
     doc: dict[str, Any] = json.loads(out.read_text())
     assert doc["program"] == name and doc["variant"] == "as_written"
     assert doc["steady_s_per_iteration"] > 0 and doc["iterations_timed"] == 2 and doc["warmup"] == 1
+
+
+def test_the_bench_knows_every_client_program() -> None:
+    spec = importlib.util.spec_from_file_location("bench_diagnosis_clients", ROOT / "bench" / "diagnosis.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert set(bench.CLIENTS) == set(_programs())
