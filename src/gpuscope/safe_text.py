@@ -14,6 +14,8 @@ or HTML markup. Every reporter passes the text it did not write itself through o
 - :func:`html`: HTML-escaped, quotes included.
 - :func:`plot`: text for a chart label (matplotlib reads ``$...$`` as math).
 
+And one for the way in: :func:`storable` makes any Python text valid UTF-8 before it is stored.
+
 Standard library only: the capture side (the end-of-run summary) uses it too.
 """
 
@@ -32,6 +34,9 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # math on GitHub). Block markup (#, -, +, 1.) only counts at a line's start, which a name never is.
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>&|~$])")
 _BACKTICKS = re.compile("`+")
+# Python text that is not Unicode: bytes of a file name or argument that were not UTF-8 (decoded
+# with surrogateescape, U+DC80-U+DCFF) and any other lone surrogate.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -79,3 +84,19 @@ def html(text: Any) -> str:
 def plot(text: Any) -> str:
     """Return ``text`` for a chart label: one line, ``$`` not taken for math."""
     return terminal(text).replace("$", r"\$")
+
+
+def _unsurrogate(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def storable(text: str) -> str:
+    """Return ``text`` as valid UTF-8 text: unchanged if it is, else with each byte that was not
+    UTF-8 (a name from the operating system, decoded with surrogateescape) written ``\\xe9`` and any
+    other lone surrogate ``\\ud800``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(_unsurrogate, text)
+    return text

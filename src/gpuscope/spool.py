@@ -5,12 +5,18 @@ A chunk appears atomically (written under a temporary name, then renamed), so th
 reads half a chunk, and a chunk that was renamed survives a crash of the process that wrote it.
 The launcher ingests chunks in order per process and deletes them.
 
+The launcher writes the report under a name of its own and moves it into place at the end. It
+leaves that name in the spool (:func:`leave_report`), so that if it is killed, the program, which
+outlives it, moves what was ingested into place (:func:`place_left_report`).
+
 This module runs inside the profiled process: standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import pickle
 import struct
 import threading
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 CHUNK_SUFFIX = ".chunk"
+REPORT_NOTE = "report.json"  # where the launcher's report is being written, and where it goes
 MAGIC = b"GSC1"
 SPOOL_ENV = "GPUSCOPE_SPOOL"
 
@@ -95,6 +102,7 @@ class SpoolWriter:
         self._reported_drops = 0
         self._carry_dtypes: dict[str, Any] = {}
         self._carry_symbols: dict[tuple[str, int], int] = {}
+        self.say_on_stderr = True  # False where the program's stderr was closed: fd 2 may be its own file
 
     def intern(self, value: str) -> int:
         """Return the local id of ``value``, defining it in the next chunk if it is new."""
@@ -166,7 +174,7 @@ class SpoolWriter:
         self.error = exc.strerror or type(exc).__name__
         self.dropped_chunks += 1
         self.dropped_records += lost
-        if first:  # one line in the program's stderr, once: the launcher may never hear of it otherwise
+        if first and self.say_on_stderr:  # one line in the program's stderr, once: the launcher may never hear of it
             try:
                 os.write(2, f"gpuscope: cannot write to the spool directory {self.directory} ({self.error}): "
                             "records are lost until it can\n".encode())
@@ -187,3 +195,49 @@ def ready_chunks(directory: str) -> Iterator[tuple[int, int, str]]:
         pid_s, _, seq_s = stem.partition("-")
         if pid_s.isdigit() and seq_s.isdigit():
             yield int(pid_s), int(seq_s), os.path.join(directory, name)
+
+
+def move_report(partial: str, final: str) -> bool:
+    """Move the report file ``partial``, with its DuckDB log ``partial.wal`` if there is one, to
+    ``final``: a file or link there is replaced (a link itself, never what it points at), and the log
+    of the file it replaces is removed first, so it is never replayed into this one. Return False if
+    ``partial`` is not there (another process moved it). Raises OSError if it cannot be moved."""
+    claimed = partial + ".placing"
+    try:
+        os.rename(partial, claimed)  # one process wins: the others find nothing to move
+    except FileNotFoundError:
+        return False
+    try:
+        os.unlink(final + ".wal")
+    except FileNotFoundError:
+        pass
+    os.replace(claimed, final)
+    if os.path.lexists(partial + ".wal"):
+        os.replace(partial + ".wal", final + ".wal")
+    return True
+
+
+def leave_report(spool_dir: str, partial: str, final: str) -> None:
+    """Note in the spool that the report is written to ``partial`` and goes to ``final``."""
+    tmp = os.path.join(spool_dir, REPORT_NOTE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"partial": partial, "final": final}, fh)  # names that are not UTF-8 stay \udcXX escapes
+    os.replace(tmp, os.path.join(spool_dir, REPORT_NOTE))
+
+
+def place_left_report(spool_dir: str) -> bool:
+    """The launcher is gone: move the report it was writing (see :func:`leave_report`) into place,
+    and remove its working directory. Return whether this process moved it; never raises."""
+    try:
+        with open(os.path.join(spool_dir, REPORT_NOTE), encoding="utf-8") as fh:
+            note = json.load(fh)
+        partial, final = str(note["partial"]), str(note["final"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    try:
+        moved = move_report(partial, final)
+    except OSError:
+        return False
+    if moved and os.path.dirname(partial).endswith(".recording"):
+        shutil.rmtree(os.path.dirname(partial), ignore_errors=True)
+    return moved

@@ -4,6 +4,8 @@ the collectors' own threads stopping at once when the launcher is gone."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,42 @@ def test_the_registry_names_each_recorder_once_with_a_start_function() -> None:
         ("nvtx-python", "nvtx"), ("torch", "torch"), ("torch-ops", "torch"), ("memory", "torch")]
     with pytest.raises(ModuleNotFoundError):
         Recorder("missing", "python.no_such_module").start_function()
+
+
+class SignalsItself(Fake):
+    """A collector whose stop takes long enough for a second SIGTERM to come meanwhile."""
+
+    def shutdown(self, ctx: collectors.Context) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        super().shutdown(ctx)
+
+
+@pytest.mark.parametrize("at_exit", [False, True])
+def test_the_programs_own_sigterm_handler_waits_for_the_delivery(tmp_path: Path, at_exit: bool) -> None:
+    """A SIGTERM that comes while the agent delivers, to a program that handles SIGTERM itself (a
+    supervisor's second one): the handler runs once delivery is done; what it raises comes from
+    ``stop``, and at exit it is not said (the program is ending already)."""
+    calls: list[str] = []
+    agent = Agent(str(tmp_path), set(), recorders=[
+        Recorder("first", lambda ctx, module: Fake("first", calls), stops=STOP_LAST),
+        Recorder("signals", lambda ctx, module: SignalsItself("signals", calls), stops=STOP_PYTHON)])
+    agent._launcher = None
+    agent._start_recorders()
+
+    def handler(signum: int, frame: Any) -> None:
+        calls.append("handler")
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        if at_exit:
+            agent.stop_at_exit()
+        else:
+            with pytest.raises(SystemExit):
+                agent.stop()
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert calls[-3:] == ["signals.shutdown", "first.shutdown", "handler"]
+    assert [row[0] for row in _rows(tmp_path, "collector")] == ["signals", "first"]
+    assert _rows(tmp_path, "process_end")

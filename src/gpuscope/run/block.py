@@ -94,7 +94,7 @@ class Profile:
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         agent.start()
         # The program's exit and signals stay the program's: at exit the block ends, report written.
-        atexit.unregister(agent.stop)
+        atexit.unregister(agent.stop_at_exit)
         atexit.register(self.stop)
         if on_main:
             for signum, handler in self._restore["signals"].items():

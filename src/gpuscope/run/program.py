@@ -21,6 +21,8 @@ from ..capture.counters.host import HostSampler
 from ..capture.counters.nvml import NvmlSampler
 from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
+from ..spool import leave_report
+from ..trace import outputs
 from ..trace.writer import Diagnostic, ReportWriter
 
 REPORT_ENV = "GPUSCOPE_REPORT"
@@ -51,8 +53,14 @@ def profile(
     ``capture`` limits collection to a capture range."""
     spool = Path(tempfile.mkdtemp(prefix="gpuscope-spool-"))
     held: dict[int, object] = {}
+    writer: ReportWriter | None = None
     try:
         writer = _open_writer(output)
+        assert writer.partial is not None
+        try:  # if the launcher is killed, the program moves what was ingested into place (agent.py)
+            leave_report(str(spool), writer.partial.file, str(output))
+        except OSError:
+            pass  # a full spool directory: said below, when the bootstrap cannot be written either
 
         def ingest(final: bool = False) -> None:
             try:
@@ -129,7 +137,9 @@ def profile(
             wall_ns=wall,
             processes=sorted(writer.pids()),
         )
-        if writer.failed is not None and writer.checkpoint_failed and not writer.lost_chunks:
+        if writer.unplaced is not None:
+            on_diagnostic((0, "error", writer.unplaced))
+        elif writer.failed is not None and writer.checkpoint_failed and not writer.lost_chunks:
             on_diagnostic((0, "warning", f"{output} was not checkpointed ({writer.failed}): its records are in "
                                          f"{output.name}.wal; keep that file beside it"))
         elif writer.failed is not None:
@@ -138,22 +148,22 @@ def profile(
                                        "it keeps what was stored before"))
         return SessionResult(output, status, writer.records, writer.failed)
     finally:
+        if writer is not None:
+            writer.abandon()  # when gpuscope failed, not the program: what was recorded, status 'recording'
         launcher.release_signals(held)  # ending signals were ignored from the program's end to here
         shutil.rmtree(spool, ignore_errors=True)
 
 
 def _open_writer(output: Path) -> ReportWriter:
-    """Open the report file that trace.files.reserve_report created; on failure remove it."""
+    """Return a writer of the report whose name trace.files.reserve_report claimed: it writes under a
+    name of its own and moves the report to ``output`` when closed. On failure the claim is removed
+    (if no other run has put a report there meanwhile)."""
+    partial = outputs.PartialReport(output)
     try:
-        if os.path.lexists(output.with_name(output.name + ".wal")) or output.is_symlink():
-            raise GpuscopeError(f"cannot create {output}: a file appeared beside it ({output.name}.wal) "
-                                "or in its place while the program ran")
-        return ReportWriter(output)
-    except GpuscopeError:
-        raise
+        return ReportWriter(output, partial=partial)
     except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
-        if not output.is_symlink():
-            output.unlink(missing_ok=True)
+        partial.discard()
+        outputs.release_claim(output)
         raise GpuscopeError(f"cannot create {output}: {str(exc).strip().splitlines()[0]}") from None
 
 

@@ -9,8 +9,10 @@ Every file a command writes (a report, a chart, an export, ``--output`` text) go
   so a reader sees the old file or the whole new one, and an interrupted write leaves nothing;
 - without ``force`` the move is a hard link that fails if the name appeared meanwhile.
 
-A report file is created the same way (:func:`create_report`), empty but valid, before DuckDB opens
-it; DuckDB's ``.wal`` beside it is checked first.
+A report's name is claimed before the program runs (:func:`create_report`: an empty but valid file,
+or with ``force`` the file already there), and DuckDB's ``.wal`` beside it is checked first. The
+report itself is written under a name of its own (:class:`PartialReport`) and moved to its name when
+finished, so two runs writing the same name each finish a whole report and the last to end stays.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from ..errors import GpuscopeError
+from ..safe_text import storable
+from ..spool import move_report
+
+# Report names claimed by this process (their device and inode): removed on failure only if still ours.
+_claimed: dict[str, tuple[int, int]] = {}
 
 
 def check(path: Path, force: bool, option: str = "-o") -> None:
@@ -86,10 +93,12 @@ def write_output(path: Path, data: str | bytes, force: bool, option: str = "-o")
 
 
 def create_report(path: Path, force: bool) -> None:
-    """Create ``path`` as an empty DuckDB database, with the guarantees of :func:`open_output`.
+    """Claim ``path`` for a report: create it as an empty DuckDB database, with the guarantees of
+    :func:`open_output`; with ``force``, a file already there stays until the finished report replaces
+    it (:class:`PartialReport`).
 
-    Raises GpuscopeError if it exists (without ``force``), or if ``path.wal`` exists: DuckDB would
-    write through a link planted there.
+    Raises GpuscopeError if it exists (without ``force``), or if ``path.wal`` exists without ``force``:
+    DuckDB would write through a link planted there (with ``force``, a log without its report is removed).
     """
     import duckdb  # noqa: PLC0415
 
@@ -97,20 +106,105 @@ def create_report(path: Path, force: bool) -> None:
     if os.path.lexists(wal):
         if not force:
             raise GpuscopeError(f"{wal} exists (the log of an earlier report?); remove it or use --force-overwrite")
-        os.unlink(wal)
+        if not os.path.lexists(path):
+            os.unlink(wal)
     check(path, force)
+    if force and os.path.lexists(path):
+        return
     workdir = tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)
+    fd: int | None = None
     try:
         tmp = os.path.join(workdir, "report")
-        duckdb.connect(tmp).close()
+        database, fd = database_name(workdir, "report")
+        duckdb.connect(database).close()
         os.chmod(tmp, 0o666 & ~_umask())
-        _place(tmp, path, force)
+        try:
+            _place(tmp, path, False)
+        except GpuscopeError:
+            if not force:
+                raise
+            return  # another run with --force-overwrite claimed it meanwhile: the last to end stays
+        st = os.lstat(path)
+        _claimed[os.fspath(path)] = (st.st_dev, st.st_ino)
     except duckdb.Error as exc:
         raise GpuscopeError(f"cannot create {path}: {str(exc).splitlines()[0]}") from None
     except OSError as exc:
         raise GpuscopeError(f"cannot create {path}: {exc.strerror or exc}") from None
     finally:
+        if fd is not None:
+            os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def release_claim(path: Path) -> None:
+    """Remove the empty report that :func:`create_report` left at ``path``, if it is still the one this
+    process created (never a report another run put there meanwhile)."""
+    ours = _claimed.pop(os.fspath(path), None)
+    if ours is None:
+        return
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == ours:
+            os.unlink(path)
+
+
+def database_name(directory: str, name: str) -> tuple[str, int | None]:
+    """Return a name by which DuckDB opens ``directory/name``, and the descriptor to close once DuckDB
+    is done with it (None if none was opened): the path itself, or, when it is not valid UTF-8 (DuckDB
+    takes only UTF-8 names), the same file through the directory's descriptor in /proc/self/fd."""
+    path = os.path.join(directory, name)
+    if storable(path) == path:
+        return path, None
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by the program (PEP 446)
+    return f"/proc/self/fd/{fd}/{storable(name)}", fd
+
+
+class PartialReport:
+    """A report being written under a name of its own, in a private directory beside where it goes;
+    :meth:`place` moves it there whole when it is finished.
+
+    ``file`` is its path, ``database`` the name DuckDB opens it by (see :func:`database_name`).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.workdir = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".recording", dir=path.parent)
+        except OSError as exc:
+            raise GpuscopeError(f"cannot create {path}: {exc.strerror or exc}") from None
+        self.file = os.path.join(self.workdir, "report")
+        self.database, self._fd = database_name(self.workdir, "report")
+        self.placed = False
+
+    def place(self) -> None:
+        """Move the finished report (and its ``.wal``, if its last checkpoint failed) to its name,
+        replacing what is there, and remove the private directory. Raises GpuscopeError if it cannot
+        be moved (it is left where it is, and the message says where)."""
+        if self.placed:
+            return
+        try:
+            if os.path.exists(self.file):
+                os.chmod(self.file, 0o666 & ~_umask())
+            if move_report(self.file, os.fspath(self.path)):
+                _claimed.pop(os.fspath(self.path), None)  # a finished report now, not the claim
+        except OSError as exc:
+            self.close()
+            raise GpuscopeError(f"cannot move the report to {self.path} ({exc.strerror or exc}); it is in "
+                                f"{self.workdir}") from None
+        self.placed = True
+        self.discard()
+
+    def close(self) -> None:
+        """Close the directory descriptor that :func:`database_name` may have opened."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def discard(self) -> None:
+        """Remove the private directory and what is left in it."""
+        self.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _umask() -> int:

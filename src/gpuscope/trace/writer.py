@@ -11,17 +11,22 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
 import pandas as pd
 
-from ..version import __version__
+from ..errors import GpuscopeError
+from ..safe_text import storable
 from ..spool import Chunk, ready_chunks
+from ..version import __version__
 from . import decode, memory_counters, memory_totals, schema, trim
 from .demangle import demangle
 from .ranges import RangeBuilder
+
+if TYPE_CHECKING:
+    from .outputs import PartialReport
 
 Diagnostic = tuple[int, str, str]  # pid, level, message
 
@@ -51,11 +56,19 @@ class _Process:
 
 
 class ReportWriter:
-    """Creates a report file and fills it from spool chunks."""
+    """Creates a report file and fills it from spool chunks.
 
-    def __init__(self, path: Path, memory_limit: str | None = INGEST_MEMORY) -> None:
+    With ``partial`` (a :class:`PartialReport` for ``path``), the file is written under a name of its
+    own and moved to ``path`` by :meth:`close`; ``unplaced`` says why, if it could not be.
+    """
+
+    def __init__(self, path: Path, memory_limit: str | None = INGEST_MEMORY,
+                 partial: PartialReport | None = None) -> None:
         self.path = path
-        self.con = duckdb.connect(str(path))
+        self.partial = partial
+        self.unplaced: str | None = None
+        self._closed = False
+        self.con = duckdb.connect(str(path) if partial is None else partial.database)
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         for stmt in schema.create_statements():
@@ -82,19 +95,24 @@ class ReportWriter:
 
     # -- meta and strings -----------------------------------------------------------------
     def set_meta(self, **items: Any) -> None:
-        """Store key/value pairs in ``meta`` (values as JSON)."""
+        """Store key/value pairs in ``meta`` (values as JSON, text made valid UTF-8)."""
         for key, value in items.items():
             self.con.execute(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, json.dumps(value)]
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", [storable(key), json.dumps(_storable_json(value))]
             )
 
     def intern(self, value: str) -> int:
-        """Return the report-wide id of ``value`` in the ``string`` table."""
+        """Return the report-wide id of ``value`` in the ``string`` table (text that is not valid
+        UTF-8 is stored with its odd bytes escaped, see :func:`gpuscope.safe_text.storable`)."""
         gid = self._strings.get(value)
         if gid is None:
-            gid = len(self._string_list)
+            text = storable(value) if isinstance(value, str) else value
+            gid = self._strings.get(text)
+            if gid is None:
+                gid = len(self._string_list)
+                self._strings[text] = gid
+                self._string_list.append(text)
             self._strings[value] = gid
-            self._string_list.append(value)
         return gid
 
     def _store_strings(self) -> None:
@@ -177,6 +195,7 @@ class ReportWriter:
 
     def _problem(self, pid: int, message: str) -> Diagnostic:
         """Record a failure of the writer itself as a diagnostic of the report."""
+        message = storable(message)
         self.con.execute(
             "INSERT INTO diagnostic VALUES (NULL, ?, 'error', ?)", [pid, message]
         )
@@ -295,6 +314,14 @@ class ReportWriter:
                 # the cache limit is a bound on what is kept, never a reason to lose records
                 self.con.execute("RESET memory_limit")
                 self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+            except (duckdb.InvalidInputException, UnicodeError):
+                # text that is not valid UTF-8 (a name made of a file name's bytes): stored escaped
+                cleaned = _storable_frame(frame)
+                if cleaned is None:
+                    raise
+                self.con.unregister("_incoming")
+                self.con.register("_incoming", cleaned)
+                self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
         finally:
             self.con.unregister("_incoming")
 
@@ -305,19 +332,39 @@ class ReportWriter:
 
     def close(self, **meta: Any) -> None:
         """Store the final meta items, mark the report complete and write it out. When the file cannot
-        be written (``failed`` is set, or becomes set here), close it as it is, without raising."""
+        be written (``failed`` is set, or becomes set here), close it as it is, without raising.
+        A second call does nothing."""
+        if self._closed:
+            return
         if self.failed is None:
             try:
                 self._finish(meta)
             except Exception as exc:  # noqa: BLE001
-                if not _fatal(exc):
-                    raise
                 self.failed = _text(exc)
-                self.checkpoint_failed = "checkpoint" in str(exc).lower()
+                if _fatal(exc):
+                    self.checkpoint_failed = "checkpoint" in str(exc).lower()
+                else:  # the records are stored; the report stays 'recording' and says why
+                    try:
+                        self._problem(0, f"the report could not be finished: {self.failed}")
+                    except Exception:  # noqa: BLE001,S110  (said by the caller anyway)
+                        pass
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Close the file as it is (``status`` stays ``recording`` unless :meth:`close` finished it) and,
+        with ``partial``, move it to its name. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.con.close()
         except Exception:  # noqa: BLE001,S110  (a connection DuckDB invalidated; nothing more to save)
             pass
+        if self.partial is not None:
+            try:
+                self.partial.place()
+            except GpuscopeError as exc:
+                self.unplaced = str(exc)
 
     def _finish(self, meta: dict[str, Any]) -> None:
         self.con.execute("RESET memory_limit")  # the joins below may need more than appending did
@@ -343,6 +390,33 @@ def _fatal(exc: BaseException) -> bool:
     text = str(exc)
     return (isinstance(exc, (duckdb.FatalException, duckdb.IOException, OSError))
             or "No space left" in text or "database has been invalidated" in text)
+
+
+def _storable_json(value: Any) -> Any:
+    """Return ``value`` (from JSON's types) with every text in it made valid UTF-8."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {storable(k) if isinstance(k, str) else k: _storable_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_storable_json(v) for v in value]
+    return value
+
+
+def _storable_frame(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Return ``frame`` with the text of its text columns made valid UTF-8, or None if every text
+    in it was valid already (the failure was something else)."""
+    out = frame.copy()
+    changed = False
+    for col in out.columns:
+        if out[col].dtype != object and not pd.api.types.is_string_dtype(out[col].dtype):
+            continue
+        values = out[col].tolist()
+        fixed = [storable(v) if isinstance(v, str) else v for v in values]
+        if any(a is not b for a, b in zip(values, fixed)):
+            out[col] = pd.Series(fixed, index=out.index, dtype=object)
+            changed = True
+    return out if changed else None
 
 
 def _interned(row: tuple[Any, ...], fields: tuple[int, ...], intern: Any) -> tuple[Any, ...]:

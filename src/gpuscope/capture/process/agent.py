@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ...spool import SPOOL_ENV, SpoolWriter
+from ...spool import SPOOL_ENV, SpoolWriter, place_left_report
 from ..capture_range import CAPTURE_ENV, CaptureSpec
 from ..collectors import RECORDERS, STOP_THREAD, Collector, Recorder
 from ..python import imports
@@ -63,6 +63,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._pending_signal: int | None = None
+        self._on_signal: Callable[[int, Any], None] | None = None  # the agent's own handler, once hooked
         self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
         self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
@@ -79,7 +80,7 @@ class Agent:
         self.flush()
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
         self._thread.start()
-        atexit.register(self.stop)
+        atexit.register(self.stop_at_exit)
         self._hook_ending_signals()
         os.register_at_fork(after_in_child=_forget_in_child)
 
@@ -140,17 +141,61 @@ class Agent:
 
     def stop(self) -> None:
         """Deliver everything and stop the collectors; safe to call more than once. A Ctrl-C while
-        it runs is ignored and a SIGTERM or SIGHUP waits for it (see :meth:`_hook_ending_signals`)."""
+        it runs is ignored, and a SIGTERM or SIGHUP waits for it: to the agent's handler (see
+        :meth:`_hook_ending_signals`), or to the program's own, which is called once delivery is done
+        (what it raises, SystemExit most often, is raised from here then)."""
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
-        if self._launcher is not None and self._launcher.gone():
-            self._orphaned()
         held = _hold_sigint()
+        waiting = self._hold_program_handlers()
         try:
+            if self._launcher is not None and self._launcher.gone():
+                self._orphaned()
             self._deliver()
         finally:
             _release_sigint(held)
+            self._release_program_handlers(waiting)
+
+    def stop_at_exit(self) -> None:
+        """:meth:`stop`, run by atexit: the program is ending already, so what the program's own signal
+        handler raises for a signal that waited for the delivery (a supervisor's second SIGTERM, or
+        the launcher's copy of one sent to the whole group) ends nothing more and is not said."""
+        try:
+            self.stop()
+        except (SystemExit, KeyboardInterrupt):
+            pass
+
+    def _hold_program_handlers(self) -> dict[int, tuple[Any, list[tuple[int, Any]]]]:
+        """Make the ending signals that the program handles itself wait while the agent delivers;
+        return, for each, the program's handler and the signals that came (see
+        :meth:`_release_program_handlers`)."""
+        held: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return held
+        for signum in ENDING_SIGNALS:
+            try:
+                handler = signal.getsignal(signum)
+            except (ValueError, OSError):
+                continue
+            if not callable(handler) or handler is self._on_signal:
+                continue  # the default, ignored, or the agent's own (which waits already)
+            came: list[tuple[int, Any]] = []
+            try:
+                signal.signal(signum, lambda sig, frame, came=came: came.append((sig, frame)))
+            except (ValueError, OSError):
+                continue
+            held[signum] = (handler, came)
+        return held
+
+    @staticmethod
+    def _release_program_handlers(held: dict[int, tuple[Any, list[tuple[int, Any]]]]) -> None:
+        """Put the program's handlers back, then call each once for a signal that came meanwhile."""
+        for signum, (handler, _) in held.items():
+            signal.signal(signum, handler)
+        for signum, (handler, came) in held.items():
+            if came:
+                handler(*came[0])
 
     def uninstall(self) -> None:
         """Put back what the collectors installed in the process, and drop the import hooks still
@@ -269,13 +314,14 @@ class Agent:
 
     def _orphaned(self) -> None:
         """The launcher died (SIGKILL, out of memory): nobody reads the spool any more. Stop writing
-        to it, remove it, and stop the collectors' own threads (the sampler); the program runs on
-        untraced."""
+        to it, move the report it was writing into place (what it ingested), remove the spool, and
+        stop the collectors' own threads (the sampler); the program runs on untraced."""
         self.spool.closed = True
         self._launcher = None
         self._shutdown(lambda phase: phase <= STOP_THREAD)
         import shutil  # noqa: PLC0415
 
+        place_left_report(self.spool.directory)
         shutil.rmtree(self.spool.directory, ignore_errors=True)
 
     def _hook_ending_signals(self) -> None:
@@ -292,6 +338,7 @@ class Agent:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
+        self._on_signal = on_signal
         for signum in ENDING_SIGNALS:
             # A program that handles the signal itself exits through atexit, which delivers.
             if signal.getsignal(signum) is signal.SIG_DFL:
@@ -367,7 +414,7 @@ def _argv() -> list[str]:
     try:
         with open("/proc/self/cmdline", "rb") as fh:
             parts = fh.read().split(b"\0")
-        return [p.decode("utf-8", "replace") for p in parts if p]
+        return [p.decode("utf-8", "backslashreplace") for p in parts if p]
     except OSError:
         return [sys.executable, *sys.argv]
 
@@ -396,6 +443,34 @@ def start_from_env() -> Agent | None:
     if not os.path.isdir(spool):
         return None  # a process that outlived its profiling session
     trace = {t for t in os.environ.get(TRACE_ENV, "cuda").split(",") if t}
-    _agent = Agent(spool, trace, CaptureSpec.from_env(os.environ.get(CAPTURE_ENV)))
-    _agent.start()
+    closed = _hold_closed_std_fds()
+    try:
+        _agent = Agent(spool, trace, CaptureSpec.from_env(os.environ.get(CAPTURE_ENV)))
+        if 2 in closed:
+            _agent.spool.say_on_stderr = False
+        _agent.start()
+    finally:
+        for fd in closed:
+            os.close(fd)
     return _agent
+
+
+def _hold_closed_std_fds() -> list[int]:
+    """Put /dev/null on each of fds 0, 1 and 2 that the program was started with closed, and return
+    them: what the agent opens to keep (a pidfd, a collector's files) then gets another number, and
+    the program finds them closed, as it was given them, once they are closed again."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+        except OSError:
+            return [c for c in closed if c < fd]
+        if null != fd:
+            os.dup2(null, fd, inheritable=False)
+            os.close(null)
+    return closed

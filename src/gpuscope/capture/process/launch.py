@@ -9,6 +9,7 @@ process trees (launch scripts, torchrun, spawned workers) are profiled too.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -88,6 +89,84 @@ def _check_script(path: str) -> None:
         raise GpuscopeError(f"{path}: no such file")
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "__main__.py")):
         raise GpuscopeError(f"{path}: is a directory without __main__.py")
+
+
+class _OwnStderr(io.TextIOBase):
+    """gpuscope's own standard error in the launcher: written straight to fd 2, never buffered; once
+    a write fails (the pipe's reader is gone, as with ``| head``), later lines are dropped (fd 2 stays
+    as it is: the program gets, or keeps, the stderr it was given)."""
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__()
+        self._encoding = encoding
+        self.broken = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._encoding
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "backslashreplace"
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 2
+
+    def isatty(self) -> bool:
+        return not self.broken and os.isatty(2)
+
+    def write(self, text: str) -> int:
+        """Write ``text`` to fd 2 unless an earlier write failed; return its length either way."""
+        if self.broken or not text:
+            return len(text)
+        data = text.encode(self._encoding, "backslashreplace")
+        try:
+            while data:
+                data = data[os.write(2, data):]
+        except BlockingIOError:
+            pass  # a stderr someone made non-blocking and that is full: this line is dropped
+        except OSError:
+            self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _null_stderr() -> None:
+    """Put /dev/null on fd 2, not inherited by the program (it closes at exec)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    if fd != 2:
+        os.dup2(fd, 2, inheritable=False)
+        os.close(fd)
+
+
+def guard_stderr() -> None:
+    """Make the launcher's own standard error safe for the program and for the run; call it before
+    gpuscope opens any file.
+
+    If fd 2 is closed, /dev/null takes it, so that no file gpuscope opens later (the report, a chunk)
+    becomes fd 2, in the launcher or in the program; it is closed again in the program at exec, which
+    gets the closed stderr it was given. gpuscope's lines then go nowhere, never to standard output.
+    A stderr whose reader went away (``2>&1 >/dev/null | head``) costs gpuscope its later lines, never
+    the run: the program keeps that stderr, as it would have without gpuscope.
+    """
+    try:
+        os.fstat(2)
+        closed = False
+    except OSError:
+        closed = True
+        _null_stderr()
+    encoding = getattr(sys.__stderr__, "encoding", None) or "utf-8"
+    sys.stderr = _OwnStderr(encoding)
+    if closed:
+        sys.stderr.broken = True
 
 
 def prepare_bootstrap(spool_dir: Path) -> Path:

@@ -8,16 +8,24 @@ import os
 import sys
 
 
+def _say(message: str) -> None:
+    if sys.stderr is not None:  # None: the program was started with its stderr closed
+        try:
+            sys.stderr.write(message)
+        except (OSError, ValueError):
+            pass
+
+
 def _start_agent() -> None:
     try:
         from gpuscope.capture.process import agent
     except Exception as exc:  # noqa: BLE001  (never break the user's program)
-        sys.stderr.write(f"gpuscope: the profiling agent could not be loaded: {exc}\n")
+        _say(f"gpuscope: the profiling agent could not be loaded: {exc}\n")
         return
     try:
         agent.start_from_env()
     except Exception as exc:  # noqa: BLE001
-        sys.stderr.write(f"gpuscope: the profiling agent failed to start: {type(exc).__name__}: {exc}\n")
+        _say(f"gpuscope: the profiling agent failed to start: {type(exc).__name__}: {exc}\n")
 
 
 def _chain_next_sitecustomize() -> None:
