@@ -10,8 +10,11 @@ Fixes, as transformers documents them for faster decoding:
 - ``static_compiled``: ``generation_config.cache_implementation = "static"`` and
   ``model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)``: the
   decoding step compiled, and with a cache of fixed shape replayed as CUDA graphs (fewer launches);
-- ``static_cache``: the static cache alone, without compiling: the other half of that recipe, which
-  by itself does not remove launches (it may be no faster, or slower).
+- ``static_cache``: ``cache_implementation = "static"`` alone, as a user sets it. Recent transformers
+  (generate's automatic compilation, unless ``generation_config.disable_compile``) then compile the
+  decoding step by themselves on a GPU, so this may measure like the recipe; where they do not, it
+  is the static cache without compiling, which by itself removes no launches. The plain run's
+  timing (dynamo's counters) tells which happened.
 """
 
 from __future__ import annotations
