@@ -174,13 +174,15 @@ def worker(gpu: int | None, cores: str | None, names: list[str], modes: list[str
                                            "process_s": wall}
                     if rc == 0 and os.path.exists(timing):
                         row.update(json.load(open(timing)))
-                        if os.path.exists(report + ".gpuscope"):
+                        if mode == "default" and os.path.exists(report + ".gpuscope"):
                             row["line"] = line_of(report + ".gpuscope", args.previous if mode == "previous" else
                                                   str(ROOT / "src"))
                     else:
                         row["error"] = "\n".join(err.strip().splitlines()[-6:])[-1500:]
                     with lock:
                         runs.append(row)
+                        with open(args.out + ".runs.jsonl", "a") as fh:  # a run cut off keeps what it measured
+                            fh.write(json.dumps(row) + "\n")
                     steady = row.get("steady_s_per_iteration")
                     print(f"[gpu {gpu}] round {rnd} {name:28s} {mode:15s} "
                           + (f"{steady * 1e3:9.3f} ms/it" if steady else f"FAILED rc={rc}: {row.get('error', '')[-200:]}")
@@ -277,7 +279,14 @@ def main() -> None:
     p.add_argument("--run-timeout-s", type=float, default=240.0)
     p.add_argument("--out", required=True)
     p.add_argument("--md")
+    p.add_argument("--summarize", nargs="+", metavar="RUNS_JSONL", help="only summarize these runs (of cut-off calls)")
     args = p.parse_args()
+    if args.summarize:
+        runs = [json.loads(line) for f in args.summarize for line in open(f) if line.strip()]
+        names = list(dict.fromkeys(r["program"] for r in runs))
+        modes = [m for m in args.modes.split(",") if any(r["mode"] == m for r in runs)]
+        finish(args, runs, names, modes, max(r["round"] for r in runs) + 1, "from " + ", ".join(args.summarize))
+        return
     names = programs(args.only)
     modes = [m for m in args.modes.split(",") if m != "previous" or args.previous]
     runs: list[dict[str, Any]] = []
@@ -294,9 +303,15 @@ def main() -> None:
         threads.append(th)
     for th in threads:
         th.join()
+    finish(args, runs, names, modes, args.rounds, f"{args.gpus} worker(s)")
+
+
+def finish(args: argparse.Namespace, runs: list[dict[str, Any]], names: list[str], modes: list[str], rounds: int,
+           how: str) -> None:
+    """Write the runs and their summary (``--out``), and the table (``--md``, and stdout)."""
     summary = summarize(runs, names, modes)
     device = _device()
-    doc = {"device": device, "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "modes": modes,
+    doc = {"device": device, "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "modes": modes,
            "runs": runs, "summary": summary}
     with open(args.out, "w") as fh:
         json.dump(doc, fh, indent=1)
@@ -304,7 +319,7 @@ def main() -> None:
     print(table)
     if args.md:
         with open(args.md, "w") as fh:
-            fh.write(f"{device}, {doc['date']}, up to {args.rounds} rounds, {args.gpus} worker(s)\n\n{table}\n")
+            fh.write(f"{device}, {doc['date']}, up to {rounds} rounds, {how}\n\n{table}\n")
 
 
 def _device() -> str:

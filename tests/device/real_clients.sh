@@ -32,8 +32,8 @@ if has cost; then
   echo "=== cost ($(date +%T)), $GPUS GPU(s), $CORES cores each"
   prev=()
   [ -d "$PREVIOUS/gpuscope" ] && prev=(--previous "$PREVIOUS")
-  python3 bench/real_cost.py --gpus "$GPUS" --cores-per-gpu "$CORES" "${prev[@]}" --scale 0.3 \
-    --budget-s "${COST_BUDGET_S:-520}" --rounds 5 --out "$OUT/real_cost.json" --md "$OUT/real_cost.md" ${COST_ARGS:-}
+  python3 bench/real_cost.py --gpus "$GPUS" --cores-per-gpu "$CORES" "${prev[@]}" --scale 0.2 \
+    --budget-s "${COST_BUDGET_S:-500}" --rounds 5 --out "$OUT/real_cost.json" --md "$OUT/real_cost.md" ${COST_ARGS:-}
 fi
 
 if has diagnosis; then
