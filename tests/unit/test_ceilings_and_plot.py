@@ -12,8 +12,8 @@ from roofline_builder import CEILINGS, install_torch_ops_contract, roofline_repo
 
 from gpuscope.analysis.ceilings import Ceilings, cache_path, for_device, load_cached, save
 from gpuscope.analysis.roofline import kernel_points, layer_points
-from gpuscope.run.roof_benchmark import Sizes, calibrate
 from gpuscope.errors import GpuscopeError
+from gpuscope.run.roof_benchmark import Sizes, calibrate
 from gpuscope.reporters import roofline_plot
 
 pytest.importorskip("matplotlib")
@@ -61,6 +61,32 @@ def test_gpu_calibration_without_a_gpu_says_so() -> None:
 def test_cache_names_are_file_safe(cache: Path) -> None:
     assert cache_path("NVIDIA A100-SXM4-80GB").name == "NVIDIA-A100-SXM4-80GB.json"
     assert cache_path("CPU Intel(R) Xeon(R) @ 2.20GHz").name == "CPU-Intel-R-Xeon-R-2.20GHz.json"
+
+
+def test_a_link_planted_in_the_cache_is_replaced_never_written_through(cache: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    c = Ceilings("NVIDIA H100 80GB HBM3", dram_bytes_per_s=3e12)
+    entry = cache_path(c.device)
+    entry.parent.mkdir(parents=True)
+    for name in (entry.with_suffix(".tmp"), entry.parent / f".{entry.stem}.tmp"):
+        name.symlink_to(victim)  # where a writer might put its temporary file
+    entry.symlink_to(victim)
+    with pytest.raises(GpuscopeError):  # the entry is a link: not read through
+        load_cached(c.device)
+    assert save(c) == entry
+    assert victim.read_text() == "keep me\n"
+    assert not entry.is_symlink() and load_cached(c.device) == c
+    assert sorted(p.name for p in entry.parent.iterdir() if not p.is_symlink()) == [entry.name]
+
+
+def test_a_very_long_device_name_has_a_cache_entry(cache: Path) -> None:
+    names = ["G" * 300, "G" * 300 + "x", "é" * 200]
+    for name in names:
+        c = Ceilings(name, dram_bytes_per_s=1e12)
+        path = save(c)
+        assert len(path.name.encode()) <= 255 and load_cached(name) == c
+    assert len({cache_path(n) for n in names}) == len(names)
 
 
 def test_chart_has_log_axes_labelled_ceilings_and_one_point_per_kernel(points: pd.DataFrame) -> None:

@@ -10,9 +10,12 @@ ceiling says where it came from.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +98,16 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gpuscope" / "ceilings"
 
 
+MAX_SLUG = 100  # characters of a device's name kept in its file's name (file names end at 255 bytes)
+
+
 def cache_path(device: str) -> Path:
-    """Return the file that holds the calibration of the device named ``device``."""
+    """Return the file that holds the calibration of the device named ``device``: the name with
+    other characters than letters, digits, ``.``, ``_`` and ``-`` as ``-``; a longer name than
+    MAX_SLUG is cut and followed by a hash of the whole name."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", device).strip("-") or "device"
+    if len(slug) > MAX_SLUG:
+        slug = slug[:MAX_SLUG] + "-" + hashlib.sha256(device.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return cache_dir() / f"{slug}.json"
 
 
@@ -105,7 +115,9 @@ def load_cached(device: str) -> Ceilings | None:
     """Return the cached calibration of ``device``, or None when there is none (or it is unreadable)."""
     path = cache_path(device)
     try:
-        return Ceilings.from_json(path.read_text())
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a symbolic link there is not ours
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            return Ceilings.from_json(fh.read())
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError, KeyError) as exc:
@@ -117,9 +129,17 @@ def save(ceilings: Ceilings) -> Path:
     """Write a calibration to the cache; return its path."""
     path = cache_path(ceilings.device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(ceilings.to_json())
-    os.replace(tmp, path)
+    # a new file of our own (O_EXCL: never a name planted there, a symbolic link included), renamed
+    # over the entry (which replaces a link, never writes through it)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:40]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(ceilings.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
