@@ -153,6 +153,8 @@ def worker(gpu: int | None, cores: str | None, names: list[str], modes: list[str
             t_round = time.perf_counter()
             for name in names:
                 order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
+                if args.previous_programs and name not in args.previous_programs.split(","):
+                    order = [m for m in order if m != "previous"]
                 for mode in order:
                     timing = os.path.join(scratch, "timing.json")
                     report = os.path.join(scratch, f"{name}-{mode}")
@@ -275,6 +277,7 @@ def main() -> None:
     p.add_argument("--gpus", type=int, default=1, help="workers, one per GPU (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--cores-per-gpu", type=int, default=0, help="pin each worker to this many cores (0: no pinning)")
     p.add_argument("--previous", help="the src folder of the previous version (mode previous)")
+    p.add_argument("--previous-programs", help="run the previous version on these programs only (comma-separated)")
     p.add_argument("--budget-s", type=float, help="start a round only while it fits in this many seconds")
     p.add_argument("--run-timeout-s", type=float, default=240.0)
     p.add_argument("--out", required=True)

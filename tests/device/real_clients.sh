@@ -32,7 +32,7 @@ if has cost; then
   echo "=== cost ($(date +%T)), $GPUS GPU(s), $CORES cores each"
   prev=()
   [ -d "$PREVIOUS/gpuscope" ] && prev=(--previous "$PREVIOUS")
-  python3 bench/real_cost.py --gpus "$GPUS" --cores-per-gpu "$CORES" "${prev[@]}" --scale 0.2 \
+  python3 bench/real_cost.py --gpus "$GPUS" --cores-per-gpu "$CORES" "${prev[@]}" --scale 0.15 \
     --budget-s "${COST_BUDGET_S:-500}" --rounds 5 --out "$OUT/real_cost.json" --md "$OUT/real_cost.md" ${COST_ARGS:-}
 fi
 
