@@ -141,15 +141,20 @@ def test_more_syncs_are_named_with_their_line(tmp_path: Path) -> None:
                for line in result.attribution())
 
 
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+
+
 def test_outputs_show_names_as_text_only(tmp_path: Path) -> None:
-    odd = "gemm|<b>bold</b>\x1b[31m"
+    odd = "gemm|<b>bold</b>\x1b[31m\u202eevil\u202c\u2066x\u2069\u200f"
     base = data(runs(tmp_path, "a", range(1, 2), gemm=odd))
     new = data(runs(tmp_path, "b", range(2, 3), gemm=odd, extra_ms=30))
     result = diff(base, new)
     text = render_text(result)
-    assert "\x1b" not in text and "gemm|<b>bold</b>?[31m" in text
+    assert "\x1b" not in text and not set(BIDI) & set(text)
+    assert "gemm|<b>bold</b>\\x1b[31m\\u202eevil\\u202c\\u2066x\\u2069\\u200f" in text
     md = render_markdown(result)
-    assert "gemm\\|\\<b\\>bold\\</b\\>?\\[31m" in md and "| Net.block forward |" in md
+    assert "\x1b" not in md and not set(BIDI) & set(md)
+    assert "gemm\\|\\<b\\>bold\\</b\\>\\\\x1b\\[31m\\\\u202eevil" in md and "| Net.block forward |" in md
     doc = json.loads(render_json(result))
     assert doc["step_time"]["significant"] and doc["step_time"]["verdict"] == "slower"
     assert {k["name"].split(" grid")[0] for k in doc["kernel"]} == {odd, "slow_kernel", "head_kernel"}
@@ -189,3 +194,11 @@ def test_cli_warns_on_different_devices_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("gpuscope: error: junk.gpuscope")
     lone = gpuscope_cli("diff", a.name, cwd=tmp_path)
     assert lone.returncode == 2 and "give a base and a new report" in lone.stderr
+
+
+def test_the_shared_filter_escapes_every_bidirectional_control() -> None:
+    from gpuscope import safe_text
+
+    for ch in BIDI:
+        for shown in (safe_text.terminal(ch), safe_text.markdown(ch), safe_text.csv_cell(ch), safe_text.html(ch)):
+            assert ch not in shown and f"u{ord(ch):04x}" in shown

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import GpuscopeError
+from ..safe_text import terminal
 from .output import emit
 
 NAME = "diff"
@@ -60,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
         sides.append(runs)
     result = diff(sides[0], sides[1])
     for line in result.warnings:
-        print(f"gpuscope: warning: {line}", file=sys.stderr)
+        print(f"gpuscope: warning: {terminal(line)}", file=sys.stderr)
     emit(RENDERERS[args.format](result), args.output)
     if args.fail_if_slower is not None:
         failed, reason = result.gate(args.fail_if_slower)
-        print(f"gpuscope: {'FAIL' if failed else 'pass'}: {reason}", file=sys.stderr)
+        print(f"gpuscope: {'FAIL' if failed else 'pass'}: {terminal(reason)}", file=sys.stderr)
         return GATE_FAILED if failed else 0
     return 0

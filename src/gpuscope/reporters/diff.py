@@ -1,31 +1,31 @@
 """``gpuscope diff`` output: plain text for a terminal, JSON for tools, Markdown for a pull-request
-comment. Names from the reports are shown as text only: control characters are replaced, and
-Markdown's special characters escaped."""
+comment. Names from the reports are shown as text only, through :mod:`gpuscope.safe_text`: control
+characters (bidirectional controls included) escaped, and in Markdown its markup escaped too."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from ..analysis.diff import DiffResult, Item
 from ..analysis.diff_data import describe
 from ..analysis.diff_stats import Change
+from ..safe_text import markdown, terminal
 from ..units import human
 
 ROWS = 10  # items per family in text and Markdown
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_MD = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
 TITLES = {"layer": "Layers (GPU time per step)", "kernel": "Kernels (by name and launch configuration)",
           "operator": "Operators (GPU time per step)"}
 
 
 def _text(name: str) -> str:
-    return _CONTROL.sub("?", name)
+    """Return ``name`` for a terminal (:func:`gpuscope.safe_text.terminal`)."""
+    return terminal(name)
 
 
 def _md(name: str) -> str:
-    return _MD.sub(r"\\\1", _text(name))
+    """Return ``name`` as inline Markdown that shows it literally (:func:`gpuscope.safe_text.markdown`)."""
+    return markdown(name)
 
 
 def _pct(x: float | None) -> str:
@@ -88,7 +88,7 @@ def render_text(result: DiffResult) -> str:
             out.append(f"  {b:.3g} -> {n:.3g} per step  {_text(label)}")
         out.append("")
     for name, (b, n) in result.memory.items():
-        out.append(f"Memory peak {name}: {human(b, 'bytes')} -> {human(n, 'bytes')}")
+        out.append(f"Memory peak {_text(name)}: {human(b, 'bytes')} -> {human(n, 'bytes')}")
     out.append("* significant: the 95% interval leaves out zero. Share: of the change of the mean step.")
     return "\n".join(out) + "\n"
 
