@@ -14,6 +14,7 @@ from ..analysis import stats_reports
 from ..analysis.overview import overview
 from ..reporters import overview as overview_text
 from ..reporters import terminal
+from ..trace.outputs import readable_name
 from ..trace.report import Report
 
 FINDINGS = 3  # findings on the page; gpuscope analyze shows them all
@@ -23,7 +24,7 @@ def end_of_run(path: Path, said: set[str], diagnosis: bool = False, stats: bool 
     """Return the text printed at the end of a run that wrote the report ``path``: the page (less
     the warnings in ``said``, printed live already; the step breakdown and the top findings with
     ``diagnosis``), and with ``stats`` every stats report."""
-    with Report.open(path) as report:
+    with readable_name(path) as name, Report.open(name) as report:
         ov = overview(report)
         ov.warnings = [w for w in ov.warnings if w not in said]  # said once already, live
         steps, middle = _diagnosis(report) if diagnosis else (None, "")

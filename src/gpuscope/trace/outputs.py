@@ -149,14 +149,34 @@ def release_claim(path: Path) -> None:
 
 
 def database_name(directory: str, name: str) -> tuple[str, int | None]:
-    """Return a name by which DuckDB opens ``directory/name``, and the descriptor to close once DuckDB
-    is done with it (None if none was opened): the path itself, or, when it is not valid UTF-8 (DuckDB
-    takes only UTF-8 names), the same file through the directory's descriptor in /proc/self/fd."""
+    """Return a name by which DuckDB opens ``directory/name`` (``name`` valid UTF-8), and the descriptor
+    to close once DuckDB is done with it (None if none was opened): the path itself, or, when it is not
+    valid UTF-8 (DuckDB takes only UTF-8 names), the same file through the directory's descriptor in
+    /proc/self/fd."""
     path = os.path.join(directory, name)
     if storable(path) == path:
         return path, None
+    if storable(name) != name:
+        raise ValueError(f"not a UTF-8 file name: {storable(name)}")
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by the program (PEP 446)
-    return f"/proc/self/fd/{fd}/{storable(name)}", fd
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
+@contextlib.contextmanager
+def readable_name(path: Path) -> Iterator[Path]:
+    """Yield a name by which DuckDB can open the report ``path``: the path itself, or, when its
+    directory is not valid UTF-8, the same file through the directory's descriptor (see
+    :func:`database_name`); a file name that is not valid UTF-8 is yielded as it is."""
+    name = os.path.basename(path)
+    if storable(name) != name or storable(os.fspath(path)) == os.fspath(path):
+        yield path
+        return
+    database, fd = database_name(os.path.dirname(os.path.abspath(path)), name)
+    try:
+        yield Path(database)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 class PartialReport:
