@@ -59,13 +59,30 @@ def test_names_that_are_not_utf8_are_kept_escaped_and_lose_nothing_else(gs: Gpus
     assert "worker\\xe9" in threads and categories == {"cat\\ud800"}
 
 
+def test_a_working_directory_that_is_not_utf8_gets_its_report_and_summary(tmp_path: Path) -> None:
+    from gpuscope.trace.outputs import readable_name
+
+    where = tmp_path / "d\udce9"
+    where.mkdir()
+    gs = Gpuscope(where)
+    gs.script("hello.py", "print('hello')\n")
+    res = gs.profile(*FAST, "hello.py")
+    assert res.returncode == 0 and res.stdout == "hello\n", res.describe()
+    assert not res.errors and "Program:" in res.stderr, res.describe()  # the summary read the report
+    with readable_name(where / "report1.gpuscope") as name, gpuscope.load(str(name)) as report:
+        assert report.meta["status"] == "complete" and report.meta["cwd"].endswith("/d\\xe9")
+        assert report.sql("SELECT cwd FROM process")[0][0].endswith("/d\\xe9")
+    assert sorted(p.name for p in where.iterdir()) == ["hello.py", "report1.gpuscope"]
+
+
 TALKER = """\
     import os, sys, time
-    try:
-        os.fstat(2)
-        print("stderr open", flush=True)
-    except OSError:
-        print("stderr closed", flush=True)
+    for fd in (0, 2):
+        try:
+            os.fstat(fd)
+            print(fd, "open", flush=True)
+        except OSError:
+            print(fd, "closed", flush=True)
     for i in range(3):
         print("out", i, flush=True)
         time.sleep(0.05)
@@ -73,20 +90,25 @@ TALKER = """\
 """
 
 
-def _run_with_stderr(gs: Gpuscope, args: tuple[str, ...], stderr: int | None, close_it: bool) -> Result:
-    """Run gpuscope with ``stderr`` as its fd 2 (or fd 2 closed) and its stdout captured."""
+def _close_stdin_and_stderr() -> None:
+    os.close(0)
+    os.close(2)
+
+
+def _run_with_stderr(gs: Gpuscope, args: tuple[str, ...], stderr: int | None, close_them: bool) -> Result:
+    """Run gpuscope with ``stderr`` as its fd 2 (or fds 0 and 2 closed) and its stdout captured."""
     proc = subprocess.run(
         [sys.executable, "-m", "gpuscope", "profile", *args], cwd=gs.cwd, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=stderr, env=base_env(), timeout=TIMEOUT_S, text=True,
-        preexec_fn=(lambda: os.close(2)) if close_it else None)
+        preexec_fn=_close_stdin_and_stderr if close_them else None)
     return Result(args, proc.returncode, proc.stdout, "")
 
 
 def test_closed_stderr_keeps_gpuscope_out_of_stdout_and_the_program_gets_it_closed(gs: Gpuscope) -> None:
     gs.script("talk.py", TALKER)
-    res = _run_with_stderr(gs, (*FAST, "talk.py"), None, close_it=True)
+    res = _run_with_stderr(gs, (*FAST, "talk.py"), None, close_them=True)
     assert res.returncode == 3, res.describe()
-    assert res.stdout == "stderr closed\nout 0\nout 1\nout 2\n", res.describe()
+    assert res.stdout == "0 closed\n2 closed\nout 0\nout 1\nout 2\n", res.describe()
     assert read_report(gs.cwd / "report1.gpuscope").meta["status"] == "complete"
 
 
@@ -98,11 +120,11 @@ def test_broken_stderr_pipe_does_not_stop_the_run(gs: Gpuscope) -> None:
     os.close(read_end)
     try:
         # the default collectors: gpuscope writes before the program starts (no GPU here) and at its end
-        res = _run_with_stderr(gs, ("talk.py",), write_end, close_it=False)
+        res = _run_with_stderr(gs, ("talk.py",), write_end, close_them=False)
     finally:
         os.close(write_end)
     assert res.returncode == 3, res.describe()
-    assert res.stdout == "stderr open\nout 0\nout 1\nout 2\n", res.describe()
+    assert res.stdout == "0 open\n2 open\nout 0\nout 1\nout 2\n", res.describe()
     facts = read_report(gs.cwd / "report1.gpuscope")
     assert facts.meta["status"] == "complete" and facts.meta["exit_code"] == 3
 

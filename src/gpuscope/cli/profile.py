@@ -93,7 +93,7 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    launcher.guard_stderr()  # before any file is opened: a closed fd 2 must not be taken by one
+    launcher.guard_standard_streams()  # before any file is opened: a closed fd 0-2 must not be taken by one
     trace = collectors.parse_trace(args.trace)
     capture = capture_range.parse_capture(args.capture_range, args.nvtx_capture, args.delay, args.duration,
                                           args.steps, getattr(args, "overhead_probe", True))

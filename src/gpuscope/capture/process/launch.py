@@ -136,36 +136,38 @@ class _OwnStderr(io.TextIOBase):
         return None
 
 
-def _null_stderr() -> None:
-    """Put /dev/null on fd 2, not inherited by the program (it closes at exec)."""
+def _null_on(target: int) -> None:
+    """Put /dev/null on the closed fd ``target``, not inherited by the program (it closes at exec)."""
     try:
-        fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        fd = os.open(os.devnull, (os.O_RDONLY if target == 0 else os.O_WRONLY) | os.O_CLOEXEC)
     except OSError:
         return
-    if fd != 2:
-        os.dup2(fd, 2, inheritable=False)
+    if fd != target:
+        os.dup2(fd, target, inheritable=False)
         os.close(fd)
 
 
-def guard_stderr() -> None:
-    """Make the launcher's own standard error safe for the program and for the run; call it before
+def guard_standard_streams() -> None:
+    """Make the launcher's standard streams safe for the program and for the run; call it before
     gpuscope opens any file.
 
-    If fd 2 is closed, /dev/null takes it, so that no file gpuscope opens later (the report, a chunk)
-    becomes fd 2, in the launcher or in the program; it is closed again in the program at exec, which
-    gets the closed stderr it was given. gpuscope's lines then go nowhere, never to standard output.
-    A stderr whose reader went away (``2>&1 >/dev/null | head``) costs gpuscope its later lines, never
-    the run: the program keeps that stderr, as it would have without gpuscope.
+    Each of fds 0, 1 and 2 that is closed gets /dev/null, so that no file gpuscope opens later (the
+    report, a chunk) takes its number, in the launcher or in the program, which would read or write
+    it as its own; it is closed again in the program at exec, which gets the closed streams it was
+    given. With fd 2 closed, gpuscope's lines go nowhere, never to standard output. A stderr whose
+    reader went away (``2>&1 >/dev/null | head``) costs gpuscope its later lines, never the run: the
+    program keeps that stderr, as it would have without gpuscope.
     """
-    try:
-        os.fstat(2)
-        closed = False
-    except OSError:
-        closed = True
-        _null_stderr()
+    closed = []
+    for fd in (0, 1, 2):  # in this order: /dev/null opened for one is never given a lower one
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+            _null_on(fd)
     encoding = getattr(sys.__stderr__, "encoding", None) or "utf-8"
     sys.stderr = _OwnStderr(encoding)
-    if closed:
+    if 2 in closed:
         sys.stderr.broken = True
 
 
