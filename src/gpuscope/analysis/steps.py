@@ -21,6 +21,7 @@ it was launched (on any thread of the process; see :mod:`.attribution` for launc
 
 from __future__ import annotations
 
+import re
 import statistics
 import weakref
 from collections.abc import Callable
@@ -168,32 +169,235 @@ def _launch_line(report: Report, pid: int, starts: np.ndarray) -> str | None:
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
+LONG_GAP = 3.0  # a pause between two top-level module calls this many times the median pause may end a group
+GROUPED = 0.5  # share of the long pauses that must come N calls after another for the calls to be grouped
+MAX_GROUP = 1024  # calls in one group, at most
+SAMPLE_REGULARITY = 0.25  # iterations found in samples: median absolute deviation at most this share of the median
+
+
+def _module_tokens(report: Report) -> pd.DataFrame:
+    """The top-level module calls of each process's main thread (forward ranges of the ``torch``
+    collector not inside another), in time order: ``pid``, ``token`` (the module's name), ``launch_ns``,
+    ``start_ns``, ``end_ns``."""
+    if not report.count("nvtx_range"):
+        return pd.DataFrame(columns=["pid", "token", "launch_ns", "start_ns", "end_ns"])
+    frame = report.df(
+        """SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns, coalesce(end_ns, start_ns) AS end_ns
+           FROM nvtx_range WHERE source = 'torch' AND kind = 'range' AND category = 'forward' AND tid = pid
+           ORDER BY pid, start_ns, end_ns DESC""")
+    keep = []
+    for _, own in frame.groupby("pid", sort=True):
+        end = own["end_ns"].to_numpy(np.int64)
+        reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
+        keep.append(own[own["start_ns"].to_numpy(np.int64) >= reach])
+    return pd.concat(keep, ignore_index=True) if keep else frame
+
+
+def _grouped(own: pd.DataFrame) -> pd.DataFrame | None:
+    """The module calls with each call's token marked where a long pause comes before it (at least
+    :data:`LONG_GAP` times the median pause): calls of one model on each item of a batch, back to
+    back, and a longer pause between batches make one iteration per batch. None unless the long
+    pauses come every N calls (N >= 2) for most of them: pauses of a busy machine come anywhere."""
+    if len(own) < 8:
+        return None
+    start, end = own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64)
+    gap = np.concatenate([[0], start[1:] - end[:-1]])
+    median = float(np.median(gap[1:]))
+    long = gap > LONG_GAP * max(median, 1_000.0)
+    long[0] = False
+    at = np.flatnonzero(long)
+    if len(at) < 4:
+        return None
+    # the distance N at which most long pauses have another long pause N calls earlier (a noise
+    # pause between two batch boundaries leaves both boundaries' pair intact)
+    pairs = [int((long[n:] & long[:-n]).sum()) for n in range(2, min(MAX_GROUP, len(long) // 4) + 1)]
+    if not pairs or max(pairs) < GROUPED * len(at):
+        return None
+    out = own.assign(token=own["token"].to_numpy(np.int64) * 2 + long)
+    out.attrs["grouped"] = True
+    return out
+
+
+def _module_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
+    """The loop of one process from its top-level module calls: each call an iteration, or a group
+    of calls where :func:`_grouped` finds one."""
+    grouped = _grouped(own)
+    if grouped is not None:
+        found = _process_pattern(grouped)
+        if found is not None and found[0].period > 1:
+            return found
+    return _process_pattern(own)
+
+
+def _sample_tokens(report: Report) -> pd.DataFrame:
+    """The main thread's Python samples as a sequence of visits to the program's lines: consecutive
+    samples at the same line (the innermost frame outside libraries) are one token, at the time the
+    first of them began (``pid``, ``token``, ``launch_ns``, ``start_ns``)."""
+    from ..trace.stacks import is_library, stack_paths
+
+    cols = ["pid", "token", "launch_ns", "start_ns"]
+    if not report.count("cpu_sample"):
+        return pd.DataFrame(columns=cols)
+    s = report.df("SELECT pid, ts_ns, weight_ns, stack_id FROM cpu_sample WHERE tid = pid ORDER BY pid, ts_ns")
+    paths = stack_paths(report, {(int(p), int(i)) for p, i in zip(s["pid"], s["stack_id"])})
+    lines: dict[tuple[str, int], int] = {}
+    token = []
+    for p, i in zip(s["pid"], s["stack_id"]):
+        path = paths.get((int(p), int(i)), [])
+        user = next((f for f in path if not is_library(f[1])), None)
+        token.append(-1 if user is None else lines.setdefault((user[1], user[2]), len(lines)))
+    s = s.assign(token=np.array(token, np.int64), launch_ns=s["ts_ns"] - s["weight_ns"])
+    s = s[s["token"] >= 0]
+    change = np.ones(len(s), bool)
+    change[1:] = (s["token"].to_numpy()[1:] != s["token"].to_numpy()[:-1]) | (
+        s["pid"].to_numpy()[1:] != s["pid"].to_numpy()[:-1])
+    out = s[change]
+    return out.assign(start_ns=out["launch_ns"])[cols].reset_index(drop=True)
+
+
+def _regular(found: Pattern, frame: pd.DataFrame) -> bool:
+    """Whether iterations found in sampled stacks are of about one length: samples taken less often
+    than the loop turns repeat by chance (two lines alternate however the loop runs), and then the
+    lengths scatter."""
+    t = frame["launch_ns"].to_numpy(np.int64)[found.starts]
+    d = np.diff(t)
+    if len(d) < 3:
+        return False
+    med = float(np.median(d))
+    return med > 0 and float(np.median(np.abs(d - med))) <= SAMPLE_REGULARITY * med
+
+
+def _step_tokens(report: Report) -> tuple[pd.DataFrame, str]:
+    """The sequence whose repetition gives the iterations of a report without step marks, and what
+    it is in words: GPU operations; without any, the top-level module calls of the main thread; else
+    its sampled Python lines; else its PyTorch operators where every one was recorded (``--trace
+    torch-ops``; operators of short sample windows would give steps inside those windows only)."""
+    tokens = _gpu_tokens(report)
+    if len(tokens):
+        return tokens, "GPU operations"
+    modules = _module_tokens(report)
+    if len(modules):
+        return modules, "top-level module calls"
+    samples = _sample_tokens(report)
+    if len(samples):
+        return samples, "sampled lines of Python"
+    if report.count("torch_op") and not report.count("torch_op_window"):
+        return report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
+                         "WHERE tid = pid ORDER BY pid, start_ns"), "PyTorch operators"
+    return tokens, "GPU operations"
+
+
+def _find(tokens: pd.DataFrame, what: str, report: Report) -> dict[int, tuple[Pattern, pd.DataFrame]]:
+    """Per process, its loop in ``tokens``."""
+    out = {}
+    for pid, own in tokens.groupby("pid", sort=True):
+        own = own.reset_index(drop=True)
+        if what == "top-level module calls":
+            result = _module_pattern(own)
+        else:
+            result = _process_pattern(own)
+            if result is not None and what == "sampled lines of Python" and not _regular(*result):
+                result = None
+        if result is not None:
+            out[int(pid)] = result
+    return out
+
+
+_MODULE_CALL = re.compile(r"[/\\]torch[/\\]nn[/\\]modules[/\\]module\.py$")
+
+
+def calling_line(path: list[tuple[str, str, int]]) -> tuple[str, str, int] | None:
+    """The program's frame that called the outermost module in a stack given innermost first: the
+    first frame outside libraries beyond the outermost ``Module.__call__`` (None when the stack is
+    in no module, or nothing outside libraries called it)."""
+    from ..trace.stacks import is_library
+
+    calls = [i for i, f in enumerate(path) if _MODULE_CALL.search(f[1])]
+    if not calls:
+        return None
+    return next((f for f in path[calls[-1] + 1:] if not is_library(f[1])), None)
+
+
+def _module_line(report: Report, pid: int, frame: pd.DataFrame) -> str | None:
+    """The program line (``file:line``) that made most of the sampled top-level module calls."""
+    from ..trace.stacks import short_path, stack_paths
+
+    if not report.count("cpu_sample") or not len(frame):
+        return None
+    s = report.df("SELECT ts_ns, stack_id FROM cpu_sample WHERE pid = ? AND tid = pid ORDER BY ts_ns", [pid])
+    ts = s["ts_ns"].to_numpy(np.int64)
+    starts, ends = frame["start_ns"].to_numpy(np.int64), frame["end_ns"].to_numpy(np.int64)
+    i = np.searchsorted(starts, ts, "right") - 1
+    inside = s[(i >= 0) & (ts < ends[np.maximum(i, 0)])]
+    counts = inside["stack_id"].value_counts()
+    paths = stack_paths(report, {(pid, int(x)) for x in counts.index})
+    lines: dict[str, int] = {}
+    for sid, n in counts.items():
+        f = calling_line(paths.get((pid, int(sid)), []))  # type: ignore[arg-type]
+        if f is not None:
+            key = f"{short_path(f[1])}:{f[2]}"
+            lines[key] = lines.get(key, 0) + int(n)
+    return max(lines, key=lambda k: lines[k]) if lines else None
+
+
+def _module_detail(report: Report, found: Pattern, frame: pd.DataFrame, n: int, line: str | None) -> str:
+    """How iterations were found from module calls, in words: ``each call of Model (from
+    train.py:12) is an iteration, 149 times``, or ``groups of 16 calls of Model ...``."""
+    ids = frame["token"].to_numpy(np.int64)[found.starts[0]:found.starts[0] + found.period]
+    names: list[str] = []
+    for t in ids:
+        name_id = int(t) // 2 if frame.attrs.get("grouped") else int(t)  # see _grouped
+        row = report.sql("SELECT value FROM string WHERE id = ?", [name_id])
+        name = str(row[0][0]) if row else "?"
+        if name not in names:
+            names.append(name)
+    what = " and ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+    where = f" (from {line})" if line else ""
+    if found.period == 1:
+        return f"each top-level call of {what}{where} is an iteration, {n} times"
+    return f"repeating pattern of {found.period} top-level calls of {what}{where}, {n} times"
+
+
 def pattern_steps(report: Report) -> PatternSteps:
     """Return the steps of each process found as its repeating launch sequence (GPU operations;
-    without any, the PyTorch operators of its main thread), computed once per report."""
+    without any, the top-level module calls of its main thread, its sampled Python lines, or its
+    PyTorch operators: :func:`_step_tokens`), computed once per report."""
     if report in _PATTERNS:
         return _PATTERNS[report]
-    what = "GPU operations"
-    tokens = _gpu_tokens(report)
-    if not len(tokens) and report.count("torch_op"):
-        what = "PyTorch operators"
-        tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
-                           "WHERE tid = pid ORDER BY pid, start_ns")
+    tokens, what = _step_tokens(report)
+    found_by_pid = _find(tokens, what, report)
+    if not found_by_pid and what in ("top-level module calls", "sampled lines of Python"):
+        # the next source in line, where this one shows no loop
+        if what == "top-level module calls":
+            samples = _sample_tokens(report)
+            if len(samples):
+                tokens, what = samples, "sampled lines of Python"
+                found_by_pid = _find(tokens, what, report)
+        if not found_by_pid and report.count("torch_op") and not report.count("torch_op_window"):
+            tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
+                               "WHERE tid = pid ORDER BY pid, start_ns")
+            what = "PyTorch operators"
+            found_by_pid = _find(tokens, what, report)
     rows: list[tuple[int, int, int, int, int]] = []
     details: list[str] = []
-    for pid, own in tokens.groupby("pid", sort=True):
-        result = _process_pattern(own)
-        if result is None:
-            continue
-        found, frame = result
+    for pid, (found, frame) in found_by_pid.items():
         starts = found.starts
         bounds, gpu_side = _bounds(found, frame)
-        for i in range(len(starts)):
+        host = what != "GPU operations" and what != "PyTorch operators"
+        # from module calls or samples, an iteration ends where the next begins: the last one, whose
+        # end nothing records (its Python after the calls), is left out
+        n = len(starts) - 1 if host else len(starts)
+        for i in range(n):
             rows.append((int(pid), i + 1, int(bounds[i]), int(bounds[i + 1]), int(bounds[i + 1]), gpu_side))
-        line = _launch_line(report, int(pid), bounds[:-1])
+        line = (_module_line(report, int(pid), frame) if what == "top-level module calls"
+                else _launch_line(report, int(pid), bounds[:-1]))
+        where = f" (process {pid})" if tokens["pid"].nunique() > 1 else ""
+        if what == "top-level module calls":
+            details.append(_module_detail(report, found, frame, n, line) + where)
+            continue
+        verb = " at" if what == "sampled lines of Python" else " launched from"
         details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}"
-                       + (f" launched from {line}" if line else "") + f", {len(starts)} times"
-                       + (f" (process {pid})" if tokens["pid"].nunique() > 1 else ""))
+                       + (f"{verb} {line}" if line else "") + f", {n} times" + where)
     frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns", "gpu_side"])
     if details:
         detail = "; ".join(details) + ": no step marks were recorded"

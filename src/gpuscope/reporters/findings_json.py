@@ -28,6 +28,7 @@ def as_dict(diag: Diagnosis) -> dict[str, Any]:
                  "warmup": bool(r["warmup"]), **{k: int(r[k]) for k in parts}}
                 for r in p.steps.to_dict("records")
             ],
+            **({"startup": diag.startup.get(p.pid)} if cpu else {}),  # type: ignore[union-attr]
         })
     return {
         **({"analysis": "cpu"} if cpu else {}),  # a report without GPU operations: the CPU side's parts

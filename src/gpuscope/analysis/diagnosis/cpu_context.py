@@ -76,6 +76,7 @@ class CpuContext:
         self.report = report
         self.min_share = min_share
         self.notes: list[str] = []
+        self.startup: dict[int, dict[str, object]] = {}  # per process, its start-up (rule cpu_startup)
 
     @cached_property
     def counts(self) -> dict[str, int]:

@@ -33,6 +33,7 @@ class CpuDiagnosis(Diagnosis):
     """A diagnosis of the CPU side: ``processes`` hold :class:`.cpu_breakdown.CpuBreakdown`."""
 
     parts: tuple[str, ...] = field(default=CPU_PARTS)
+    startup: dict[int, dict[str, object]] = field(default_factory=dict)  # per process: its start-up, a note
 
     PART_NAMES: ClassVar[tuple[str, ...]] = CPU_PARTS
     PART_LABELS: ClassVar[dict[str, str]] = CPU_LABELS
@@ -104,4 +105,4 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
     stepped = any(p.has_steps for p in processes)
     source = ctx.steps.description if stepped else "no steps"
     return CpuDiagnosis(step_source=source, processes=processes, findings=findings,  # type: ignore[arg-type]
-                        skipped=skipped, notes=ctx.notes, min_share=min_share)
+                        skipped=skipped, notes=ctx.notes, min_share=min_share, startup=ctx.startup)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ...trace.report import Report
+from ..steps import calling_line
 from ...trace.stacks import Frame, is_library, is_own, short_path, stack_paths
 
 _IMPORTING = re.compile(r"^<frozen importlib\._bootstrap(?:_external)?>$|[/\\]importlib[/\\]__init__\.py$")
@@ -47,7 +48,8 @@ class StackInfo:
     into it (None when there is none); ``innermost``: the innermost frame (None for an empty
     stack); ``importing``: the import machinery is on the stack; ``operator``: a
     PyTorch operator runs under gpuscope's recorder; ``overhead``: the innermost frame is
-    gpuscope's own; ``fetching``: a DataLoader fetches samples from the Dataset in this process;
+    gpuscope's own; ``module_caller``: the program's frame that called the outermost
+    ``nn.Module`` on the stack (None outside modules); ``fetching``: a DataLoader fetches samples from the Dataset in this process;
     ``in_torch``: the innermost frame is PyTorch's own Python (a module's forward, a functional),
     where a sample outside recorded operators most likely waits in one.
     """
@@ -60,6 +62,7 @@ class StackInfo:
     overhead: bool
     fetching: bool
     in_torch: bool = False
+    module_caller: Frame | None = None
 
     @property
     def location(self) -> str:
@@ -91,6 +94,7 @@ def classify(path: Sequence[Frame]) -> StackInfo:
         overhead=bool(path) and is_own(path[0][1]),
         fetching=any(_DATASET_FETCH.search(f[1]) for f in path),
         in_torch=bool(path) and is_library(path[0][1]) and bool(_TORCH_FILE.search(path[0][1])),
+        module_caller=calling_line(list(path)),
     )
 
 

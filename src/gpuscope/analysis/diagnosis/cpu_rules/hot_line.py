@@ -1,24 +1,107 @@
-"""``cpu_hot_line``: a line of the program's own Python that takes a large part of the step."""
+"""``cpu_hot_line``: a line of the program that takes a large part of the step, for what a change to
+that line can save: Python of the program's own frames at it (its self time), or many calls per
+step into a library from it (a module or an operator per item) whose fixed cost per call one call
+over the batch pays once. A line that makes one batched library call per step is not blamed for the
+library's time."""
 
 from __future__ import annotations
+
+import ast
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from ..context import data_dict, fmt_ns
 from ..cpu_breakdown import FORWARD, OTHER
-from ..cpu_context import CpuContext
-from ..cpu_frames import Frame, frame_text, library_path
+from ..cpu_context import CpuContext, CpuProcess
+from ..cpu_frames import Frame, frame_text
 from ..finding import Finding
+from .idle_cores import largest_input
 from .base import CpuRule, by_line, per_step_text, source_text
 
 TOP = 3  # lines reported, at most
-OWN_CODE = 0.5  # below this share of its time in its own code, a line's cost is the library it calls
+
+
+COMPREHENSIONS = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
+TINY = 4096  # elements: an operator on inputs this small costs its fixed cost per call, nothing per element
+MIN_OPS = 8  # recorded top-level operators needed to tell fixed cost from work
+ROUGH_WORK = 0.5  # without them: this share of per-item calls' time taken as per-element work
+PER_ITEM = 4  # library calls per step from one line from which they count as per-item calls
+
+
+def top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """The operators not inside another (``start_ns``, ``end_ns`` sorted by start)."""
+    if not len(ops):
+        return ops
+    end = ops["end_ns"].to_numpy(np.int64)
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
+    return ops[ops["start_ns"].to_numpy(np.int64) >= reach]
+
+
+def work_share(ops: pd.DataFrame) -> float | None:
+    """The share of the time between the first and last recorded top-level operator that is their
+    per-element work: each operator's time beyond the fixed cost of a call, that is the median time
+    of the operators on tiny inputs (at most :data:`TINY` elements: views, indexing, dispatch), whose
+    own time counts as fixed cost. The rest (the calls' fixed cost and the Python between them) is
+    what one call over a whole batch pays once instead of per item. None with fewer than
+    :data:`MIN_OPS` operators."""
+    top = top_level(ops)
+    if len(top) < MIN_OPS:
+        return None
+    d = (top["end_ns"] - top["start_ns"]).to_numpy(np.int64)
+    tiny = np.array([largest_input(x) <= TINY for x in top["shapes"]], bool)
+    floor = float(np.median(d[tiny])) if tiny.sum() >= 5 else float(np.percentile(d, 10))
+    work = np.where(tiny, 0.0, np.maximum(d - floor, 0.0))
+    # the recorded stretches: operators closer than 1 ms to the one before (a window's gaps left out)
+    s, e = top["start_ns"].to_numpy(np.int64), top["end_ns"].to_numpy(np.int64)
+    gaps = s[1:] - np.maximum.accumulate(e)[:-1]
+    span = float((e - s).sum() + gaps[gaps < 1_000_000].clip(0).sum())
+    return min(1.0, float(work.sum()) / span) if span > 0 else None
+
+
+@lru_cache(maxsize=4096)
+def _statement(file: str, line: int) -> ast.AST | None:
+    """The statement on one line of a readable Python source (None where it cannot be read or parsed
+    on its own: a line of a longer statement)."""
+    text = source_text(("", file, line), width=10_000)
+    if text is None:
+        return None
+    if text.endswith(":"):  # the header of a block
+        text += " pass"
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def only_calls(frame: Frame) -> bool:
+    """Whether a line of the program makes calls and runs no Python loop of its own (no
+    comprehension, lambda or loop): a sample whose innermost frame is such a line is in the function
+    it called (PyTorch's C++ code has no Python frame), not in the line's own Python. False where
+    the line cannot be read."""
+    tree = _statement(frame[1], int(frame[2]))
+    if tree is None:
+        return False
+    nodes = list(ast.walk(tree))
+    loops = (ast.comprehension, ast.Lambda, ast.For, ast.While, ast.AsyncFor)
+    return any(isinstance(n, ast.Call) for n in nodes) and not any(isinstance(n, loops) for n in nodes)
+
+
+def batched_saving(line_ns: float, calls: float, work: float) -> float:
+    """What one call over the batch saves on a line making ``calls`` calls per step that take
+    ``line_ns`` together, ``work`` of it per-element work (0-1): each call is a fixed cost ``o`` and
+    work ``w``; the batched call pays ``o`` once and the same work: ``(calls - 1) x o``, that is
+    ``line_ns x (1 - work) x (1 - 1/calls)``."""
+    if calls <= 1:
+        return 0.0
+    return line_ns * (1.0 - work) * (1.0 - 1.0 / calls)
 
 
 class CpuHotLine(CpuRule):
     name = "cpu_hot_line"
-    description = "A line of the program's Python (not PyTorch operators) that takes a large part of the step."
+    description = ("A line of the program that takes a large part of the step with Python of its own, or with "
+                   "many library calls per step (one per item).")
     needs = ("cpu_samples",)
 
     def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
@@ -29,70 +112,137 @@ class CpuHotLine(CpuRule):
             if not len(s):
                 continue
             infos = [ctx.stack(p.pid, int(i)) for i in s["stack_id"]]
-            # Python of the program: steady, outside data waits (cpu_data_loader's), backward and the
-            # optimizer (PyTorch's own loops), outside operators, not importing, not gpuscope's recording
-            plain = np.array([not (i.operator or i.overhead or i.importing) and i.user is not None
-                              for i in infos], bool)
-            mask = (s["steady"].to_numpy(bool) & s["part"].isin([FORWARD, OTHER]).to_numpy()
-                    & ~s["in_op"].to_numpy(bool) & plain)
-            chosen = s[mask]
+            # the program's time: steady, outside data waits (cpu_data_loader's), backward and the
+            # optimizer (PyTorch's own loops), not importing, not gpuscope's recording
+            ok = np.array([not (i.overhead or i.importing) and i.user is not None for i in infos], bool)
+            base = s["steady"].to_numpy(bool) & s["part"].isin([FORWARD, OTHER]).to_numpy() & ok
+            outside_op = ~s["in_op"].to_numpy(bool) & ~np.array([i.operator for i in infos], bool)
+            own_frame = np.array([i.innermost is not None and i.user is not None and i.innermost[1:] == i.user[1:]
+                                  for i in infos], bool)
             mean = p.breakdown.mean_parts()
             room = mean["cpu_forward"] + mean["cpu_other"]  # the parts the lines were sampled in
-            for frame, total, caller in by_line(ctx, p, chosen)[:TOP]:
+            work = work_share(p.ops)
+            calls = _module_calls(ctx, p)
+            candidates: list[tuple[float, Frame, float, float, str, pd.DataFrame]] = []
+            # per-item calls: a line calling a module or PyTorch many times per step (a comprehension
+            # over the items, or a module call per item); all its time, operators included
+            taken = np.zeros(len(s), bool)
+            by_caller: dict[Frame, np.ndarray] = {}
+            for j, i in enumerate(infos):
+                key = i.module_caller if i.module_caller is not None else (
+                    i.user if i.user is not None and i.user[0] in COMPREHENSIONS else None)
+                if key is not None and base[j]:
+                    by_caller.setdefault(key, np.zeros(len(s), bool))[j] = True
+            for frame, m in by_caller.items():
+                k = calls.get(frame[1:], 0.0)
+                comprehension = frame[0] in COMPREHENSIONS
+                if k < PER_ITEM and not comprehension:
+                    continue
+                total = float(s.loc[m, "weight_ns"].sum())
                 ns = p.per_step(total)
-                saving = min(ns, room)  # moved off the step, or one tensor operation: nearly all of it
-                room -= saving
+                share_work = work if work is not None else ROUGH_WORK
+                saving = batched_saving(ns, k if k >= PER_ITEM else float("inf"), share_work)
+                taken |= m
+                how = (f"{k:.0f} calls per step" if k >= PER_ITEM else "called per item, in a comprehension")
+                candidates.append((saving, frame, ns, share_work, how, s[m]))
+            # Python of the program's own frames (its self time), outside operators; a line that only
+            # calls (``pred = logits.argmax(-1)``) spends its samples in the C code it called
+            calls = np.array([i.user is not None and only_calls(i.user) for i in infos], bool)
+            own = base & outside_op & own_frame & ~taken & ~calls
+            for frame, total, _ in by_line(ctx, p, s[own]):
+                candidates.append((p.per_step(total), frame, p.per_step(total), -1.0, "", s[own]))
+            candidates.sort(key=lambda c: -c[0])
+            n = 0
+            for saving, frame, ns, share_work, how, rows in candidates:
+                if n >= TOP:
+                    break
+                saving = min(saving, room)
                 if saving <= 0 or p.share(saving) < ctx.min_share:
                     break
-                lines = chosen[[_at(ctx.stack(p.pid, int(i)).user, frame) for i in chosen["stack_id"]]]
-                in_forward = float(lines.loc[lines["part"] == FORWARD, "weight_ns"].sum()) > 0.5 * total
-                own, below = _own_and_below(ctx, p.pid, lines)
-                evidence = [f"{per_step_text(p, ns)} of Python at this line"
-                            + (" inside a module's forward" if in_forward else "")
-                            + (", outside PyTorch operators" if have_ops else "")]
-                text = source_text(frame)
-                if text:
-                    evidence.append(f"the line: {text}")
-                if caller is not None:
-                    evidence.append(f"called from {frame_text(caller)}")
-                if own < OWN_CODE:
-                    evidence.append(f"{own:.0%} in the line's own code, the rest in the library code it calls"
-                                    + (f" (mostly {library_path(below)})" if below else ""))
-                if not have_ops:
-                    evidence.append("without --trace torch-ops, time in PyTorch operators called on this line "
-                                    "counts too")
-                capped = f" (capped at {fmt_ns(saving)}: the rest of forward and other Python)" if saving < ns else ""
-                evidence.append("estimate: that time, for a version that moves it off the step or replaces it "
-                                "with one operation over the batch" + capped)
-                fix = ("Replace the per-element Python with tensor operations over the whole batch (one call "
-                       "instead of a loop), or move it off the step: into a DataLoader worker, a background "
-                       "thread, or run it less often.")
-                if in_forward:
-                    fix = "Vectorize this Python in the module's forward with tensor operations (no per-element loop)."
-                if own < OWN_CODE:
-                    fix = ("Call the library code on this line less often: on whole batches instead of per item, "
-                           "once instead of every step, or with a cheaper call.")
-                out.append(Finding(self.name, "A hot line of Python in the step", saving, p.share(saving), evidence,
-                                   frame_text(frame), fix, pid=p.pid,
-                                   data=data_dict(python_ns=ns, file=frame[1], line=frame[2], function=frame[0])))
+                room -= saving
+                n += 1
+                out.append(self._finding(ctx, p, frame, saving, ns, share_work, how, rows, have_ops))
         return out
+
+    def _finding(self, ctx: CpuContext, p: CpuProcess, frame: Frame, saving: float, ns: float, work: float,
+                 how: str, rows: pd.DataFrame, have_ops: bool) -> Finding:
+        """The finding of one line: ``work`` < 0 for the line's own Python, else the per-element work
+        share of its per-item calls (``how``: how they were counted)."""
+        per_item = work >= 0
+        lines = rows[[_at(ctx.stack(p.pid, int(i)).user, frame) or ctx.stack(p.pid, int(i)).module_caller == frame
+                      for i in rows["stack_id"]]]
+        in_forward = float(lines.loc[lines["part"] == FORWARD, "weight_ns"].sum()) > 0.5 * float(
+            lines["weight_ns"].sum() or 1)
+        if per_item:
+            evidence = [f"{per_step_text(p, ns)} at this line, {how}: the library's fixed cost per call "
+                        "(PyTorch's dispatch, module calls, the loop's Python) is paid per item",
+                        f"estimate: one call over the whole batch pays the fixed cost once; per-element work is "
+                        f"{work:.0%} of the calls' time" + (" (recorded operators' time beyond a call's fixed "
+                                                           "cost)" if work_share(p.ops) is not None else
+                                                           " (rough: too few operators recorded to tell)")]
+            fix = ("Call the library once over the whole batch instead of once per item: stack the items (one "
+                   "model(batch) call, torch.bmm / batched operators instead of a loop of small ones).")
+        else:
+            evidence = [f"{per_step_text(p, ns)} of Python in the program's own code at this line"
+                        + (" inside a module's forward" if in_forward else "")
+                        + (", outside PyTorch operators" if have_ops else ""),
+                        "estimate: that time, for a version that moves it off the step or replaces it with one "
+                        "operation over the batch"]
+            fix = ("Replace the per-element Python with tensor operations over the whole batch (one call "
+                   "instead of a loop), or move it off the step: into a DataLoader worker, a background "
+                   "thread, or run it less often.")
+            if in_forward:
+                fix = "Vectorize this Python in the module's forward with tensor operations (no per-element loop)."
+        text = source_text(frame)
+        if text:
+            evidence.insert(1, f"the line: {text}")
+        if saving < ns and not per_item:
+            evidence.append(f"capped at {fmt_ns(saving)}: the rest of forward and other Python")
+        return Finding(self.name, "A hot line of Python in the step" if not per_item
+                       else "Per-item library calls on one line", saving, p.share(saving), evidence,
+                       frame_text(frame), fix, pid=p.pid,
+                       data=data_dict(line_ns=ns, per_item=per_item, work_share=round(work, 3) if per_item else None,
+                                      file=frame[1], line=frame[2], function=frame[0]))
+
+
+def _module_calls(ctx: CpuContext, p: CpuProcess) -> dict[tuple[str, int], float]:
+    """Per program line (file, line), the top-level module calls it made per steady step: each
+    top-level forward range goes to the line that called it in the samples taken inside it (the
+    line most such ranges came from, for a range no sample fell in)."""
+    r = p.ranges
+    if not len(r):
+        return {}
+    fwd = top_level(r[r["category"] == "forward"].sort_values(["start_ns", "end_ns"], ascending=[True, False]))
+    w = p.steady_windows
+    ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    st = fwd["start_ns"].to_numpy(np.int64)
+    i = np.searchsorted(ws, st, "right") - 1
+    fwd = fwd[(i >= 0) & (st < we[np.maximum(i, 0)])]
+    if not len(fwd):
+        return {}
+    s = p.samples
+    ts = s["ts_ns"].to_numpy(np.int64)
+    starts, ends = fwd["start_ns"].to_numpy(np.int64), fwd["end_ns"].to_numpy(np.int64)
+    j = np.searchsorted(starts, ts, "right") - 1
+    inside = (j >= 0) & (ts < ends[np.maximum(j, 0)])
+    line_of: dict[int, tuple[str, int]] = {}
+    for rng, sid in zip(j[inside], s["stack_id"].to_numpy()[inside]):
+        caller = ctx.stack(p.pid, int(sid)).module_caller
+        if caller is not None:
+            line_of.setdefault(int(rng), caller[1:])
+    if not line_of:
+        return {}
+    counts: dict[tuple[str, int], float] = {}
+    for key in line_of.values():
+        counts[key] = counts.get(key, 0.0) + 1.0
+    main = max(counts, key=lambda k: counts[k])
+    per_line: dict[tuple[str, int], float] = {}
+    for rng in range(len(fwd)):
+        key = line_of.get(rng, main)
+        per_line[key] = per_line.get(key, 0.0) + 1.0
+    return {k: v / p.n_steps for k, v in per_line.items()}
 
 
 def _at(user: Frame | None, frame: Frame) -> bool:
     """Whether a sample's user frame is on ``frame``'s line (whichever function)."""
     return user is not None and user[1:] == frame[1:]
-
-
-def _own_and_below(ctx: CpuContext, pid: int, samples: pd.DataFrame) -> tuple[float, str | None]:
-    """The share of the samples whose innermost frame is the user frame itself, and the file where
-    most of the others were."""
-    own = 0.0
-    below: dict[str, float] = {}
-    total = float(samples["weight_ns"].sum()) or 1.0
-    for sid, ns in samples.groupby("stack_id")["weight_ns"].sum().items():
-        info = ctx.stack(pid, int(sid))  # type: ignore[arg-type]
-        if info.innermost is not None and info.user is not None and info.innermost[1:] == info.user[1:]:
-            own += float(ns)
-        elif info.innermost is not None:
-            below[info.innermost[1]] = below.get(info.innermost[1], 0.0) + float(ns)
-    return own / total, (max(below, key=lambda k: below[k]) if below else None)

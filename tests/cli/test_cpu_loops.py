@@ -1,0 +1,132 @@
+"""The CPU-side diagnosis of ordinary loops, as a user writes them and profiles them with the
+defaults of a machine without a GPU: iterations found from the model's calls where nothing marks
+them, a line blamed only for what a change to it saves, start-up as a note."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import gpuscope
+from gpuscope.analysis.diagnosis import diagnose
+from gpuscope.analysis.steps import step_sum
+from gpuscope.reporters import diagnosis_formats
+
+from .conftest import Gpuscope
+
+INFER = """
+import torch
+from torch import nn
+MARK
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 64)).eval()
+batches = [torch.randn(256, 64) for _ in range(4)]
+with torch.no_grad():
+    for i in range(300):
+        tokens = batches[i % 4]
+        logits = model(tokens)  # ONE CALL
+        pred = logits.argmax(-1)  # ARGMAX
+        STEP
+print("done")
+"""
+
+
+PER_ITEM = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).eval()
+batches = [torch.randn(16, 32) for _ in range(4)]
+with torch.no_grad():
+    for i in range(150):
+        batch = batches[i % 4]
+        outs = []
+        for x in batch:
+            outs.append(model(x[None]))  # PER ITEM
+        torch.cat(outs).argmax(1)
+print("done")
+"""
+
+
+def _line(body: str, marker: str) -> int:
+    return next(i for i, text in enumerate(body.splitlines(), 1) if marker in text)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The inference loop as written (no step marks), and with gpuscope.step() at the end of each
+    iteration."""
+    gs = Gpuscope(tmp_path_factory.mktemp("infer"))
+    out = {}
+    for name, mark, step in (("plain", "", "pass"), ("marked", "import gpuscope", "gpuscope.step()")):
+        gs.script(f"{name}.py", INFER.replace("MARK", mark).replace("STEP", step))
+        res = gs.profile("--no-overhead-probe", "-o", name, f"{name}.py", timeout=300)
+        assert res.returncode == 0 and "done" in res.stdout, res.describe()
+        out[name] = str(gs.cwd / f"{name}.gpuscope")
+    return out
+
+
+def test_an_inference_loop_gets_a_step_per_model_call(reports: dict[str, str]) -> None:
+    with gpuscope.load(reports["plain"]) as report:
+        table = step_sum(report)
+    steps = [r for r in table.rows if str(r[1]).isdigit()]
+    assert 250 <= len(steps) <= 300, len(steps)  # one per call: set-up and the last call's end left out
+    note = next(n for n in table.notes if n.startswith("Steps:"))
+    assert "each top-level call of Sequential" in note and f"plain.py:{_line(INFER, 'ONE CALL')}" in note, note
+    assert any("set-up before step 1" in n for n in table.notes)
+    assert int(steps[0][2]) > 0  # the first step starts after set-up
+
+
+@pytest.mark.parametrize("name", ["plain", "marked"])
+def test_one_batched_call_per_step_is_not_a_hot_line(reports: dict[str, str], name: str) -> None:
+    """Neither the model's call nor the argmax after it is Python of the line's own: the time at
+    them is in PyTorch, one batched call per step, which no change to the line saves."""
+    with gpuscope.load(reports[name]) as report:
+        diag = diagnose(report)
+    for f in diag.findings:
+        assert f"{name}.py:{_line(INFER, 'ONE CALL')}" not in f.location, f
+        assert f"{name}.py:{_line(INFER, 'ARGMAX')}" not in f.location, f
+
+
+def test_start_up_is_a_note_not_a_finding(reports: dict[str, str]) -> None:
+    with gpuscope.load(reports["marked"]) as report:
+        diag = diagnose(report)
+    assert not [f for f in diag.findings if f.rule == "cpu_startup"]
+    assert any("start-up before the first step" in n for n in diag.notes), diag.notes
+    doc = json.loads(diagnosis_formats()["json"](diag))
+    (p,) = doc["processes"]
+    assert p["startup"] and p["startup"]["startup_ns"] > 0
+
+
+def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope) -> None:
+    gs.script("items.py", PER_ITEM)
+    res = gs.profile("--no-overhead-probe", "-o", "items", "items.py", timeout=300)
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "items.gpuscope")) as report:
+        diag = diagnose(report)
+        notes = step_sum(report).notes
+    assert any("repeating pattern of 16 top-level calls" in n for n in notes), notes
+    top = [f for f in diag.findings if not f.advisory][0]
+    assert top.rule == "cpu_hot_line" and top.data["per_item"], top
+    assert f"items.py:{_line(PER_ITEM, 'PER ITEM')}" in top.location
+    assert "once over the whole batch" in top.fix and top.share > 0.3
+
+
+def test_the_batched_call_keeps_the_work_and_pays_the_fixed_cost_once() -> None:
+    from gpuscope.analysis.diagnosis.cpu_rules.hot_line import batched_saving, work_share
+
+    # 8 calls of 100 us per step, 10% of it per-element work: one call pays 90 us once and 8 x 10 us
+    assert batched_saving(800e3, 8, 0.1) == pytest.approx(800e3 - 90e3 - 80e3)
+    assert batched_saving(800e3, 1, 0.1) == 0.0
+    assert batched_saving(800e3, float("inf"), 1.0) == 0.0
+    # tiny operators (views, 4x4 products) are fixed cost; a large product is work beyond that cost
+    tiny = [(i * 10_000, i * 10_000 + 2_000, "[[4, 4], [4, 4]]") for i in range(30)]
+    assert work_share(pd.DataFrame(tiny, columns=["start_ns", "end_ns", "shapes"])) == 0.0
+    big = tiny + [(400_000 + i * 200_000, 400_000 + i * 200_000 + 190_000, "[[512, 512], [512, 64]]")
+                  for i in range(30)]
+    share = work_share(pd.DataFrame(big, columns=["start_ns", "end_ns", "shapes"]))
+    assert share is not None and 0.8 < share < 1.0
