@@ -149,5 +149,5 @@ def _plain(text: bytes, tail: bool) -> list[dict[str, Any]] | None:
         if tail:
             return msgspec.json.decode(kineto_columns.TAIL_PREFIX + text)["traceEvents"]  # type: ignore[no-any-return]
         return msgspec.json.decode(b"[" + text + b"]")  # type: ignore[no-any-return]
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # the streaming parser says what is wrong, and where
         return None

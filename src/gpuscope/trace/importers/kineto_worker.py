@@ -55,6 +55,8 @@ def map_run(run: Run, path: Path, base: int) -> kineto_columns.ChunkColumns | tu
         return "values", str(exc)
     except msgspec.DecodeError as exc:
         return "syntax", str(exc)
+    except RecursionError:  # nested too deep to decode: the streaming parser says where
+        return "syntax", "nested too deep"
 
 
 def serve() -> None:

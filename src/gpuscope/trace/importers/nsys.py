@@ -12,6 +12,7 @@ Nsight Systems numbers processes and threads globally: ``globalPid = ... | pid <
 from __future__ import annotations
 
 import sqlite3
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +46,10 @@ class NsysExport:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # a URI of the whole path, quoted (a name may hold '#', '?' or '%'), opened read-only: nothing is created
+        uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
         try:
-            self.con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            self.con = sqlite3.connect(uri, uri=True)
             names = [r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         except sqlite3.DatabaseError as exc:
             raise GpuscopeError(f"{path}: not a readable SQLite database ({exc})") from None
@@ -72,6 +75,23 @@ class NsysExport:
             if not batch:
                 return
             yield from batch
+
+    def check_times(self) -> None:
+        """Raise GpuscopeError naming the first table and column of GPU work whose times gpuscope
+        cannot read: a ``start`` or ``end`` column missing (renamed), or a row where it is not an
+        integer (NULL, text)."""
+        for table in GPU_TABLES:
+            if table not in self.tables:
+                continue
+            have = self.columns(table)
+            for col in ("start", "end"):
+                if col not in have:
+                    raise GpuscopeError(f"{self.path}: {table} has no column {col} (the time of each GPU "
+                                        "operation); not an export gpuscope can import")
+                bad = self.con.execute(f'SELECT count(*) FROM "{table}" WHERE typeof("{col}") <> \'integer\'').fetchone()[0]
+                if bad:
+                    raise GpuscopeError(f"{self.path}: {table}.{col} is NULL or not an integer in {bad:,} "
+                                        f"row{'s' * (bad != 1)}; not an export gpuscope can import")
 
     def count(self, table: str) -> int:
         """Return the rows of ``table`` (0 when it is absent)."""
@@ -227,6 +247,7 @@ def import_nsys(path: Path, sink: ReportSink) -> dict[str, Any]:
     """Import the Nsight Systems SQLite export at ``path`` into ``sink``; return the report's ``meta``."""
     export = NsysExport(path)
     try:
+        export.check_times()
         importer = NsysImporter(export, sink)
         importer.kernels()
         importer.copies()
