@@ -130,3 +130,34 @@ def test_the_batched_call_keeps_the_work_and_pays_the_fixed_cost_once() -> None:
                   for i in range(30)]
     share = work_share(pd.DataFrame(big, columns=["start_ns", "end_ns", "shapes"]))
     assert share is not None and 0.8 < share < 1.0
+
+
+MATMULS = """
+import torch
+
+torch.manual_seed(0)
+a = torch.randn(8, 32, 32)
+b = torch.randn(8, 32, 8)
+for _ in range(3000):
+    outs = [a[i] @ b[i] for i in range(8)]  # PER MATMUL
+    torch.stack(outs).sum(0)
+print("done")
+"""
+
+
+def test_a_loop_of_small_matmuls_is_estimated_as_one_batched_call(gs: Gpuscope) -> None:
+    """8 same-shape products per stack in a comprehension: per-item calls, 8 per call of the rest;
+    products this small are fixed cost per call, so one batched call saves most of the line."""
+    gs.script("mm.py", MATMULS)
+    res = gs.profile("--no-overhead-probe", "-o", "mm", "mm.py", timeout=300)
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "mm.gpuscope")) as report:
+        diag = diagnose(report)
+    top = [f for f in diag.findings if not f.advisory][0]
+    assert top.rule == "cpu_hot_line" and top.data["per_item"], top
+    assert f"mm.py:{_line(MATMULS, 'PER MATMUL')}" in top.location
+    assert "about 8 calls" in " ".join(top.evidence) and top.data["work_share"] < 0.2
+    # the batched call keeps the work and one call's fixed cost: under the line's whole time
+    step = top.saving_ns / top.share
+    assert 0.5 < top.share and top.saving_ns < top.data["line_ns"] <= step * 1.0001
+    assert "torch.bmm" in top.fix

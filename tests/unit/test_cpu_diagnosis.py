@@ -120,3 +120,10 @@ def test_the_profile_summary_shows_the_cpu_breakdown(diagnoses: dict[str, CpuDia
     text = render_short(diagnoses["dataloader_starved"])
     assert text.startswith("CPU step time (step ") and "data " in text
     assert "1. The loop waits for its DataLoader" in text
+
+
+def test_a_comprehension_of_plain_python_is_the_lines_own_python(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    """The argmax picked in Python over the logits calls no operator per item: its line is blamed for
+    its own Python, not for per-item library calls."""
+    top = _actionable(diagnoses["infer_hot_line"])[0]
+    assert not top.data["per_item"] and "per-element Python" in top.fix

@@ -60,6 +60,27 @@ def work_share(ops: pd.DataFrame) -> float | None:
     return min(1.0, float(work.sum()) / span) if span > 0 else None
 
 
+def op_repeats(p: CpuProcess) -> float:
+    """How many times the loop's own code (outside module calls) calls one operator on the same
+    shapes for each call of its least called one, from the recorded top-level operators: about 8 for
+    ``[a[i] @ b[i] for i in range(8)]`` followed by one ``torch.stack``; 0 without operator records."""
+    ops = top_level(p.ops)
+    if not len(ops):
+        return 0.0
+    fwd = p.ranges[p.ranges["category"] == "forward"] if len(p.ranges) else p.ranges
+    if len(fwd):
+        st = ops["start_ns"].to_numpy(np.int64)
+        fs, fe = fwd["start_ns"].to_numpy(np.int64), fwd["end_ns"].to_numpy(np.int64)
+        order = np.argsort(fs, kind="stable")
+        fs, reach = fs[order], np.maximum.accumulate(fe[order])
+        i = np.searchsorted(fs, st, "right") - 1
+        ops = ops[~((i >= 0) & (st < reach[np.maximum(i, 0)]))]
+    if len(ops) < MIN_OPS:
+        return 0.0
+    counts = ops.groupby([ops["name"], ops["shapes"].fillna("")]).size()
+    return float(counts.max()) / float(counts.min())
+
+
 @lru_cache(maxsize=4096)
 def _statement(file: str, line: int) -> ast.AST | None:
     """The statement on one line of a readable Python source (None where it cannot be read or parsed
@@ -133,22 +154,24 @@ class CpuHotLine(CpuRule):
                     i.user if i.user is not None and i.user[0] in COMPREHENSIONS else None)
                 if key is not None and base[j]:
                     by_caller.setdefault(key, np.zeros(len(s), bool))[j] = True
+            repeats = op_repeats(p)
             for frame, m in by_caller.items():
-                k = calls.get(frame[1:], 0.0)
                 comprehension = frame[0] in COMPREHENSIONS
-                if k < PER_ITEM and not comprehension:
+                k = repeats if comprehension else calls.get(frame[1:], 0.0)
+                if k < PER_ITEM:
                     continue
                 total = float(s.loc[m, "weight_ns"].sum())
                 ns = p.per_step(total)
                 share_work = work if work is not None else ROUGH_WORK
-                saving = batched_saving(ns, k if k >= PER_ITEM else float("inf"), share_work)
+                saving = batched_saving(ns, k, share_work)
                 taken |= m
-                how = (f"{k:.0f} calls per step" if k >= PER_ITEM else "called per item, in a comprehension")
+                how = (f"in a comprehension: about {k:.0f} calls of one operator on the same shapes for each "
+                       "call of the loop's least called one" if comprehension else f"{k:.0f} module calls per step")
                 candidates.append((saving, frame, ns, share_work, how, s[m]))
             # Python of the program's own frames (its self time), outside operators; a line that only
             # calls (``pred = logits.argmax(-1)``) spends its samples in the C code it called
-            calls = np.array([i.user is not None and only_calls(i.user) for i in infos], bool)
-            own = base & outside_op & own_frame & ~taken & ~calls
+            calling = np.array([i.user is not None and only_calls(i.user) for i in infos], bool)
+            own = base & outside_op & own_frame & ~taken & ~calling
             for frame, total, _ in by_line(ctx, p, s[own]):
                 candidates.append((p.per_step(total), frame, p.per_step(total), -1.0, "", s[own]))
             candidates.sort(key=lambda c: -c[0])
