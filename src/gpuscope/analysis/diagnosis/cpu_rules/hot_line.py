@@ -61,12 +61,18 @@ def work_share(ops: pd.DataFrame) -> float | None:
 
 
 def op_repeats(p: CpuProcess) -> float:
-    """How many times the loop's own code (outside module calls) calls one operator on the same
-    shapes for each call of its least called one, from the recorded top-level operators: about 8 for
+    """How many times the loop's own code (outside module calls, in steady steps) calls one operator
+    on the same shapes for each call of its least called one, from the recorded top-level operators
+    (made at least 3 times): about 8 for
     ``[a[i] @ b[i] for i in range(8)]`` followed by one ``torch.stack``; 0 without operator records."""
     ops = top_level(p.ops)
     if not len(ops):
         return 0.0
+    st = ops["start_ns"].to_numpy(np.int64)
+    w = p.steady_windows
+    ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    i = np.searchsorted(ws, st, "right") - 1
+    ops = ops[(i >= 0) & (st < we[np.maximum(i, 0)])]
     fwd = p.ranges[p.ranges["category"] == "forward"] if len(p.ranges) else p.ranges
     if len(fwd):
         st = ops["start_ns"].to_numpy(np.int64)
@@ -78,7 +84,8 @@ def op_repeats(p: CpuProcess) -> float:
     if len(ops) < MIN_OPS:
         return 0.0
     counts = ops.groupby([ops["name"], ops["shapes"].fillna("")]).size()
-    return float(counts.max()) / float(counts.min())
+    counts = counts[counts >= 3]  # calls made once or twice are set-up, not the loop's
+    return float(counts.max()) / float(counts.min()) if len(counts) else 0.0
 
 
 @lru_cache(maxsize=4096)
