@@ -44,6 +44,10 @@ PROGRAMS: dict[str, tuple[str, str | None]] = {
     "infer_hot_line": ("inference, argmax in Python over the logits", "cpu_hot_line"),
     "one_thread": ("torch.set_num_threads(1) on large matmuls", "cpu_idle_cores"),
     "balanced": ("nothing (batches from memory, every core)", None),
+    "infer_transformer": ("nothing (a small transformer, one batched call per step, no step marks)", None),
+    "infer_mlp_per_item": ("inference, the model called once per item of the batch", "cpu_hot_line"),
+    "train_small": ("nothing (a small MLP training loop)", None),
+    "preprocess_loop": ("inference, batches normalized in Python value by value", "cpu_hot_line"),
 }
 
 
@@ -148,6 +152,25 @@ def measure(name: str, out: Path, rounds: int, fixtures: bool, idle_s: float = 0
     return judge(row, measured, report if fixtures else None)
 
 
+def declared_fixes(name: str) -> dict[str, tuple[str, tuple[str, ...]]] | None:
+    """The candidate fixes a program declares (``FIXES = {name: (description, rules)}``, read from its
+    source without running it), or None where it declares none (or ``FIXES`` of another shape)."""
+    import ast
+
+    tree = ast.parse((WORKLOADS / f"{name}.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FIXES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            if isinstance(value, dict) and all(isinstance(v, (tuple, list)) and len(v) == 2
+                                               and isinstance(v[1], (tuple, list)) for v in value.values()):
+                return {str(k): (str(v[0]), tuple(v[1])) for k, v in value.items()}
+            return None
+    return None
+
+
 def judge(row: dict[str, Any], measured: dict[str, Any] | None, fixture: Path | None = None) -> dict[str, Any]:
     """Compare the top finding of ``row["diagnosis"]`` with the best measured fix; with ``fixture``,
     gzip that report into tests/fixtures."""
@@ -162,6 +185,13 @@ def judge(row: dict[str, Any], measured: dict[str, Any] | None, fixture: Path | 
         row["gain_spread"] = [best["gain_min"], best["gain_max"]]
     row["top_rule"] = top["rule"] if top else None
     row["estimate"] = estimate
+    fixes = declared_fixes(row["program"])
+    if fixes is not None and measured and row["best_fix"] in fixes:
+        # the declared rules of the fix that measured best name the finding that should come first
+        # (none where no fix gains more than NOTHING)
+        rules = fixes[row["best_fix"]][1] if gain is not None and gain >= NOTHING else ()
+        row["best_fix_rules"] = list(rules)
+        row["declared_ok"] = (row["top_rule"] in rules) if rules else estimate < NOTHING
     if expected is None:
         row["top_ok"] = estimate < NOTHING
         row["agrees"] = gain is not None and estimate < NOTHING and gain < NOTHING
@@ -187,8 +217,9 @@ def rediagnose(out: Path, name: str) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a Markdown table."""
-    out = ["| program | problem | best measured fix | its gain (spread) | top finding | estimate | within ±30%? |",
-           "| --- | --- | --- | ---: | --- | ---: | --- |"]
+    out = ["| program | problem | best measured fix | its gain (spread) | top finding | estimate | within ±30%? | "
+           "top finding names the best fix? |",
+           "| --- | --- | --- | ---: | --- | ---: | --- | --- |"]
     for r in rows:
         spread = r.get("gain_spread")
         gain = "-" if r["gain"] is None else f"{r['gain']:.1%}" + (
@@ -201,8 +232,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         verdict = "yes" if r["agrees"] else "no"
         if r["expected"] is None:
             verdict += f" (both under {NOTHING:.0%})" if r["agrees"] else ""
+        declared = "-" if "declared_ok" not in r else ("yes" if r["declared_ok"] else "no")
         out.append(f"| {r['program']} | {r['problem']} | {r['best_fix'] or '-'} | {gain} | {top} | "
-                   f"{r['estimate']:.1%} | {verdict} |")
+                   f"{r['estimate']:.1%} | {verdict} | {declared} |")
     return "\n".join(out) + "\n"
 
 
