@@ -161,3 +161,40 @@ def test_a_loop_of_small_matmuls_is_estimated_as_one_batched_call(gs: Gpuscope) 
     step = top.saving_ns / top.share
     assert 0.5 < top.share and top.saving_ns < top.data["line_ns"] <= step * 1.0001
     assert "torch.bmm" in top.fix
+
+
+PYTHON_LOOP = """
+import time
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+def load():
+    return spin(0.03)  # LOAD
+
+def compute():
+    return spin(0.05)  # COMPUTE
+
+for _ in range(25):
+    load()
+    compute()
+print("done")
+"""
+
+
+def test_a_loop_without_modules_gets_its_steps_from_the_sampled_lines(gs: Gpuscope) -> None:
+    gs.script("loop.py", PYTHON_LOOP)
+    res = gs.profile("--no-overhead-probe", "-o", "loop", "loop.py", timeout=300)
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "loop.gpuscope")) as report:
+        table = step_sum(report)
+    note = next(n for n in table.notes if n.startswith("Steps:"))
+    assert "sampled Python stacks" in note, note
+    steps = [r for r in table.rows if str(r[1]).isdigit()]
+    assert 15 <= len(steps) <= 25, len(steps)
+    median = next(r for r in table.rows if r[1] == "median")
+    assert 60e6 < float(median[3]) < 140e6  # one load and one compute: 80 ms

@@ -230,9 +230,10 @@ def _module_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
 
 
 def _sample_tokens(report: Report) -> pd.DataFrame:
-    """The main thread's Python samples as a sequence of visits to the program's lines: consecutive
-    samples at the same line (the innermost frame outside libraries) are one token, at the time the
-    first of them began (``pid``, ``token``, ``launch_ns``, ``start_ns``)."""
+    """The main thread's Python samples as a sequence of visits to the program's stacks: consecutive
+    samples with the same frames of the program's own code (outside libraries; the whole chain, so
+    that one helper called from two places is two stacks) are one token, at the time the first of
+    them began (``pid``, ``token``, ``launch_ns``, ``start_ns``)."""
     from ..trace.stacks import is_library, stack_paths
 
     cols = ["pid", "token", "launch_ns", "start_ns"]
@@ -240,12 +241,12 @@ def _sample_tokens(report: Report) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     s = report.df("SELECT pid, ts_ns, weight_ns, stack_id FROM cpu_sample WHERE tid = pid ORDER BY pid, ts_ns")
     paths = stack_paths(report, {(int(p), int(i)) for p, i in zip(s["pid"], s["stack_id"])})
-    lines: dict[tuple[str, int], int] = {}
+    stacks: dict[tuple[tuple[str, int], ...], int] = {}
     token = []
     for p, i in zip(s["pid"], s["stack_id"]):
         path = paths.get((int(p), int(i)), [])
-        user = next((f for f in path if not is_library(f[1])), None)
-        token.append(-1 if user is None else lines.setdefault((user[1], user[2]), len(lines)))
+        user = tuple((f[1], f[2]) for f in path if not is_library(f[1]))
+        token.append(stacks.setdefault(user, len(stacks)) if user else -1)
     s = s.assign(token=np.array(token, np.int64), launch_ns=s["ts_ns"] - s["weight_ns"])
     s = s[s["token"] >= 0]
     change = np.ones(len(s), bool)
@@ -270,7 +271,7 @@ def _regular(found: Pattern, frame: pd.DataFrame) -> bool:
 def _step_tokens(report: Report) -> tuple[pd.DataFrame, str]:
     """The sequence whose repetition gives the iterations of a report without step marks, and what
     it is in words: GPU operations; without any, the top-level module calls of the main thread; else
-    its sampled Python lines; else its PyTorch operators where every one was recorded (``--trace
+    its sampled Python stacks; else its PyTorch operators where every one was recorded (``--trace
     torch-ops``; operators of short sample windows would give steps inside those windows only)."""
     tokens = _gpu_tokens(report)
     if len(tokens):
@@ -280,7 +281,7 @@ def _step_tokens(report: Report) -> tuple[pd.DataFrame, str]:
         return modules, "top-level module calls"
     samples = _sample_tokens(report)
     if len(samples):
-        return samples, "sampled lines of Python"
+        return samples, "sampled Python stacks"
     if report.count("torch_op") and not report.count("torch_op_window"):
         return report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
                          "WHERE tid = pid ORDER BY pid, start_ns"), "PyTorch operators"
@@ -296,7 +297,7 @@ def _find(tokens: pd.DataFrame, what: str, report: Report) -> dict[int, tuple[Pa
             result = _module_pattern(own)
         else:
             result = _process_pattern(own)
-            if result is not None and what == "sampled lines of Python" and not _regular(*result):
+            if result is not None and what == "sampled Python stacks" and not _regular(*result):
                 result = None
         if result is not None:
             out[int(pid)] = result
@@ -360,18 +361,18 @@ def _module_detail(report: Report, found: Pattern, frame: pd.DataFrame, n: int, 
 
 def pattern_steps(report: Report) -> PatternSteps:
     """Return the steps of each process found as its repeating launch sequence (GPU operations;
-    without any, the top-level module calls of its main thread, its sampled Python lines, or its
+    without any, the top-level module calls of its main thread, its sampled Python stacks, or its
     PyTorch operators: :func:`_step_tokens`), computed once per report."""
     if report in _PATTERNS:
         return _PATTERNS[report]
     tokens, what = _step_tokens(report)
     found_by_pid = _find(tokens, what, report)
-    if not found_by_pid and what in ("top-level module calls", "sampled lines of Python"):
+    if not found_by_pid and what in ("top-level module calls", "sampled Python stacks"):
         # the next source in line, where this one shows no loop
         if what == "top-level module calls":
             samples = _sample_tokens(report)
             if len(samples):
-                tokens, what = samples, "sampled lines of Python"
+                tokens, what = samples, "sampled Python stacks"
                 found_by_pid = _find(tokens, what, report)
         if not found_by_pid and report.count("torch_op") and not report.count("torch_op_window"):
             tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
@@ -395,7 +396,7 @@ def pattern_steps(report: Report) -> PatternSteps:
         if what == "top-level module calls":
             details.append(_module_detail(report, found, frame, n, line) + where)
             continue
-        verb = " at" if what == "sampled lines of Python" else " launched from"
+        verb = " at" if what == "sampled Python stacks" else " launched from"
         details.append(f"repeating pattern of {found.period} {what if found.period != 1 else what[:-1]}"
                        + (f"{verb} {line}" if line else "") + f", {n} times" + where)
     frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns", "gpu_side"])
