@@ -25,11 +25,12 @@ from gpuscope.trace.report import Report
 NOW = [0]  # the time the marks below are made at; the clock reads a little later
 
 
-def _window(spec: CaptureSpec) -> tuple[CaptureWindow, list[bool], list[tuple[int, int | None, str]]]:
+def _window(spec: CaptureSpec, gap_ns: int = 0) -> tuple[CaptureWindow, list[bool], list[tuple[int, int | None, str]]]:
     ticks = itertools.count(1)
     switches: list[bool] = []
     rows: list[tuple[int, int | None, str]] = []
     w = CaptureWindow(spec, lambda: NOW[0] + next(ticks), switches.append, lambda a, b, r: rows.append((a, b, r)))
+    w.probe_gap_ns = gap_ns
     w.begin()
     return w, switches, rows
 
@@ -199,7 +200,7 @@ def _profile(tmp_path: Path, name: str, *options: str) -> Path:
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
     out = tmp_path / f"{name}.gpuscope"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "GPUSCOPE_PROBE_GAP_S": "0"}  # probes every 25 steps
     done = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "-o", str(out), "-t", "torch,torch-ops",
                            *options, sys.executable, str(script), steps],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -300,7 +301,8 @@ def test_the_probe_times_an_inference_loop_by_its_model_calls(tmp_path: Path) ->
     prog.write_text(INFERENCE_LOOP)
     out = tmp_path / "infer"
     proc = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "-o", str(out), str(prog)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "GPUSCOPE_PROBE_GAP_S": "0"})  # two probes in the short loop
     assert proc.returncode == 0, proc.stderr[-3000:]
     with Report.open(str(out) + ".gpuscope") as report:
         timings = probe_timings(report)
@@ -311,3 +313,18 @@ def test_the_probe_times_an_inference_loop_by_its_model_calls(tmp_path: Path) ->
     assert timing.source == "module" and timing.probes >= 2 and timing.measured
     assert timing.off_median > 4_000_000  # each iteration sleeps 4 ms
     assert "iterations (outermost module calls" in timing.describe()
+
+
+def test_probes_of_short_steps_wait_for_the_gap() -> None:
+    """Switching collection costs time of its own: with 1 ms steps a probe every 25 steps would switch
+    every few tens of ms, so the next probe also waits until the gap since the last one has passed."""
+    from gpuscope.capture.process.window import PROBE_MIN_GAP_NS
+
+    w, switches, _ = _window(CaptureSpec(), gap_ns=PROBE_MIN_GAP_NS)
+    steps = 3000
+    for n in range(1, steps + 1):
+        NOW[0] = 1_000_000 * n  # 1 ms steps: 3 s in all
+        w.step_mark("module", NOW[0])
+    # the first at step 10 (ends at 13), the next 2 s after that, none more in 3 s
+    assert w.probes == 2 and len(switches) == 5
+    w.finish()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any, Protocol
 
 from ..capture_range import CaptureSpec
@@ -56,6 +57,8 @@ class CaptureControl:
         self.spec = spec
         self.window = CaptureWindow(spec, agent.now_ns, self._switch, self._emit)
         self.flush_soon = threading.Event()  # set when collection stops: deliver what it left
+        self.switches = 0  # times collection was switched on or off, and the time that took on the switching thread
+        self.switch_ns = 0
 
     @property
     def on(self) -> bool:
@@ -85,6 +88,7 @@ class CaptureControl:
     def finish(self) -> None:
         """Close the window at process end and report what happened (a ``collector`` row)."""
         info = self.window.finish()
+        info.update(switches=self.switches, switch_ns=self.switch_ns)
         if self.spec.limited or self.window.windows:
             self.agent._add_row("collector", ("capture", self.window.windows, 0, 0, 0,
                                               json.dumps(info, sort_keys=True)))
@@ -107,8 +111,11 @@ class CaptureControl:
 
     # -- the switch ---------------------------------------------------------------------------
     def _switch(self, on: bool) -> None:
+        began = time.perf_counter_ns()
         for collector in list(self.agent.collectors):
             collector.set_collecting(on)
+        self.switch_ns += time.perf_counter_ns() - began
+        self.switches += 1
         if not on and not self.window.probing:  # a probe's steps are timed: no flush in them
             self.flush_soon.set()
 

@@ -9,7 +9,7 @@ opened and what closed it (``step 10 to step 20``).
 
 The *overhead probe*: in a run recorded whole, with steps, collection is switched off for
 :data:`PROBE_STEPS` steps at the end of step :data:`PROBE_FIRST` and every :data:`PROBE_EVERY` steps
-after it. Step marks are kept, so the report times those steps without the profiler beside the
+after it, at least :data:`PROBE_MIN_GAP_NS` after the last probe ended. Step marks are kept, so the report times those steps without the profiler beside the
 recorded ones (analysis/probe.py). The windows around a probe are ordinary capture windows whose
 reasons name it; the one after a probe opens once the collectors are back on, so that the step
 that paid for switching them on is in neither group. When the steps stop during a probe (the loop
@@ -38,13 +38,27 @@ Switch = Callable[[bool], None]  # turn collection on (True) or off
 Emit = Callable[[int, "int | None", str], None]  # a capture_window row: start_ns, end_ns, reason
 MAX_NAMES_SEEN = 12
 PROBE_FIRST = 10  # the first probe starts at the end of this step (warm-up is over by then)
-PROBE_EVERY = 25  # and again every this many steps
+PROBE_EVERY = 25  # and again every this many steps,
+PROBE_MIN_GAP_NS = 2_000_000_000  # but no sooner than this after the last one ended: switching collection
+# off and on costs the program time of its own (the report says how much), which short steps (an
+# inference loop's, a token's) would otherwise pay every few milliseconds
 PROBE_STEPS = 3  # steps with collection off each time: the first pays for the switch, the others are timed
 PROBE_OPENS = "end of overhead probe"
 PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
 PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
 PROBE_CLOSES = "overhead probe"
 STEP_SOURCES = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first
+
+
+PROBE_GAP_ENV = "GPUSCOPE_PROBE_GAP_S"  # seconds between probes at least (0: every PROBE_EVERY steps)
+
+
+def _probe_gap_ns() -> int:
+    """The gap between probes: :data:`PROBE_MIN_GAP_NS`, or the seconds of ``$GPUSCOPE_PROBE_GAP_S``."""
+    try:
+        return max(0, int(float(os.environ[PROBE_GAP_ENV]) * 1e9))
+    except (KeyError, ValueError, OverflowError):
+        return PROBE_MIN_GAP_NS
 
 
 class CaptureWindow:
@@ -77,6 +91,9 @@ class CaptureWindow:
         self._duration_timer: threading.Timer | None = None
         self._probe = spec.probe and not spec.limited
         self._probe_until = 0  # the step at whose end the running probe ends (0: none running)
+        self._next_probe_step = PROBE_FIRST  # the next probe starts at the end of this step or a later one,
+        self._next_probe_ns = 0  # once this time has come (the last probe's end and the gap)
+        self.probe_gap_ns = _probe_gap_ns()
         self._last_mark = 0  # the time of the last step mark, and the step before it
         self._last_mark_local = 0
         self._last_step_ns = 0
@@ -221,9 +238,10 @@ class CaptureWindow:
         if self._probe_until:
             if n >= self._probe_until:
                 self._end_probe(t, f"{PROBE_OPENS} at step {n}")
-        elif self.on and n >= PROBE_FIRST and (n - PROBE_FIRST) % PROBE_EVERY == 0:
+        elif self.on and n >= self._next_probe_step and t >= self._next_probe_ns:
             self._record = True  # the run is no longer whole: say which parts were recorded
             self._probe_until = n + PROBE_STEPS
+            self._next_probe_step = n + PROBE_EVERY
             self.probes += 1
             self._update(t, "", f"{PROBE_CLOSES} at step {n}")
             if self._watcher_pid != os.getpid():
@@ -247,6 +265,7 @@ class CaptureWindow:
 
     def _end_probe(self, t: int, reason: str) -> None:
         self._probe_until = 0
+        self._next_probe_ns = t + self.probe_gap_ns
         self._update(t, reason, "")
 
     # -- state -------------------------------------------------------------------------------
