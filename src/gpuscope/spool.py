@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 CHUNK_SUFFIX = ".chunk"
 REPORT_NOTE = "report.json"  # where the launcher's report is being written, and where it goes
+ENDING_PREFIX = "ending-"  # ending-PID: that process has begun to end (see :func:`say_ending`)
 MAGIC = b"GSC1"
 SPOOL_ENV = "GPUSCOPE_SPOOL"
 
@@ -195,6 +196,20 @@ def ready_chunks(directory: str) -> Iterator[tuple[int, int, str]]:
         pid_s, _, seq_s = stem.partition("-")
         if pid_s.isdigit() and seq_s.isdigit():
             yield int(pid_s), int(seq_s), os.path.join(directory, name)
+
+
+def say_ending(spool_dir: str, pid: int) -> None:
+    """Tell the launcher that process ``pid`` has begun to end (it need not pass on a signal the
+    process got already, from its group)."""
+    try:
+        os.close(os.open(os.path.join(spool_dir, f"{ENDING_PREFIX}{pid}"), os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError:
+        pass
+
+
+def is_ending(spool_dir: str, pid: int) -> bool:
+    """Return whether process ``pid`` said it has begun to end (:func:`say_ending`)."""
+    return os.path.exists(os.path.join(spool_dir, f"{ENDING_PREFIX}{pid}"))
 
 
 def move_report(partial: str, final: str) -> bool:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import gpuscope
@@ -168,13 +169,12 @@ OWN_HANDLER = """\
 
 
 def test_group_sigterm_to_a_program_with_its_own_handler(gs: Gpuscope) -> None:
-    """The group's SIGTERM reaches the program twice (directly, and passed on by gpuscope), and twice
-    more from a supervisor that repeats itself: the program's handler exits, the report is complete,
-    and nothing is said about an exception in the agent's exit hook."""
+    """The group's SIGTERM reaches the program, and gpuscope, which would pass it on: the program's
+    handler exits, the report is complete, and nothing is said about an exception in the agent's exit
+    hook (the agent's part: test_agent_lifecycle)."""
     gs.script("own.py", OWN_HANDLER)
     proc = gs.start("profile", "-t", "cpu", "own.py", new_session=True)
     wait_for_file(gs.cwd / "ready", proc)
-    os.killpg(proc.pid, signal.SIGTERM)
     os.killpg(proc.pid, signal.SIGTERM)
     res = finish(proc)
     assert res.returncode == 0, res.describe()
@@ -186,6 +186,20 @@ def test_group_sigterm_to_a_program_with_its_own_handler(gs: Gpuscope) -> None:
                               WHERE s.value = 'step' AND r.end_ns IS NOT NULL""")[0][0]
         ended = report.sql("SELECT count(*) FROM process WHERE end_ns IS NOT NULL")[0][0]
     assert printed - 1 <= steps <= printed + 1 and ended == 1, res.describe()
+
+
+def test_a_signal_the_program_got_from_its_group_is_not_passed_on_again() -> None:
+    """The launcher passes a SIGTERM on to the program only if the program has not begun to end
+    (it then got it from the process group already)."""
+    from gpuscope.capture.process import launch
+
+    child = [sys.executable, "-c", "import time; time.sleep(1.0)"]
+    codes = []
+    for ending in (True, False):
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        status = launch.run(child, dict(os.environ), lambda: None, 0.05, ending=lambda pid, e=ending: e)
+        codes.append(status.returncode)
+    assert codes == [0, -signal.SIGTERM]
 
 
 def test_killed_launcher_leaves_its_report_in_place(gs: Gpuscope) -> None:

@@ -21,7 +21,7 @@ from ..capture.counters.host import HostSampler
 from ..capture.counters.nvml import NvmlSampler
 from ..capture.process import launch as launcher
 from ..errors import GpuscopeError
-from ..spool import leave_report
+from ..spool import is_ending, leave_report
 from ..trace import outputs
 from ..trace.writer import Diagnostic, ReportWriter
 
@@ -116,7 +116,8 @@ def profile(
             ingest()
 
         t0 = time.monotonic_ns()
-        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host, held)
+        status = launcher.run(command.argv, env, poll, INGEST_INTERVAL_S, start_host, held,
+                              ending=lambda pid: is_ending(str(spool), pid))
         wall = time.monotonic_ns() - t0
         for sampler in host:
             sampler.stop()

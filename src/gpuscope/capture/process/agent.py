@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ...spool import SPOOL_ENV, SpoolWriter, place_left_report
+from ...spool import SPOOL_ENV, SpoolWriter, place_left_report, say_ending
 from ..capture_range import CAPTURE_ENV, CaptureSpec
 from ..collectors import RECORDERS, STOP_THREAD, Collector, Recorder
 from ..python import imports
@@ -64,6 +64,7 @@ class Agent:
         self._stopped = False
         self._pending_signal: int | None = None
         self._on_signal: Callable[[int, Any], None] | None = None  # the agent's own handler, once hooked
+        self._said_ending = False
         self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
         self._launcher = _Launcher.from_env()
         self._pid = os.getpid()
@@ -81,6 +82,7 @@ class Agent:
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
         self._thread.start()
         atexit.register(self.stop_at_exit)
+        _when_main_ends(self._say_ending)
         self._hook_ending_signals()
         os.register_at_fork(after_in_child=_forget_in_child)
 
@@ -147,6 +149,7 @@ class Agent:
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
+        self._say_ending()
         held = _hold_sigint()
         waiting = self._hold_program_handlers()
         try:
@@ -156,6 +159,12 @@ class Agent:
         finally:
             _release_sigint(held)
             self._release_program_handlers(waiting)
+
+    def _say_ending(self) -> None:
+        """Tell the launcher that this process has begun to end (once)."""
+        if self._launcher is not None and not self._said_ending and os.getpid() == self._pid:
+            self._said_ending = True
+            say_ending(self.spool.directory, self._pid)
 
     def stop_at_exit(self) -> None:
         """:meth:`stop`, run by atexit: the program is ending already, so what the program's own signal
@@ -343,6 +352,18 @@ class Agent:
             # A program that handles the signal itself exits through atexit, which delivers.
             if signal.getsignal(signum) is signal.SIG_DFL:
                 signal.signal(signum, on_signal)
+
+
+def _when_main_ends(call: Callable[[], None]) -> None:
+    """Call ``call`` as soon as the main thread has ended, before atexit runs anything (where the
+    threading module offers it; else with atexit, after the program's own exit functions)."""
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError
+        register(call)
+    except RuntimeError:
+        atexit.register(call)
 
 
 def _hold_sigint() -> Any:

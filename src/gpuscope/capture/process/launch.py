@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,10 @@ from ...errors import GpuscopeError
 from ...spool import SPOOL_ENV
 from .agent import LAUNCHER_ENV, TRACE_ENV
 
+# How long a signal sent to the launcher waits before it is passed on to the program: sent to the
+# whole process group (a supervisor, systemd, Slurm), the program got it already, and by then it says
+# it is ending (spool.say_ending); a second one would cut its exit short.
+FORWARD_AFTER_S = 0.2
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # Options of the python command that take a value as the next argument.
 _PYTHON_OPTS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
@@ -229,12 +234,15 @@ def run(
     poll_s: float,
     on_start: Callable[[int], None] = lambda pid: None,
     held: dict[int, object] | None = None,
+    ending: Callable[[int], bool] = lambda pid: False,
 ) -> ExitStatus:
     """Run ``argv`` to its end, calling ``on_start`` with its pid, then ``on_poll`` every
     ``poll_s`` seconds meanwhile.
 
     Ctrl-C reaches the child from the terminal, so the launcher ignores SIGINT and waits for the
-    child to end; SIGTERM, SIGHUP and SIGQUIT sent to the launcher are passed to the child.
+    child to end; SIGTERM, SIGHUP and SIGQUIT sent to the launcher are passed to the child
+    ``FORWARD_AFTER_S`` later, unless it has ended or ``ending(pid)`` says it has begun to (it got the
+    signal from its process group).
 
     With ``held`` (a dict), these signals stay ignored after the child ended, so that a second one
     (a supervisor signals the group twice) cannot kill the launcher before the report is finished;
@@ -246,11 +254,17 @@ def run(
         raise GpuscopeError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
     forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
-    def forward(signum: int, frame: object) -> None:
+    def pass_on(signum: int) -> None:
         try:
-            child.send_signal(signum)
-        except ProcessLookupError:
+            if child.poll() is None and not ending(child.pid):
+                child.send_signal(signum)
+        except (ProcessLookupError, ChildProcessError):
             pass
+
+    def forward(signum: int, frame: object) -> None:
+        timer = threading.Timer(FORWARD_AFTER_S, pass_on, (signum,))
+        timer.daemon = True
+        timer.start()
 
     previous = {s: signal.signal(s, forward) for s in forwarded}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
