@@ -82,7 +82,7 @@ class Agent:
         self._thread = threading.Thread(target=self._flush_loop, name="gpuscope-flush", daemon=True)
         self._thread.start()
         atexit.register(self.stop_at_exit)
-        _when_main_ends(self._say_ending)
+        _when_main_ends(self._main_ended)
         self._hook_ending_signals()
         os.register_at_fork(after_in_child=_forget_in_child)
 
@@ -165,6 +165,12 @@ class Agent:
         if self._launcher is not None and not self._said_ending and os.getpid() == self._pid:
             self._said_ending = True
             say_ending(self.spool.directory, self._pid)
+
+    def _main_ended(self) -> None:
+        """The main thread has ended: the process is ending, unless threads of the program go on."""
+        main = threading.main_thread()
+        if not any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+            self._say_ending()
 
     def stop_at_exit(self) -> None:
         """:meth:`stop`, run by atexit: the program is ending already, so what the program's own signal
