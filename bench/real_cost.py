@@ -46,11 +46,15 @@ MODES = ["untraced", "floor", "default", "previous", "torch-profiler"]
 FLOOR_ENV = {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0", "GPUSCOPE_ANCHORS": "0",
              "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}
 # Modes that split the default's cost (--modes ...): (--trace, environment).
-PARTS: dict[str, tuple[str, dict[str, str]]] = {
-    "cuda": ("cuda", {}),
-    "cuda-graph": ("cuda,cuda-graph", {}),
-    "no-shapes": ("cuda,nvtx,torch,host,nvml", {}),
-    "no-torch": ("cuda,nvtx,host,nvml", {}),
+DEFAULT = "cuda,nvtx,torch,torch-shapes,host,nvml"
+PARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
+    "cuda": ("cuda", {}, []),
+    "cuda-graph": ("cuda,cuda-graph", {}, []),
+    "no-shapes": ("cuda,nvtx,torch,host,nvml", {}, []),
+    "no-torch": ("cuda,nvtx,host,nvml", {}, []),
+    "no-probe": (DEFAULT, {}, ["--no-overhead-probe"]),
+    "no-sites": (DEFAULT, {"GPUSCOPE_SYNC_SITES": "0"}, []),  # nor graph launches
+    "default-graphs": (DEFAULT + ",cuda-graph", {}, []),
 }
 NOT_PROGRAMS = {"nanogpt_model", "triton_kernels"}  # modules the programs import
 
@@ -106,8 +110,8 @@ def command(mode: str, program: str, timing: str, report: str, args: argparse.Na
     if mode == "floor":
         return [*gs, "-t", "cuda", *prog], {"PYTHONPATH": _path(src), **FLOOR_ENV}
     if mode in PARTS:
-        trace, env = PARTS[mode]
-        return [*gs, "-t", trace, *prog], {"PYTHONPATH": _path(src), **env}
+        trace, env, more = PARTS[mode]
+        return [*gs, "-t", trace, *more, *prog], {"PYTHONPATH": _path(src), **env}
     raise ValueError(f"unknown mode {mode}")
 
 
@@ -127,7 +131,9 @@ def line_of(report: str, src: str) -> dict[str, Any]:
         "with Report.open(sys.argv[1]) as r:\n"
         "    o = collection_overhead(r)\n"
         "    steps = r.sql(\"SELECT count(*) FROM nvtx_range WHERE kind = 'mark' AND category IN ('step', 'iteration')\")[0][0]\n"
+        "    cap = [json.loads(d) for (d,) in r.sql(\"SELECT detail FROM collector WHERE name = 'capture'\") if d]\n"
         "print(json.dumps({'estimate_ns': o.total_ns, 'wall_ns': o.wall_ns, 'percent': o.percent, 'marks': steps,\n"
+        "                  'switches': sum(c.get('switches', 0) for c in cap), 'switch_ns': sum(c.get('switch_ns', 0) for c in cap),\n"
         "                  'probes': [{'ratio': t.ratio, 'measured': t.measured, 'off': len(t.off_ns), 'on': len(t.on_ns),\n"
         "                              'source': getattr(t, 'source', 'torch')} for t in o.probes]}))\n")
     try:

@@ -25,12 +25,13 @@ from gpuscope.trace.report import Report
 NOW = [0]  # the time the marks below are made at; the clock reads a little later
 
 
-def _window(spec: CaptureSpec, gap_ns: int = 0) -> tuple[CaptureWindow, list[bool], list[tuple[int, int | None, str]]]:
+def _window(spec: CaptureSpec, gap_ns: int = 0, min_off_ns: int = 0) -> tuple[CaptureWindow, list[bool], list[tuple[int, int | None, str]]]:
     ticks = itertools.count(1)
     switches: list[bool] = []
     rows: list[tuple[int, int | None, str]] = []
     w = CaptureWindow(spec, lambda: NOW[0] + next(ticks), switches.append, lambda a, b, r: rows.append((a, b, r)))
     w.probe_gap_ns = gap_ns
+    w.probe_min_off_ns = min_off_ns
     w.begin()
     return w, switches, rows
 
@@ -200,7 +201,8 @@ def _profile(tmp_path: Path, name: str, *options: str) -> Path:
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
     out = tmp_path / f"{name}.gpuscope"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "GPUSCOPE_PROBE_GAP_S": "0"}  # probes every 25 steps
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "GPUSCOPE_PROBE_GAP_S": "0",
+           "GPUSCOPE_PROBE_MIN_OFF_MS": "0"}  # probes of 3 steps every 25 steps
     done = subprocess.run([sys.executable, "-m", "gpuscope", "profile", "-o", str(out), "-t", "torch,torch-ops",
                            *options, sys.executable, str(script), steps],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -327,4 +329,16 @@ def test_probes_of_short_steps_wait_for_the_gap() -> None:
         w.step_mark("module", NOW[0])
     # the first at step 10 (ends at 13), the next 2 s after that, none more in 3 s
     assert w.probes == 2 and len(switches) == 5
+    w.finish()
+
+
+def test_probes_of_short_steps_time_more_of_them() -> None:
+    from gpuscope.capture.process.window import PROBE_MIN_OFF_NS
+
+    w, switches, rows = _window(CaptureSpec(), min_off_ns=PROBE_MIN_OFF_NS)
+    for n in range(1, 60):
+        NOW[0] = 4_000_000 * n  # 4 ms steps: 20 ms is 5 timed steps, and the one that pays for the switch
+        w.step_mark("module", NOW[0])
+    off = [r for r in rows if r[2].startswith("end of overhead probe") and r[1] is not None]
+    assert off and off[0][2] == f"end of overhead probe at step {PROBE_FIRST + 6} to overhead probe at step {PROBE_FIRST + PROBE_EVERY}"
     w.finish()

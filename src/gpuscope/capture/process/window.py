@@ -42,7 +42,9 @@ PROBE_EVERY = 25  # and again every this many steps,
 PROBE_MIN_GAP_NS = 2_000_000_000  # but no sooner than this after the last one ended: switching collection
 # off and on costs the program time of its own (the report says how much), which short steps (an
 # inference loop's, a token's) would otherwise pay every few milliseconds
-PROBE_STEPS = 3  # steps with collection off each time: the first pays for the switch, the others are timed
+PROBE_STEPS = 3  # steps with collection off each time: the first pays for the switch, the others are timed;
+PROBE_MIN_OFF_NS = 20_000_000  # more where steps are short, so that the timed ones last this long together
+PROBE_MAX_STEPS = 25
 PROBE_OPENS = "end of overhead probe"
 PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
 PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
@@ -51,14 +53,15 @@ STEP_SOURCES = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, wo
 
 
 PROBE_GAP_ENV = "GPUSCOPE_PROBE_GAP_S"  # seconds between probes at least (0: every PROBE_EVERY steps)
+PROBE_MIN_OFF_ENV = "GPUSCOPE_PROBE_MIN_OFF_MS"  # milliseconds a probe's timed steps last at least (0: PROBE_STEPS)
 
 
-def _probe_gap_ns() -> int:
-    """The gap between probes: :data:`PROBE_MIN_GAP_NS`, or the seconds of ``$GPUSCOPE_PROBE_GAP_S``."""
+def _env_ns(name: str, unit_ns: float, default: int) -> int:
+    """``$name`` (a number of ``unit_ns``) in ns, or ``default`` where it is unset or not a number."""
     try:
-        return max(0, int(float(os.environ[PROBE_GAP_ENV]) * 1e9))
+        return max(0, int(float(os.environ[name]) * unit_ns))
     except (KeyError, ValueError, OverflowError):
-        return PROBE_MIN_GAP_NS
+        return default
 
 
 class CaptureWindow:
@@ -93,7 +96,8 @@ class CaptureWindow:
         self._probe_until = 0  # the step at whose end the running probe ends (0: none running)
         self._next_probe_step = PROBE_FIRST  # the next probe starts at the end of this step or a later one,
         self._next_probe_ns = 0  # once this time has come (the last probe's end and the gap)
-        self.probe_gap_ns = _probe_gap_ns()
+        self.probe_gap_ns = _env_ns(PROBE_GAP_ENV, 1e9, PROBE_MIN_GAP_NS)
+        self.probe_min_off_ns = _env_ns(PROBE_MIN_OFF_ENV, 1e6, PROBE_MIN_OFF_NS)
         self._last_mark = 0  # the time of the last step mark, and the step before it
         self._last_mark_local = 0
         self._last_step_ns = 0
@@ -240,7 +244,7 @@ class CaptureWindow:
                 self._end_probe(t, f"{PROBE_OPENS} at step {n}")
         elif self.on and n >= self._next_probe_step and t >= self._next_probe_ns:
             self._record = True  # the run is no longer whole: say which parts were recorded
-            self._probe_until = n + PROBE_STEPS
+            self._probe_until = n + self._probe_length()
             self._next_probe_step = n + PROBE_EVERY
             self.probes += 1
             self._update(t, "", f"{PROBE_CLOSES} at step {n}")
@@ -248,6 +252,14 @@ class CaptureWindow:
                 self._watcher_pid = os.getpid()
                 threading.Thread(target=self._probe_watch, name="gpuscope-capture", daemon=True).start()
             self._probe_started.notify()
+
+    def _probe_length(self) -> int:
+        """Steps of the next probe: :data:`PROBE_STEPS`, or more where steps are short, so that the timed
+        ones cover :attr:`probe_min_off_ns` (at most :data:`PROBE_MAX_STEPS`)."""
+        if self._last_step_ns <= 0 or not self.probe_min_off_ns:
+            return PROBE_STEPS
+        timed = -(-self.probe_min_off_ns // self._last_step_ns)
+        return int(min(max(PROBE_STEPS, timed + 1), PROBE_MAX_STEPS))
 
     def _probe_watch(self) -> None:
         """End each probe when no step mark has come for a while: the loop has ended. Runs for the
