@@ -102,8 +102,17 @@ def test_start_up_is_a_note_not_a_finding(reports: dict[str, str]) -> None:
     assert p["startup"] and p["startup"]["startup_ns"] > 0
 
 
-def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope) -> None:
-    gs.script("items.py", PER_ITEM)
+COMPREHENSION = PER_ITEM.replace("""        outs = []
+        for x in batch:
+            outs.append(model(x[None]))  # PER ITEM
+""", """        outs = [model(x[None]) for x in batch]  # PER ITEM
+""")
+
+
+@pytest.mark.parametrize("program", [PER_ITEM, COMPREHENSION], ids=["for_loop", "comprehension"])
+def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope, program: str) -> None:
+    assert "PER ITEM" in program
+    gs.script("items.py", program)
     res = gs.profile("--no-overhead-probe", "-o", "items", "items.py", timeout=300)
     assert res.returncode == 0 and "done" in res.stdout, res.describe()
     with gpuscope.load(str(gs.cwd / "items.gpuscope")) as report:
@@ -112,7 +121,8 @@ def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope) -> None:
     assert any("repeating pattern of 16 top-level calls" in n for n in notes), notes
     top = [f for f in diag.findings if not f.advisory][0]
     assert top.rule == "cpu_hot_line" and top.data["per_item"], top
-    assert f"items.py:{_line(PER_ITEM, 'PER ITEM')}" in top.location
+    assert f"items.py:{_line(program, 'PER ITEM')}" in top.location
+    assert not [f for f in diag.findings if f is not top and f.location == top.location]  # one finding a line
     assert "once over the whole batch" in top.fix and top.share > 0.3
 
 

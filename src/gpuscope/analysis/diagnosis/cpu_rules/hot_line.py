@@ -163,10 +163,12 @@ class CpuHotLine(CpuRule):
                     by_caller.setdefault(key, np.zeros(len(s), bool))[j] = True
             repeats = op_repeats(p)
             for frame, m in by_caller.items():
-                comprehension = frame[0] in COMPREHENSIONS
-                k = repeats if comprehension else calls.get(frame[1:], 0.0)
+                modules = calls.get(frame[1:], 0.0)
+                comprehension = frame[0] in COMPREHENSIONS and modules < PER_ITEM
+                k = repeats if comprehension else modules
                 if k < PER_ITEM:
                     continue
+                m = m | (base & np.array([_at(i.user, frame) for i in infos], bool))  # the loop's Python there
                 total = float(s.loc[m, "weight_ns"].sum())
                 ns = p.per_step(total)
                 share_work = work if work is not None else ROUGH_WORK
