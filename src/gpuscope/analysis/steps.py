@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import statistics
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -268,27 +268,24 @@ def _regular(found: Pattern, frame: pd.DataFrame) -> bool:
     return med > 0 and float(np.median(np.abs(d - med))) <= SAMPLE_REGULARITY * med
 
 
-def _step_tokens(report: Report) -> tuple[pd.DataFrame, str]:
-    """The sequence whose repetition gives the iterations of a report without step marks, and what
-    it is in words: GPU operations; without any, the top-level module calls of the main thread; else
-    its sampled Python stacks; else its PyTorch operators where every one was recorded (``--trace
-    torch-ops``; operators of short sample windows would give steps inside those windows only)."""
+def _step_tokens(report: Report) -> Iterator[tuple[pd.DataFrame, str]]:
+    """The sequences whose repetition may give the iterations of a report without step marks, in
+    the order they are tried, each with what it is in words: GPU operations; without any, the
+    top-level module calls of the main thread, its sampled Python stacks, and its PyTorch operators
+    where every one was recorded (``--trace torch-ops``; operators of short sample windows would give
+    steps inside those windows only). Each is made only when the one before showed no loop."""
     tokens = _gpu_tokens(report)
     if len(tokens):
-        return tokens, "GPU operations"
-    modules = _module_tokens(report)
-    if len(modules):
-        return modules, "top-level module calls"
-    samples = _sample_tokens(report)
-    if len(samples):
-        return samples, "sampled Python stacks"
+        yield tokens, "GPU operations"
+        return
+    yield _module_tokens(report), "top-level module calls"
+    yield _sample_tokens(report), "sampled Python stacks"
     if report.count("torch_op") and not report.count("torch_op_window"):
-        return report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
-                         "WHERE tid = pid ORDER BY pid, start_ns"), "PyTorch operators"
-    return tokens, "GPU operations"
+        yield report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
+                        "WHERE tid = pid ORDER BY pid, start_ns"), "PyTorch operators"
 
 
-def _find(tokens: pd.DataFrame, what: str, report: Report) -> dict[int, tuple[Pattern, pd.DataFrame]]:
+def _find(tokens: pd.DataFrame, what: str) -> dict[int, tuple[Pattern, pd.DataFrame]]:
     """Per process, its loop in ``tokens``."""
     out = {}
     for pid, own in tokens.groupby("pid", sort=True):
@@ -365,20 +362,17 @@ def pattern_steps(report: Report) -> PatternSteps:
     PyTorch operators: :func:`_step_tokens`), computed once per report."""
     if report in _PATTERNS:
         return _PATTERNS[report]
-    tokens, what = _step_tokens(report)
-    found_by_pid = _find(tokens, what, report)
-    if not found_by_pid and what in ("top-level module calls", "sampled Python stacks"):
-        # the next source in line, where this one shows no loop
-        if what == "top-level module calls":
-            samples = _sample_tokens(report)
-            if len(samples):
-                tokens, what = samples, "sampled Python stacks"
-                found_by_pid = _find(tokens, what, report)
-        if not found_by_pid and report.count("torch_op") and not report.count("torch_op_window"):
-            tokens = report.df("SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns FROM torch_op "
-                               "WHERE tid = pid ORDER BY pid, start_ns")
-            what = "PyTorch operators"
-            found_by_pid = _find(tokens, what, report)
+    tokens, what = pd.DataFrame(columns=["pid", "token"]), "GPU operations"
+    found_by_pid: dict[int, tuple[Pattern, pd.DataFrame]] = {}
+    tried = []
+    for tokens, what in _step_tokens(report):
+        if len(tokens):
+            tried.append((tokens, what))
+            found_by_pid = _find(tokens, what)
+            if found_by_pid:
+                break
+    if not found_by_pid and tried:  # why none: said of the first sequence there was
+        tokens, what = tried[0]
     rows: list[tuple[int, int, int, int, int]] = []
     details: list[str] = []
     for pid, (found, frame) in found_by_pid.items():
