@@ -272,8 +272,10 @@ def carry_back(samples: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -
     A sample stands for the time since the thread's previous one, at the stack where the sampler
     found it. The sampler needs the GIL, so it often finds a thread that ran Python for a while
     only at its next call that releases the GIL, an operator: without the split, the Python before
-    it would count to the operator's line and part.
+    it would count to the operator's line and part. The rows made so have ``carried`` True: their
+    time is known, their stack is a guess (the previous sample's).
     """
+    samples = samples.assign(carried=False)
     if len(samples) < 2 or not (len(ranges) or len(ops)):
         return samples
     bounds = np.sort(np.concatenate([ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64),
@@ -289,7 +291,7 @@ def carry_back(samples: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -
         return samples
     carried = pd.DataFrame({"ts_ns": b[idx] - 1, "pid": samples["pid"].to_numpy()[idx],
                             "stack_id": samples["stack_id"].to_numpy()[idx - 1],
-                            "weight_ns": b[idx] - (ts[idx] - w[idx])})
+                            "weight_ns": b[idx] - (ts[idx] - w[idx]), "carried": True})
     out = samples.copy()
     out.loc[idx, "weight_ns"] = ts[idx] - b[idx]
     return pd.concat([out, carried], ignore_index=True).sort_values("ts_ns", kind="stable").reset_index(drop=True)

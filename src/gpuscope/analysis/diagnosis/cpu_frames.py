@@ -49,7 +49,8 @@ class StackInfo:
     stack); ``importing``: the import machinery is on the stack; ``operator``: a
     PyTorch operator runs under gpuscope's recorder; ``overhead``: the innermost frame is
     gpuscope's own; ``module_caller``: the program's frame that called the outermost
-    ``nn.Module`` on the stack (None outside modules); ``fetching``: a DataLoader fetches samples from the Dataset in this process;
+    ``nn.Module`` on the stack (None outside modules); ``chain``: the program's frames, outermost
+    first; ``fetching``: a DataLoader fetches samples from the Dataset in this process;
     ``in_torch``: the innermost frame is PyTorch's own Python (a module's forward, a functional),
     where a sample outside recorded operators most likely waits in one.
     """
@@ -63,6 +64,7 @@ class StackInfo:
     fetching: bool
     in_torch: bool = False
     module_caller: Frame | None = None
+    chain: tuple[Frame, ...] = ()
 
     @property
     def location(self) -> str:
@@ -95,6 +97,7 @@ def classify(path: Sequence[Frame]) -> StackInfo:
         fetching=any(_DATASET_FETCH.search(f[1]) for f in path),
         in_torch=bool(path) and is_library(path[0][1]) and bool(_TORCH_FILE.search(path[0][1])),
         module_caller=calling_line(list(path)),
+        chain=tuple(reversed(users)),
     )
 
 

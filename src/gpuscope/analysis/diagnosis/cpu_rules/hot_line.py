@@ -181,8 +181,12 @@ class CpuHotLine(CpuRule):
             # calls (``pred = logits.argmax(-1)``) spends its samples in the C code it called
             calling = np.array([i.user is not None and only_calls(i.user) for i in infos], bool)
             own = base & outside_op & own_frame & ~taken & ~calling
-            for frame, total, _ in by_line(ctx, p, s[own]):
-                candidates.append((p.per_step(total), frame, p.per_step(total), -1.0, "", s[own]))
+            part = s["part"].to_numpy()
+            # inside modules' forward, the line that ran; outside, the loop's own line (below)
+            for frame, total, _ in by_line(ctx, p, s[own & (part == FORWARD)]):
+                candidates.append((p.per_step(total), frame, p.per_step(total), -1.0, "", s[own & (part == FORWARD)]))
+            for frame, total, rows in loop_lines(ctx, p, base & (part == OTHER), own, mean["cpu_other"]):
+                candidates.append((total, frame, total, -1.0, "", rows))
             candidates.sort(key=lambda c: -c[0])
             n = 0
             for saving, frame, ns, share_work, how, rows in candidates:
@@ -235,6 +239,48 @@ class CpuHotLine(CpuRule):
                        frame_text(frame), fix, pid=p.pid,
                        data=data_dict(line_ns=ns, per_item=per_item, work_share=round(work, 3) if per_item else None,
                                       file=frame[1], line=frame[2], function=frame[0]))
+
+
+def loop_depth(chains: list[tuple[Frame, ...]]) -> int:
+    """The depth (0: outermost) of the deepest function of the program that every stack passes
+    through: the function whose loop the step is (each stack's frame there is at a line of the loop's
+    body). -1 when the stacks share no function."""
+    d = 0
+    while chains and all(len(c) > d for c in chains) and len({c[d][:2] for c in chains}) == 1:
+        d += 1
+    return d - 1
+
+
+def loop_lines(ctx: CpuContext, p: CpuProcess, where: np.ndarray, own: np.ndarray,
+               part_ns: float) -> list[tuple[Frame, float, pd.DataFrame]]:
+    """Per line of the loop's body, the per-step time of its own Python outside modules: most first,
+    (line, ns per step, its samples).
+
+    Samples of ``where`` (the loop's part outside modules) are grouped at their frame in the loop's
+    function (:func:`loop_depth`), so that Python in a helper counts at the loop's line that calls
+    it. That part's time per step (``part_ns``, exact from the ranges) is shared out by the samples
+    whose stack is known (``carried`` rows, whose stack is the previous sample's guess, left out):
+    the sampler, which needs the GIL, finds Python that runs between two operators late, at the
+    operator, and the time carried back before it would go to whatever ran before.
+    """
+    s = p.samples
+    known = where & ~s["carried"].to_numpy(bool)
+    known_ns = float(s.loc[known, "weight_ns"].sum())
+    if not known_ns or part_ns <= 0:
+        return []
+    chains = [ctx.stack(p.pid, int(i)).chain for i in s.loc[where, "stack_id"]]
+    depth = loop_depth([c for c in chains if c])
+    groups: dict[Frame, list[int]] = {}
+    for j in np.flatnonzero(known & own):
+        chain = ctx.stack(p.pid, int(s["stack_id"].iat[j])).chain
+        if not chain:
+            continue
+        groups.setdefault(chain[min(max(depth, 0), len(chain) - 1)], []).append(int(j))
+    out = []
+    for frame, rows in groups.items():
+        ns = float(s["weight_ns"].iloc[rows].sum()) / known_ns * part_ns
+        out.append((frame, ns, s.iloc[rows]))
+    return sorted(out, key=lambda x: -x[1])
 
 
 def _module_calls(ctx: CpuContext, p: CpuProcess) -> dict[tuple[str, int], float]:
