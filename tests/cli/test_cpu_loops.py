@@ -208,3 +208,39 @@ def test_a_loop_without_modules_gets_its_steps_from_the_sampled_lines(gs: Gpusco
     assert 15 <= len(steps) <= 25, len(steps)
     median = next(r for r in table.rows if r[1] == "median")
     assert 60e6 < float(median[3]) < 140e6  # one load and one compute: 80 ms
+
+
+HELPER = """
+import random
+import torch
+from torch import nn
+
+def normalize(sample):
+    mean = sum(sample) / len(sample)
+    var = sum((v - mean) ** 2 for v in sample) / len(sample)
+    return [(v - mean) / (var ** 0.5 + 1e-6) for v in sample]
+
+torch.set_num_threads(1)  # a loaded machine wakes PyTorch's second thread late: the model would take the step
+rng = random.Random(0)
+samples = [[rng.gauss(3.0, 2.0) for _ in range(64)] for _ in range(128)]
+model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+with torch.no_grad():
+    for i in range(250):
+        x = torch.tensor([normalize(s) for s in samples[(i % 4) * 32:(i % 4) * 32 + 32]])  # PREPROCESS
+        model(x).argmax(1)
+print("done")
+"""
+
+
+def test_python_in_a_helper_counts_at_the_loops_line(gs: Gpuscope) -> None:
+    """The batch normalized value by value in a helper: the whole helper is one fix at the loop's
+    line that calls it, not three findings at the helper's lines."""
+    gs.script("prep.py", HELPER)
+    res = gs.profile("--no-overhead-probe", "-o", "prep", "prep.py", timeout=300)
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "prep.gpuscope")) as report:
+        diag = diagnose(report)
+    top = [f for f in diag.findings if not f.advisory][0]
+    assert top.rule == "cpu_hot_line" and f"prep.py:{_line(HELPER, 'PREPROCESS')}" in top.location, top
+    assert top.share > 0.5 and "per-element Python" in top.fix
+    assert not [f for f in diag.findings if f is not top and "prep.py:" in f.location]  # not again at the helper
