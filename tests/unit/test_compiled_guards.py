@@ -62,3 +62,55 @@ def test_switching_collection_does_not_recompile(monkeypatch: pytest.MonkeyPatch
     assert hooks.counts["hook_errors"] == 0
     names = {row[5] for row in hooks.r.take() if len(row) > 5}
     assert "Net" in names  # the compiled module's own call is still a range
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        if x.sum().item() > 1e9:  # a graph break: the rest of the forward runs frame by frame
+            return x * 2
+        return x
+
+
+class Broken(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8), Gate(), torch.nn.ReLU(), torch.nn.Linear(8, 8),
+                                           torch.nn.LayerNorm(8), Gate(), torch.nn.GELU()])
+
+    def forward(self, x: Any) -> Any:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_graph_break_compiles_no_more_frames_under_the_hooks() -> None:
+    """After a graph break dynamo compiles the frames the forward calls; gpuscope's wrapper of
+    Module.__call__ is one code object for every module class and must not be one of them."""
+    torch.manual_seed(0)
+    net = Broken()
+    x = torch.randn(4, 8)
+
+    def steps() -> None:
+        compiled = torch.compile(net, backend="eager")
+        for _ in range(4):
+            compiled(x).sum().backward()
+
+    untraced = dict(_count(steps))
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    hooks.install(torch)
+    try:
+        traced = dict(_count(steps))
+    finally:
+        hooks.uninstall()
+    assert untraced["graph_break"] >= 1
+    assert traced == untraced, f"under the hooks {traced}, untraced {untraced}"
+
+
+def _count(run: Any) -> Any:
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    run()
+    c = dynamo.utils.counters
+    yield "frames", c["frames"]["total"]
+    yield "graphs", c["stats"]["unique_graphs"]
+    yield "graph_break", sum(c["graph_break"].values())

@@ -74,7 +74,6 @@ class RangeRecorder:
         self.on = True
         self.on_step: Any = None  # callable(source, t_ns) at each step mark
         self.step_marked = False  # a step mark (gpuscope.step(), optimizer.step()) has been recorded
-        self.on_first_step_mark: Any = None  # callable() at the first of them
         self.watch: Any = None  # capture window that starts on a named range
         self.anchor: Any = None  # callable() marking a range boundary among CUDA calls
 
@@ -163,10 +162,8 @@ class RangeRecorder:
             self.anchor()  # a capture window may open or close at a step mark
         t = self.now()
         if category in STEP_CATEGORIES:
-            if category == "step" and not self.step_marked:
+            if category == "step":
                 self.step_marked = True
-                if self.on_first_step_mark is not None:
-                    self.on_first_step_mark()
             if self.on_step is not None:
                 self.on_step(source, t)
         elif not self.on:

@@ -75,6 +75,7 @@ class TorchHooks:
         self._alive: dict[int, Any] = {}  # id(module) -> a weak reference that forgets the kind with the module
         self.force_full = False  # forward ranges through push/pop always (for measuring that path)
         self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
+        self._skipping = False  # torch.compile runs gpuscope's frames as they are (_not_compiled_alone)
         self.fast = False  # forward ranges go to the thread's log (see _refresh)
         self._refresh()
 
@@ -111,7 +112,6 @@ class TorchHooks:
         self._torch = torch
         module_mod.Module.__call__ = self._module_call(module_mod.Module.__call__)  # type: ignore[method-assign]
         self._module_cls = module_mod.Module
-        self.r.on_first_step_mark = self._counted_enough
         pre, post = self._step_hooks()
         self._handles = [optim_mod.register_optimizer_step_pre_hook(pre),
                          optim_mod.register_optimizer_step_post_hook(post)]
@@ -125,6 +125,30 @@ class TorchHooks:
         self._patched = [(module_mod.Module, "__call__"), (optim_mod.Optimizer, "zero_grad"),
                          (data_mod._BaseDataLoaderIter, "__next__"), (torch.autograd, "backward"),
                          (torch.autograd, "grad")]
+        self._not_compiled_alone(module_mod.Module.__call__)
+
+    def _not_compiled_alone(self, counting: Any) -> None:
+        """Tell torch.compile never to compile gpuscope's own code as frames of their own.
+
+        Where a compiled model breaks its graph, dynamo compiles, one by one, the frames that the
+        rest of its forward calls. torch's own ``Module.__call__`` is not among them (dynamo skips
+        torch's files as such frames), but gpuscope's wrapper of it would be: one code object for
+        every module, whose guards (the module's class) fail at each new class, recompiling it
+        until dynamo's cache limit sends the model back to eager; and so would every gpuscope
+        function the wrappers call. Each of gpuscope's code objects is skipped as a frame of its
+        own: it runs as it is, the frames it calls (the modules' forward) are compiled as before,
+        and traced from inside a compiled forward it is inlined as before."""
+        try:
+            from torch._dynamo.eval_frame import skip_code  # noqa: PLC0415
+        except Exception:  # noqa: BLE001  (an older torch: nothing to tell)
+            return
+        try:
+            for code in _own_code(counting):
+                skip_code(code)
+        except Exception as exc:  # noqa: BLE001
+            self.diag("warning", f"torch.compile may recompile at module calls after a graph break: {exc!r}")
+        else:
+            self._skipping = True
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker), which is not recorded and has no flush thread: pass
@@ -208,6 +232,8 @@ class TorchHooks:
                 except Exception as exc:  # noqa: BLE001
                     self._fail(exc)
                     return call(module, *args, **kwargs)
+            if kind < 0:  # torch.compile's wrapper: the range is the original module's call inside it
+                return call(module, *args, **kwargs)
             anchor = r.anchor
             if anchor is None:
                 log.append((clock(), kind))
@@ -240,16 +266,8 @@ class TorchHooks:
             wrapper.__wrapped__ = call  # type: ignore[attr-defined]
             wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
         counting.counted = __call__  # type: ignore[attr-defined]
+        counting.full = full  # type: ignore[attr-defined]
         return counting
-
-    def _counted_enough(self) -> None:
-        """The program marks its steps: module calls need no counting from now on, so ``nn.Module.__call__``
-        becomes the wrapper without the count (one frame less per call)."""
-        module_cls = getattr(self, "_module_cls", None)
-        current = getattr(module_cls, "__call__", None)
-        counted = getattr(current, "counted", None)
-        if counted is not None and getattr(current, "_gpuscope_hooks", None) is self:
-            module_cls.__call__ = counted  # type: ignore[union-attr]
 
     def _iteration_mark(self) -> None:
         """An outermost module call of the main thread returned, in a program that has made no step mark
@@ -264,7 +282,7 @@ class TorchHooks:
         key = id(module)
         kind = self._kinds.get(key)
         if kind is None:
-            kind = self.r.kind(self.name_of(module), "", SOURCE, "forward")
+            kind = -1 if self._compiled_wrapper(module) else self.r.kind(self.name_of(module), "", SOURCE, "forward")
             kinds, alive = self._kinds, self._alive
 
             def forget(_: Any, key: int = key) -> None:  # the id may be reused by the next module
@@ -275,6 +293,12 @@ class TorchHooks:
             kinds[key] = kind
         return kind, self.r.thread_log()
 
+    def _compiled_wrapper(self, module: Any) -> bool:
+        """Whether ``module`` is torch.compile's wrapper of another module whose own call this wrapper
+        records: where torch.compile is told to run gpuscope's frames as they are, the original module's
+        call is a range of its own, inside the wrapper's (named alike: one range is enough)."""
+        return self._skipping and type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
     def _full_module_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """Return ``nn.Module.__call__`` wrapped through push/pop (launch anchors and a capture window's
         watch see each range), arming the module's backward range where those are recorded."""
@@ -284,6 +308,8 @@ class TorchHooks:
             if self._is_compiling() or self._disabled or not self.collecting:  # compiling first: no guards
                 return call(module, *args, **kwargs)
             try:
+                if self._compiled_wrapper(module):  # the range is the original module's call inside it
+                    return call(module, *args, **kwargs)
                 name = names.get(module) or self.name_of(module)
                 running = getattr(active, "modules", None)
                 if running is None:
@@ -497,6 +523,48 @@ class TorchHooks:
             return None
 
         return pre, post
+
+
+def _own_code(*extra: Any) -> Iterator[Any]:
+    """Every code object of gpuscope's loaded modules (functions, methods, the closures they make) and of ``extra``."""
+    import sys  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    seen: set[int] = set()
+
+    def walk(code: Any) -> Iterator[Any]:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        yield code
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from walk(const)
+
+    def of(obj: Any) -> Iterator[Any]:
+        func = getattr(obj, "__func__", obj)
+        code = getattr(func, "__code__", None)
+        if isinstance(code, types.CodeType):
+            yield from walk(code)
+
+    root = __name__.split(".")[0]
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == root or name.startswith(root + ".")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                for member in list(vars(value).values()):
+                    yield from of(member.fget if isinstance(member, property) else member)
+            elif getattr(value, "__module__", None) == name:
+                yield from of(value)
+    # the standard library's Python code the wrappers call (their names of modules live in a WeakKeyDictionary)
+    for member in vars(weakref.WeakKeyDictionary).values():
+        yield from of(member)
+    for obj in extra:
+        yield from of(obj)
+        for attr in ("counted", "full"):
+            if hasattr(obj, attr):
+                yield from of(getattr(obj, attr))
 
 
 def start(ctx: Context, torch: Any = None) -> TorchHooks:
