@@ -57,6 +57,21 @@ def parallel_ops(p: CpuProcess) -> pd.DataFrame:
     return ops[big & (d >= MIN_OP_NS) & _in_windows(p, ops["start_ns"].to_numpy(np.int64))]
 
 
+def recorded_steps(ctx: CpuContext, p: CpuProcess) -> float:
+    """The steady steps whose operators were recorded: all of them with ``--trace torch-ops``; with
+    ``torch-shapes``, those that lie in its sample windows (their share of the steady time, in
+    steps), so that the operators' time per step is not that of a few steps spread over all."""
+    windows = ctx._op_windows(p.pid)
+    if windows is None or not len(windows):
+        return float(p.n_steps)
+    w = p.steady_windows
+    ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    os_, oe = windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64)
+    inside = sum(float(np.clip(np.minimum(we, b) - np.maximum(ws, a), 0, None).sum()) for a, b in zip(os_, oe))
+    total = float((we - ws).sum())
+    return max(p.n_steps * inside / total, 1e-9) if total and inside else float(p.n_steps)
+
+
 def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per time, the operator time (disjoint, sorted intervals) before it."""
     prefix = np.concatenate([[0], np.cumsum(ends - starts)])
@@ -95,7 +110,8 @@ class CpuIdleCores(CpuRule):
                 weight = np.ones(len(t))
             else:
                 s, e = par["start_ns"].to_numpy(np.int64), par["end_ns"].to_numpy(np.int64)
-                op_ns = p.per_step(float((e - s).sum()))
+                steps = recorded_steps(ctx, p)
+                op_ns = float((e - s).sum()) / steps
                 weight = (_covered(s, e, t) - _covered(s, e, prev)) / np.maximum(t - prev, 1)
             wk = weight[keep]
             own = host[f"cpu_{p.pid}"].to_numpy(float)[keep] - ctx.profiler_cores(p.pid)
@@ -116,7 +132,7 @@ class CpuIdleCores(CpuRule):
                                 f"{per_step_text(p, op_ns)}, taken as work PyTorch can split across threads")
             else:
                 top = par.assign(d=par["end_ns"] - par["start_ns"]).groupby("name")["d"].sum().nlargest(3)
-                names = ", ".join(f"{n} {fmt_ns(p.per_step(float(v)))}" for n, v in top.items())
+                names = ", ".join(f"{n} {fmt_ns(float(v) / steps)}" for n, v in top.items())
                 evidence.append(f"operators PyTorch can split across threads (inputs of {GRAIN:,} elements or more): "
                                 f"{per_step_text(p, op_ns)}: {names}")
             evidence.append(f"estimate: that time x (1 - 1/{speedup:.2f}), for {usable:.1f} usable cores at "
