@@ -61,7 +61,7 @@ def test_steps_record_exactly_those_steps(gs: Gpuscope) -> None:
         recorded = json.loads(report.sql("SELECT detail FROM collector WHERE name = 'ranges'")[0][0])["ranges"]
         assert recorded == sum(counts.values())
         assert "nvtx_range" not in report.meta.get("capture_trimmed", {})
-        assert report.count("nvtx_range WHERE kind = 'mark'") == 8  # every step mark, for the numbering
+        assert report.count("nvtx_range WHERE kind = 'mark' AND category = 'step'") == 8  # every step mark, for the numbering
         (reason,) = report.sql("SELECT reason FROM capture_window")[0]
         assert reason == "step 3 to step 5"
         assert report.meta["capture_range"]["description"] == "steps 3 to 5"

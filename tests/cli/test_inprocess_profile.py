@@ -57,7 +57,7 @@ def test_blocks_of_a_script(gs: Gpuscope) -> None:
     with gpuscope.load(str(gs.cwd / "first.gpuscope")) as first:
         assert first.meta["in_process"] is True and first.meta["status"] == "complete"
         assert _forward_calls(first) == 3  # the block's steps only
-        assert first.count("nvtx_range WHERE kind = 'mark'") == 3
+        assert first.count("nvtx_range WHERE kind = 'mark' AND category = 'step'") == 3
         assert first.count("capture_window") == 0
     with gpuscope.load(str(gs.cwd / "second.gpuscope")) as second:
         assert _forward_calls(second) == 2  # paused for 5 steps by gpuscope.stop()
