@@ -227,7 +227,7 @@ class CpuContext:
         setup = windows["setup"].to_numpy(bool)
         steady_rows = ~setup if (~setup).any() else np.ones(len(setup), bool)
         in_op = _inside(ops, ts)
-        sampled = self._op_windows(pid)
+        sampled = self.op_windows(pid)
         if sampled is not None:  # operators of sample windows only: outside them, PyTorch's innermost frames
             unknown = ~_inside(sampled, ts)
             in_torch = np.array([self.stack(pid, int(i)).in_torch for i in samples["stack_id"]], bool)
@@ -236,7 +236,7 @@ class CpuContext:
                                  steady=(w >= 0) & steady_rows[np.maximum(w, 0)], in_op=in_op)
         return CpuProcess(pid, windows, breakdown, samples, ranges, ops)
 
-    def _op_windows(self, pid: int) -> pd.DataFrame | None:
+    def op_windows(self, pid: int) -> pd.DataFrame | None:
         """The sample windows of ``--trace torch-shapes`` (``start_ns``, ``end_ns``), sorted; None where
         operators were recorded throughout (or not at all)."""
         if not self.counts["torch_ops"] or not self.report.count("torch_op_window"):

@@ -61,7 +61,7 @@ def recorded_steps(ctx: CpuContext, p: CpuProcess) -> float:
     """The steady steps whose operators were recorded: all of them with ``--trace torch-ops``; with
     ``torch-shapes``, those that lie in its sample windows (their share of the steady time, in
     steps), so that the operators' time per step is not that of a few steps spread over all."""
-    windows = ctx._op_windows(p.pid)
+    windows = ctx.op_windows(p.pid)
     if windows is None or not len(windows):
         return float(p.n_steps)
     w = p.steady_windows
