@@ -6,8 +6,9 @@ Steps come from the first of these that the report has:
 2. PyTorch's marks at the end of each ``optimizer.step()`` (source ``torch``, same category and name);
 3. ranges named exactly ``step`` (of any source, e.g. ``torch.cuda.nvtx.range("step")``);
 4. without any of those, the program's loop as the repeating sequence of the GPU operations it
-   launched (without GPU operations, of the PyTorch operators its main thread ran):
-   :mod:`.step_pattern`. Step *k* runs from the launch that starts iteration *k* to the one that
+   launched; without GPU operations, of its main thread's top-level module calls, else of its
+   sampled Python stacks, else of the PyTorch operators it ran (where every one was recorded):
+   :mod:`.step_pattern`, :func:`pattern_steps`. Step *k* runs from the launch that starts iteration *k* to the one that
    starts iteration *k+1*; what came before the first iteration is set-up (process start, imports,
    library set-up, compilation), not a step.
 
