@@ -57,7 +57,7 @@ PROGRAM = Program(
     description="transformers GPT-2 (6 layers, d 512) training, batch 8 x 512, float32, AdamW",
     variants=(
         Variant("as_written", "float32, TF32 off (PyTorch's default), AdamW (foreach)", samples=8),
-        Variant("bf16_autocast", "torch.autocast(bfloat16) around forward and loss", ("no_tensor_cores",), samples=8),
+        Variant("bf16_autocast", "torch.autocast(bfloat16) around forward and loss", ("precision",), samples=8),
         Variant("tf32", 'torch.set_float32_matmul_precision("high")', ("no_tensor_cores",), samples=8),
         Variant("fused_adamw", "AdamW(fused=True)", ("launch_bound",), samples=8),
     ),

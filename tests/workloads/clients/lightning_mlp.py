@@ -125,7 +125,7 @@ PROGRAM = Program(
         Variant("as_written", 'Trainer(accelerator="gpu", devices=1), precision 32', samples=BATCH * STEPS),
         Variant("batch_4x", "DataLoader batch 2048", ("gpu_memory",), work_changing=True,
                 samples=4 * BATCH * STEPS),
-        Variant("bf16_mixed", 'Trainer(precision="bf16-mixed")', ("no_tensor_cores",), samples=BATCH * STEPS),
+        Variant("bf16_mixed", 'Trainer(precision="bf16-mixed")', ("precision",), samples=BATCH * STEPS),
     ),
     build=build,
     iterations=150,

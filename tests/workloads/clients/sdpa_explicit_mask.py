@@ -71,7 +71,7 @@ PROGRAM = Program(
                 "bf16, batch 8, 16 heads x 64, seq 2048",
     variants=(
         Variant("as_written", "attn_mask = causal additive mask tensor", samples=8),
-        Variant("is_causal", "is_causal=True, no mask tensor", ("fused_attention", "below_roofline"), samples=8),
+        Variant("is_causal", "is_causal=True, no mask tensor", ("sdpa_backend",), samples=8),
     ),
     build=build,
     iterations=600,

@@ -75,7 +75,7 @@ PROGRAM = Program(
     variants=(
         Variant("as_written", "float32, TF32 off (PyTorch's default)", samples=16),
         Variant("tf32", "torch.backends.cuda.matmul.allow_tf32 = True", ("no_tensor_cores",), samples=16),
-        Variant("bf16_autocast", "torch.autocast(bfloat16)", ("no_tensor_cores",), samples=16),
+        Variant("bf16_autocast", "torch.autocast(bfloat16)", ("precision",), samples=16),
     ),
     build=build,
     iterations=300,

@@ -47,7 +47,7 @@ PROGRAM = Program(
     description="torchvision ResNet-18 inference, batch 256, float16, NCHW",
     variants=(
         Variant("as_written", "float16, NCHW, eager", samples=256),
-        Variant("channels_last", "model and images in channels_last", ("below_roofline",), samples=256),
+        Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=256),
         Variant("compiled", "torch.compile(model)", ("unfused_elementwise",), samples=256),
     ),
     build=build,

@@ -56,7 +56,7 @@ PROGRAM = Program(
     description="torchvision ResNet-50 training, AMP (fp16 autocast + GradScaler), NCHW, batch 64, SGD",
     variants=(
         Variant("as_written", "AMP, NCHW", samples=64),
-        Variant("channels_last", "model and images in channels_last", ("below_roofline",), samples=64),
+        Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=64),
     ),
     build=build,
     iterations=200,

@@ -62,9 +62,9 @@ PROGRAM = Program(
     description="torchvision ResNet-50 training, float32, NCHW, batch 64, SGD momentum (PyTorch defaults)",
     variants=(
         Variant("as_written", "float32, NCHW, cudnn.benchmark off", samples=64),
-        Variant("channels_last", "model and images in channels_last", ("below_roofline",), samples=64),
-        Variant("bf16_autocast", "torch.autocast(bfloat16)", ("no_tensor_cores", "below_roofline"), samples=64),
-        Variant("channels_last_bf16", "channels_last and bf16 autocast", ("no_tensor_cores", "below_roofline"),
+        Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=64),
+        Variant("bf16_autocast", "torch.autocast(bfloat16)", ("precision",), samples=64),
+        Variant("channels_last_bf16", "channels_last and bf16 autocast", ("channels_last", "precision"),
                 samples=64),
         Variant("cudnn_benchmark", "torch.backends.cudnn.benchmark = True", ("below_roofline",), samples=64),
     ),
