@@ -35,7 +35,9 @@ def test_recorded_mlp(recorded: Callable[[str], Path]) -> None:
             "Collection overhead: 114.1 ms in the program (1.3% of 8.832 s wall): CUPTI buffers 78.6 ms, CUPTI in "
             "CUDA calls ~317.8 µs, CUPTI overhead records 35.1 ms; not included: CUPTI's cost per CUDA call on this "
             "machine (an H100's, 1.16 µs, is used); CUPTI's start (attaching, and the program's kernels loaded under it); "
-                "the report writer beside the program (it competes for the cores)")
+                "the report writer beside the program (it competes for the cores). A lower bound, not a measurement: "
+                "no overhead probe timed steps without collection, and what CUPTI adds to each kernel beyond the "
+                "launch call is not counted")
         assert overhead_line(o) in render(overview(r)).splitlines()
 
 

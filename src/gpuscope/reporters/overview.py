@@ -99,4 +99,9 @@ def overhead_line(o: CollectionOverhead) -> str:
         line += f"; not included: {'; '.join(o.unseen)}"
     for t in o.probes:
         line += f". Measured in process {t.pid}: {t.describe()}"
+    if not o.probes and any(p.name == "CUPTI in CUDA calls" for p in o.parts):
+        # on launch-heavy programs CUPTI's own cost per kernel was most of the slowdown, and only
+        # timing steps without collection sees it (bench/RESULTS.md, real-client programs)
+        line += (". A lower bound, not a measurement: no overhead probe timed steps without collection, and "
+                 "what CUPTI adds to each kernel beyond the launch call is not counted")
     return line
