@@ -26,6 +26,7 @@ from ..capture_range import CAPTURE_ENV, CaptureSpec
 from ..collectors import RECORDERS, STOP_THREAD, Collector, Recorder
 from ..python import imports
 from ..python.stacks import StackTable
+from . import tracebacks
 from .control import CaptureControl
 
 if TYPE_CHECKING:
@@ -471,6 +472,7 @@ def start_from_env() -> Agent | None:
         return None  # a process that outlived its profiling session
     trace = {t for t in os.environ.get(TRACE_ENV, "cuda").split(",") if t}
     closed = _hold_closed_std_fds()
+    tracebacks.install()
     try:
         _agent = Agent(spool, trace, CaptureSpec.from_env(os.environ.get(CAPTURE_ENV)))
         if 2 in closed:
