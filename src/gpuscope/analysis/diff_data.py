@@ -98,21 +98,50 @@ def run_data(report: Report, path: str) -> RunData:
 
 
 def _syncs(report: Report, steady: pd.DataFrame, data: RunData) -> None:
-    """Host synchronizations per step: how many, how long the host waited, and per calling line."""
+    """Host synchronizations per step: how many, how long the host waited, and per calling line.
+
+    A synchronization counts to the step its start falls in; each process's calls are found with
+    binary searches over their sorted start times and running sums of their waits, so a run of many
+    steps and many calls costs a sort, not a scan of every call per step."""
     rows = report.df("""SELECT s.pid, s.start_ns, s.end_ns - s.start_ns AS d, s.stack_id, n.value AS api
                         FROM sync_site s JOIN string n ON n.id = s.api_name_id ORDER BY s.pid, s.start_ns""")
     counts = np.zeros(len(steady))
     wait = np.zeros(len(steady))
     sites: dict[str, np.ndarray] = {}
-    where = _sync_locations(report, rows) if len(rows) else {}
-    for i, (pid, start, end) in enumerate(zip(steady["pid"], steady["start_ns"], steady["end_ns"])):
-        mine = rows[(rows["pid"] == pid) & (rows["start_ns"] >= start) & (rows["start_ns"] < end)]
-        counts[i] = len(mine)
-        wait[i] = float(mine["d"].sum())
-        for (p, stack, api), n in mine.groupby(["pid", "stack_id", "api"]).size().items():
-            label = f"{api} at {where.get((int(p), int(stack)), '(no Python stack)')}"
-            sites.setdefault(label, np.zeros(len(steady)))[i] += n
-    data.syncs, data.sync_wait, data.sync_sites = counts, wait, sites
+    if not len(rows) or steady.empty:
+        data.syncs, data.sync_wait, data.sync_sites = counts, wait, sites
+        return
+    where = _sync_locations(report, rows)
+    step_pid = steady["pid"].to_numpy()
+    step_start = steady["start_ns"].to_numpy()
+    step_end = steady["end_ns"].to_numpy()
+    waits = pd.to_numeric(rows["d"]).fillna(0).to_numpy()
+
+    def per_step(group: pd.DataFrame, pid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The steps of ``pid``, and per step how many calls of ``group`` started in it and their wait."""
+        mine = step_pid == pid
+        order = np.argsort(group["start_ns"].to_numpy(), kind="stable")
+        starts = group["start_ns"].to_numpy()[order]
+        summed = np.concatenate([[0], np.cumsum(waits[group.index.to_numpy()][order])])
+        lo = np.searchsorted(starts, step_start[mine], side="left")
+        hi = np.maximum(np.searchsorted(starts, step_end[mine], side="left"), lo)
+        return mine, (hi - lo).astype(float), (summed[hi] - summed[lo]).astype(float)
+
+    for pid, group in rows.groupby("pid", sort=True):
+        mine, n, waited = per_step(group, pid)
+        counts[mine] += n
+        wait[mine] += waited
+    first: dict[str, tuple[int, tuple[int, int, str]]] = {}  # a line's first step and call: the order of `sites`
+    for (pid, stack, api), group in rows.groupby(["pid", "stack_id", "api"], sort=True):
+        mine, n, _ = per_step(group, pid)
+        if not n.any():
+            continue
+        label = f"{api} at {where.get((int(pid), int(stack)), '(no Python stack)')}"
+        sites.setdefault(label, np.zeros(len(steady)))[mine] += n
+        key = (int(np.flatnonzero(mine)[np.flatnonzero(n)[0]]), (int(pid), int(stack), str(api)))
+        first[label] = min(first.get(label, key), key)
+    data.syncs, data.sync_wait = counts, wait
+    data.sync_sites = {label: sites[label] for label in sorted(sites, key=first.__getitem__)}
 
 
 def _sync_locations(report: Report, rows: pd.DataFrame) -> dict[tuple[int, int], str]:
