@@ -31,9 +31,6 @@ from .window import CaptureWindow
 PROFILER_APIS = ["cudaProfilerStart", "cudaProfilerStop", "cuProfilerStart", "cuProfilerStop"]
 
 
-MODULE_SKIP = 3  # outermost module calls not yet counted by the operator samples
-
-
 class Agent(Protocol):
     """What the capture control uses of the process's agent (agent.py)."""
 
@@ -98,9 +95,9 @@ class CaptureControl:
         window = self.window
         window.step_mark(source, t)
         ops = self.agent.collector("torch-ops")
-        # module calls count for the samples only once a few have passed without a better mark: a
-        # training loop's first forward comes before its first optimizer step
-        if ops is not None and source == window.step_source and (source != "module" or window.steps > MODULE_SKIP):
+        # the outermost module calls (a program that marks no steps) count for the overhead probe only:
+        # the operator samples keep their own windows for such programs (until the operators repeat)
+        if ops is not None and source == window.step_source and source != "module":
             ops.step_mark(t)
 
     def api(self, start: bool) -> bool:
