@@ -229,3 +229,18 @@ def test_writer_escapes_names_at_each_way_in(tmp_path: Path) -> None:
         assert report.meta["cwd"] == "/d\\xe9" and report.meta["command"] == ["x\\xff"]
         assert report.sql("SELECT name FROM host_counter") == [("n\\xe9",)]
         assert report.sql("SELECT message FROM diagnostic") == [("bad \\xe9",)]
+
+
+def test_a_report_whose_own_name_is_not_utf8_is_read(tmp_path: Path) -> None:
+    """DuckDB opens UTF-8 names only: the reader reaches such a report through a descriptor of its own."""
+    import gzip
+    import shutil
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "mlp_default.gpuscope.gz"
+    target = os.path.join(os.fsencode(tmp_path), b"r\xe9.gpuscope")
+    with gzip.open(fixture) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    res = subprocess.run([os.fsencode(sys.executable), b"-m", b"gpuscope", b"stats", b"-r", b"cuda_gpu_kern_sum",
+                          target], capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    assert b"CUDA GPU Kernel Summary" in res.stdout and b"damaged" not in res.stderr

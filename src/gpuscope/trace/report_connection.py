@@ -23,6 +23,7 @@ from types import TracebackType
 import duckdb
 
 from ..errors import ReportError
+from ..safe_text import storable
 
 DB = "report"  # the name the report file is attached as
 # DuckDB's memory while reading a report: past it, sorts, joins and the analyses' temporary tables
@@ -113,7 +114,15 @@ def connect(p: Path, spill: str, writable: list[Path] | None = None,
         if writable:  # the folders a query may write (an export's output), set while it may still be set
             allowed = ", ".join(_quote(str(d).rstrip(os.sep) + os.sep) for d in writable)
             con.execute(f"SET allowed_directories = [{allowed}]")
-        con.execute(f"ATTACH {_quote(str(p))} AS {DB} (READ_ONLY)")
+        name, fd = str(p), None
+        if storable(name) != name:  # DuckDB takes UTF-8 names only: the file through a descriptor of ours
+            fd = os.open(p, os.O_RDONLY)
+            name = f"/proc/self/fd/{fd}"
+        try:
+            con.execute(f"ATTACH {_quote(name)} AS {DB} (READ_ONLY)")
+        finally:
+            if fd is not None:
+                os.close(fd)  # DuckDB holds its own
     except BaseException:
         con.close()
         raise
