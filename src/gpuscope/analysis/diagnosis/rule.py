@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .context import Context, Process
     from .finding import Finding
 
 
@@ -31,4 +31,16 @@ class Rule:
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         """Return the findings of this rule (empty when it finds nothing worth fixing)."""
+        raise NotImplementedError
+
+
+class ProcessRule(Rule):
+    """A rule that judges each process on its own: at most one finding per process (:meth:`process`)."""
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        """Return the finding of each process that has one."""
+        return [f for f in (self.process(ctx, p) for p in ctx.processes) if f is not None]
+
+    def process(self, ctx: Context, p: Process) -> Finding | None:
+        """Return the finding of process ``p``, or None."""
         raise NotImplementedError

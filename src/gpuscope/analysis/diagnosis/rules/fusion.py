@@ -33,7 +33,7 @@ from ...work.model import op_work
 from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
 from ..kernel_names import is_elementwise, is_normalization
-from ..rule import Rule
+from ..rule import ProcessRule
 from ..steady_work import ceilings, op_calls, steady_work
 from .attention import attention_chains
 
@@ -85,20 +85,12 @@ def _runs(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]
     return out
 
 
-class UnfusedElementwise(Rule):
+class UnfusedElementwise(ProcessRule):
     name = "unfused_elementwise"
     description = ("Runs of memory-bound elementwise and normalization kernels back to back, each a full pass over "
                    "its tensors, that one fused kernel would do in one pass.")
 
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        out = []
-        for p in ctx.processes:
-            f = self._process(ctx, p)
-            if f is not None:
-                out.append(f)
-        return out
-
-    def _process(self, ctx: Context, p: Process) -> Finding | None:
+    def process(self, ctx: Context, p: Process) -> Finding | None:
         k = steady_work(ctx, p)
         if not len(k):
             return None

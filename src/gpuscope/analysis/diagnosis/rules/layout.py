@@ -26,25 +26,17 @@ import numpy as np
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
 from ..kernel_names import is_layout_conversion, is_nchw_convolution, is_nchw_norm
-from ..rule import Rule
+from ..rule import ProcessRule
 from ..steady_work import ceilings, op_calls, roof_ns, steady_work
 from .kernels import TARGET_EFFICIENCY
 
 
-class ChannelsLast(Rule):
+class ChannelsLast(ProcessRule):
     name = "channels_last"
     description = ("Convolutions and batch norms on NCHW tensors, with the layout conversions cuDNN runs around "
                    "them: channels_last removes the conversions and takes the NHWC kernels.")
 
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        out = []
-        for p in ctx.processes:
-            f = self._process(ctx, p)
-            if f is not None:
-                out.append(f)
-        return out
-
-    def _process(self, ctx: Context, p: Process) -> Finding | None:
+    def process(self, ctx: Context, p: Process) -> Finding | None:
         k = steady_work(ctx, p)
         if not len(k):
             return None
