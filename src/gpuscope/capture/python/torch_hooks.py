@@ -111,7 +111,6 @@ class TorchHooks:
             self._is_compiling = compiler.is_compiling
         self._torch = torch
         module_mod.Module.__call__ = self._module_call(module_mod.Module.__call__)  # type: ignore[method-assign]
-        self._module_cls = module_mod.Module
         pre, post = self._step_hooks()
         self._handles = [optim_mod.register_optimizer_step_pre_hook(pre),
                          optim_mod.register_optimizer_step_post_hook(post)]
@@ -125,9 +124,9 @@ class TorchHooks:
         self._patched = [(module_mod.Module, "__call__"), (optim_mod.Optimizer, "zero_grad"),
                          (data_mod._BaseDataLoaderIter, "__next__"), (torch.autograd, "backward"),
                          (torch.autograd, "grad")]
-        self._not_compiled_alone(module_mod.Module.__call__)
+        self._not_compiled_alone()
 
-    def _not_compiled_alone(self, counting: Any) -> None:
+    def _not_compiled_alone(self) -> None:
         """Tell torch.compile never to compile gpuscope's own code as frames of their own.
 
         Where a compiled model breaks its graph, dynamo compiles, one by one, the frames that the
@@ -143,7 +142,7 @@ class TorchHooks:
         except Exception:  # noqa: BLE001  (an older torch: nothing to tell)
             return
         try:
-            for code in _own_code(counting):
+            for code in _own_code():
                 skip_code(code)
         except Exception as exc:  # noqa: BLE001
             self.diag("warning", f"torch.compile may recompile at module calls after a graph break: {exc!r}")
@@ -262,11 +261,8 @@ class TorchHooks:
                 if not self._depth and not self._disabled:
                     self._iteration_mark()
 
-        for wrapper in (__call__, counting):
-            wrapper.__wrapped__ = call  # type: ignore[attr-defined]
-            wrapper._gpuscope_hooks = self  # type: ignore[attr-defined]
-        counting.counted = __call__  # type: ignore[attr-defined]
-        counting.full = full  # type: ignore[attr-defined]
+        counting.__wrapped__ = call  # type: ignore[attr-defined]
+        counting._gpuscope_hooks = self  # type: ignore[attr-defined]
         return counting
 
     def _iteration_mark(self) -> None:
@@ -525,8 +521,9 @@ class TorchHooks:
         return pre, post
 
 
-def _own_code(*extra: Any) -> Iterator[Any]:
-    """Every code object of gpuscope's loaded modules (functions, methods, the closures they make) and of ``extra``."""
+def _own_code() -> Iterator[Any]:
+    """Every code object of gpuscope's loaded modules: functions, methods, and the closures they make
+    (the wrappers of ``Module.__call__`` among them)."""
     import sys  # noqa: PLC0415
     import types  # noqa: PLC0415
 
@@ -560,11 +557,6 @@ def _own_code(*extra: Any) -> Iterator[Any]:
     # the standard library's Python code the wrappers call (their names of modules live in a WeakKeyDictionary)
     for member in vars(weakref.WeakKeyDictionary).values():
         yield from of(member)
-    for obj in extra:
-        yield from of(obj)
-        for attr in ("counted", "full"):
-            if hasattr(obj, attr):
-                yield from of(getattr(obj, attr))
 
 
 def start(ctx: Context, torch: Any = None) -> TorchHooks:
