@@ -3,10 +3,13 @@ confidence, and where.
 
 Step time: the median of the steady steps (warm-up left out) of each side, its change with a
 bootstrap interval over steps (:mod:`.diff_stats`); several reports per side pool their steps.
-Per layer, kernel (by name and launch configuration) and operator: the mean GPU time per step on
-each side, its change and interval. The step's change is attributed to them by their share of the
-change of the mean step (a layer whose GPU time per step grew by 8 ms explains 80% of a 10 ms
-slower step); host synchronizations per step and the GPU memory peak are compared as well.
+Per part of the step's breakdown (data loading, forward, backward, optimizer, other Python; on
+GPUs GPU busy by bound class and GPU idle by cause), layer, program line (sampled Python), kernel
+(by name and launch configuration) and operator: the mean time per step on each side, its change
+and interval, from the same resampled steps. The step's change is attributed to them by their
+share of the change of the mean step (a layer whose GPU time per step grew by 8 ms explains 80% of
+a 10 ms slower step); the part whose change explains most is named as the main change. Host
+synchronizations per step and the GPU memory peak are compared as well.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from .diff_data import FAMILIES, RunData
-from .diff_stats import Change, compare, compare_many
+from .diff_stats import MIN_STEPS, Change, compare, compare_many
+from ..units import human
 
 TOP = 40  # keys per family that get an interval (the largest on either side)
 MIN_SHARE = 0.05  # a part explaining less of the step's change is not named in the attribution
@@ -60,6 +64,13 @@ class DiffResult:
         """The change in a few phrases: the step, what explains it, the kernel that changed most,
         the synchronizations."""
         out = [f"step {_pct(self.step.change)} ({_ci(self.step)}): {self.step.verdict}"]
+        for family, what in (("part", "main change"), ("line", "line")):
+            item = self.main_change(family)
+            if item is not None:
+                c = item.change
+                share = (f" ({item.share:.0%} of the step's change)" if item.share is not None and item.share > 0
+                         else "")
+                out.append(f"{what}: {item.key} {human(c.base, 'ns')} -> {human(c.new, 'ns')} per step{share}")
         if self.step.significant:
             for family in ("layer", "operator"):
                 named = [i for i in self.items.get(family, []) if i.share is not None and i.share >= MIN_SHARE
@@ -82,6 +93,15 @@ class DiffResult:
             out.append(f"{abs(more):.3g} {'more' if more > 0 else 'fewer'} syncs per step{where}")
         return out
 
+    def main_change(self, family: str) -> Item | None:
+        """The item of ``family`` whose time per step changed most, where that change is significant
+        and at least :data:`MIN_SHARE` of the mean step (of the longer side); None otherwise."""
+        step = max(float(np.mean(np.concatenate([r.steps for r in side]))) if side else 0.0
+                   for side in (self.base, self.new))
+        changed = [i for i in self.items.get(family, []) if _changed(i.change)
+                   and abs(i.delta_ns) >= MIN_SHARE * step]
+        return max(changed, key=lambda i: abs(i.delta_ns)) if changed else None
+
     def gate(self, pct: float) -> tuple[bool, str]:
         """Whether the step is slower by more than ``pct`` percent beyond noise (the interval of the
         change lies above zero and the change exceeds ``pct``); returns (failed, reason in one line)."""
@@ -96,6 +116,14 @@ class DiffResult:
         if change > pct:
             return False, (f"step time {change:+.1f}% ({_ci(s)}) is not significant: noise could explain it")
         return False, f"step time {change:+.1f}% ({_ci(s)}) is within {pct:g}%"
+
+
+def _changed(c: Change) -> bool:
+    """Whether a quantity changed beyond noise: its interval leaves out zero, or it appeared or
+    vanished (no ratio to give an interval) in enough steps to tell."""
+    if c.significant:
+        return True
+    return min(c.steps) >= MIN_STEPS and (c.base == 0) != (c.new == 0)
 
 
 def _pct(x: float | None) -> str:

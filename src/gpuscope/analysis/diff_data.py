@@ -1,5 +1,7 @@
-"""What ``gpuscope diff`` compares, taken from one report: its steps and, per step, the GPU time of
-each kernel (by name and launch configuration), layer and operator, and its host synchronizations.
+"""What ``gpuscope diff`` compares, taken from one report: its steps and, per step, the time of each
+part of the step's breakdown (:mod:`.diff_parts`), the GPU time of each kernel (by name and launch
+configuration), layer and operator (without GPU work: each module's own CPU time), the sampled time
+of each program line, and its host synchronizations.
 
 Steps are those of :func:`.steps.step_windows` without the warm-up steps, in order (by process,
 then step number). A GPU operation counts to the step in which it was launched.
@@ -16,11 +18,12 @@ import pandas as pd
 
 from ..trace.report import Report
 from .attribution import ops_table
+from .diff_parts import has_gpu_work, line_times, module_times, part_labels, part_times
 from .layers import op_owners_sql
 from .steps import op_steps_table, step_source, step_windows
 from .torch_ops import op_kernels_table, torch_ops_table
 
-FAMILIES = ("layer", "kernel", "operator")
+FAMILIES = ("part", "layer", "line", "kernel", "operator")
 
 
 @dataclass
@@ -55,9 +58,10 @@ def _device(report: Report) -> str | None:
     return ", ".join(names) or None
 
 
-def _per_step(report: Report, query: str, index: pd.MultiIndex) -> pd.DataFrame:
-    """Rows ``(pid, step, key, ns)`` of ``query`` as a steps x keys frame on ``index``."""
-    frame = report.df(query)
+def _per_step(report: Report, query: str | pd.DataFrame, index: pd.MultiIndex) -> pd.DataFrame:
+    """Rows ``(pid, step, key, ns)`` of ``query`` (or of a frame of such rows) as a steps x keys
+    frame on ``index``."""
+    frame = report.df(query) if isinstance(query, str) else query
     if frame.empty:
         return pd.DataFrame(index=index)
     wide = frame.pivot_table(index=["pid", "step"], columns="key", values="ns", aggfunc="sum", fill_value=0)
@@ -76,6 +80,19 @@ def run_data(report: Report, path: str) -> RunData:
     if source.kind is None or steady.empty:
         return data
     index = pd.MultiIndex.from_frame(steady[["pid", "step"]])
+    parts = _per_step(report, part_times(report, steady), index)
+    if len(parts.columns):
+        labels = part_labels(report)
+        data.families["part"] = parts.rename(columns=labels)
+    lines = _per_step(report, line_times(report, steady), index)
+    if len(lines.columns):
+        data.families["line"] = lines
+    if not has_gpu_work(report):  # no GPU time to give layers: their own CPU time
+        modules = _per_step(report, module_times(report, steady), index)
+        if len(modules.columns):
+            data.families["layer"] = modules
+        _syncs(report, steady, data)
+        return data
     ops, op_steps = ops_table(report), op_steps_table(report, source)
     data.families["kernel"] = _per_step(report, f"""
         SELECT x.pid, x.step, n.value || ' grid(' || coalesce(c.grid_x, 0) || ',' || coalesce(c.grid_y, 0) || ','

@@ -14,7 +14,8 @@ from ..safe_text import markdown, terminal
 from ..units import human
 
 ROWS = 10  # items per family in text and Markdown
-TITLES = {"layer": "Layers (GPU time per step)", "kernel": "Kernels (by name and launch configuration)",
+TITLES = {"part": "Step parts (time per step)", "layer": "Layers (time per step)",
+          "line": "Program lines (sampled time per step, main thread)", "kernel": "Kernels (by name and launch configuration)",
           "operator": "Operators (GPU time per step)"}
 
 

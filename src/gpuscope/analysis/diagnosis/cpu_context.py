@@ -177,18 +177,7 @@ class CpuContext:
 
     @cached_property
     def _ranges(self) -> pd.DataFrame:
-        if not self.counts["torch"]:
-            return pd.DataFrame(columns=["pid", "start_ns", "end_ns", "category", "part"])
-        frame = self.report.df(
-            """SELECT r.pid, r.tid, r.start_ns, coalesce(r.end_ns, p.end_ns, r.start_ns) AS end_ns, r.category
-               FROM nvtx_range r LEFT JOIN process p USING (pid)
-               WHERE r.source = 'torch' AND r.kind = 'range' ORDER BY r.start_ns""")
-        frame = frame[frame["category"].isin(list(CATEGORY_PART))].copy()
-        main = frame[frame["tid"] == frame["pid"]]
-        # a process whose main thread made no range (a program that trains on another thread): all threads
-        frame = pd.concat([main, frame[~frame["pid"].isin(main["pid"].unique())]])
-        frame["part"] = frame["category"].map(CATEGORY_PART).astype(np.int64)
-        return frame.drop(columns="tid").sort_values("start_ns").reset_index(drop=True)
+        return part_ranges(self.report) if self.counts["torch"] else part_ranges_empty()
 
     @cached_property
     def processes(self) -> list[CpuProcess]:
@@ -295,3 +284,25 @@ def carry_back(samples: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -
     out = samples.copy()
     out.loc[idx, "weight_ns"] = ts[idx] - b[idx]
     return pd.concat([out, carried], ignore_index=True).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def part_ranges_empty() -> pd.DataFrame:
+    """The frame of :func:`part_ranges` without rows."""
+    return pd.DataFrame(columns=["pid", "start_ns", "end_ns", "category", "part"])
+
+
+def part_ranges(report: Report) -> pd.DataFrame:
+    """The PyTorch ranges that make the CPU parts of a step (``pid``, ``start_ns``, ``end_ns``,
+    ``category``, ``part``: an index of ``CPU_PARTS``), of each process's main thread (of all its
+    threads where the main thread made none), by start time."""
+    frame = report.df(
+        """SELECT r.pid, r.tid, r.start_ns, coalesce(r.end_ns, p.end_ns, r.start_ns) AS end_ns, r.category
+                  FROM nvtx_range r LEFT JOIN process p USING (pid)
+                  WHERE r.source = 'torch' AND r.kind = 'range' ORDER BY r.start_ns""")
+    frame = frame[frame["category"].isin(list(CATEGORY_PART))].copy()
+    main = frame[frame["tid"] == frame["pid"]]
+    # a process whose main thread made no range (a program that trains on another thread): all threads
+    frame = pd.concat([main, frame[~frame["pid"].isin(main["pid"].unique())]])
+    frame["part"] = frame["category"].map(CATEGORY_PART).astype(np.int64)
+    return frame.drop(columns="tid").sort_values("start_ns").reset_index(drop=True)
+

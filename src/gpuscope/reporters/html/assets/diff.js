@@ -70,7 +70,7 @@
     for (const l of c.lines) lines.append(GS.el("li", { text: l }));
     const box = GS.clear($("diff-tables"));
     c.tables.forEach((t, i) => box.append(GS.table(t, i < 2)));
-    if (!c.tables.length) box.append(GS.el("p", { class: "note", text: "No layers, kernels or operators to compare per step." }));
+    if (!c.tables.length) box.append(GS.el("p", { class: "note", text: "Nothing to compare per step: no step parts, layers, program lines, kernels or operators." }));
     warmup[0] = c.sides[0].warmup_steps || 0; warmup[1] = c.sides[1].warmup_steps || 0;
     if (steps[0].length && steps[1].length) GS.showStep(1);
     GS.compared = true;
