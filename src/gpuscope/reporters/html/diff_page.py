@@ -32,8 +32,9 @@ def _item_row(i: Item) -> list[list[Any]]:
 
 def diff_data(result: DiffResult) -> dict[str, Any]:
     """Return the comparison for the page: the step-time lines, the attribution, one table per
-    family (step parts, layers, program lines, kernels, operators), synchronizations and memory peaks as lines, the warnings,
-    and each side's run (``as_dict``'s ``base`` and ``new``, with its warm-up steps)."""
+    family (step parts, layers, program lines, kernels, operators), synchronizations and memory
+    peaks as lines, the warnings, and each side's run (``as_dict``'s ``base`` and ``new``, with
+    its warm-up steps)."""
     plain = as_dict(result)
     tables = [{"name": f"diff_{family}", "title": TITLES[family], "notes": [],
                "columns": [{"label": label, "unit": unit} for label, unit in _COLUMNS],
