@@ -12,15 +12,18 @@ from .annotation import annotate, end_range, mark, pop_range, push_range, start_
 from .version import __version__
 
 if TYPE_CHECKING:
+    from .notebook import LoadedReport
     from .run.block import Profile
-    from .trace.report import Report
 
 
-def load(path: str) -> Report:
-    """Open a report file written by ``gpuscope profile`` and return it as a :class:`Report`."""
-    from .trace.report import Report
+def load(path: str | os.PathLike[str]) -> LoadedReport:
+    """Open a report file written by ``gpuscope profile`` and return it: SQL on its tables
+    (``sql``, ``df``), the tables as DataFrames (``kernels()``, ``ranges()``, ...), and the
+    analyses as DataFrames with names resolved (``steps()``, ``layers()``, ``samples()``,
+    ``stats(name)``, ``findings()``). A file that is not a readable report raises ReportError."""
+    from .notebook import LoadedReport
 
-    return Report.open(path)
+    return LoadedReport.open(os.fspath(path))
 
 
 def start() -> bool:
