@@ -5,7 +5,9 @@ are HTML stay text. Screenshots go to test-artifacts/ (or $GPUSCOPE_TEST_ARTIFAC
 
 from __future__ import annotations
 
+import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,37 @@ def test_the_file_shows_the_run_top_kernel_and_findings(browser: Any, adam: Path
         p.shot("loaded")
         assert not p.errors, p.errors
         assert all(u.startswith(("file:", "data:", "about:")) for u in p.requests), p.requests
+    finally:
+        p.close()
+
+
+SCREENSHOT_ENV = "GPUSCOPE_SCREENSHOT_DIR"  # where the README's picture of the page is written (docs/images)
+
+
+def test_the_readme_picture_shows_the_breakdown_and_the_first_finding(browser: Any, adam: Path,
+                                                                     tmp_path: Path) -> None:
+    """The picture of `gpuscope report`'s page that the README shows: the step-time breakdown chart and
+    the top findings, one window high. Written to $GPUSCOPE_SCREENSHOT_DIR/report.png where that is
+    set (GPUSCOPE_SCREENSHOT_DIR=docs/images pytest -k readme_picture), else beside the test."""
+    out = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    p = Page(browser, "readme")
+    try:
+        p.page.goto(adam.with_suffix(".html").as_uri())
+        _wait_drawn(p.page)
+        header = p.page.evaluate("document.querySelector('header, nav').getBoundingClientRect().height")
+        p.page.evaluate(f"window.scrollTo(0, document.getElementById('breakdown').offsetTop - {header} - 8)")
+        view = p.page.viewport_size
+        for selector in ("#breakdown-chart", ".finding-title"):  # both on screen, whole
+            box = p.page.locator(selector).first.bounding_box()
+            assert box is not None and header <= box["y"] and box["y"] + box["height"] <= view["height"], selector
+        picture = out / "report.png"
+        p.page.screenshot(path=str(picture))
+        data = picture.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert struct.unpack(">II", data[16:24]) == (view["width"], view["height"])
+        assert len(data) > 20_000  # a drawn page, not a blank one
+        assert not p.errors, p.errors
     finally:
         p.close()
 

@@ -33,7 +33,7 @@ from ..errors import GpuscopeError
 CAPTURE_ENV = "GPUSCOPE_CAPTURE"
 RANGES = {
     "none": "the whole run (default)",
-    "cudaProfilerApi": "between cudaProfilerStart and cudaProfilerStop (torch.cuda.profiler.start/stop)",
+    "cudaProfilerApi": "cudaProfilerStart to Stop (torch.cuda.profiler.start, stop)",
     "nvtx": "while an NVTX range named by --nvtx-capture is open",
     "api": "between gpuscope.start() and gpuscope.stop()",
 }

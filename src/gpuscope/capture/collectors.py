@@ -149,7 +149,7 @@ class TraceOption:
     """One ``--trace`` value."""
 
     name: str
-    help: str
+    help: str  # one line of ``profile --help``; what it costs is in docs/costs.md, not here
     tables: tuple[str, ...] = ()  # what it adds to the report
     side: str = "process"  # "process": runs in the profiled process; "launcher": samples it from outside
     needs_gpu: bool = False  # left out of the default without an NVIDIA driver
@@ -184,54 +184,37 @@ def _torch_ops_hint(trace: list[str]) -> str | None:
 
 
 TRACES = [
-    TraceOption("cuda", "kernels, memory copies and sets, synchronizations, devices (CUPTI); cost, measured on H100 "
-                "and H200 2026-11-22 to 2026-11-26: 1.1-2.5 µs more per kernel launch for CUPTI's records (1.11x "
-                "the step of a launch-bound MLP and 1.08x a compiled GPT without gpuscope: the floor), 1.02-1.23x "
-                "the step of a launch-bound MLP with the anchors; the whole GPU default 1.19-1.27x there, 1.05x a "
-                "small GPT eager, 1.13-1.38x it compiled, 1.00x large GEMMs",
+    TraceOption("cuda", "kernels, copies, sets, host synchronizations, devices (CUPTI)",
                 ("kernel", "kernel_config", "memcpy", "memset", "sync", "device", "context", "overhead",
                  "sync_site", "launch_call"), needs_gpu=True, hint_key="cuda", hint="GPU activity: add --trace cuda"),
-    TraceOption("cuda-graph", "each CUDA graph launch as one operation, instead of one per kernel of the graph "
-                "(less overhead)", ("graph_launch",), needs_gpu=True, implies=("cuda",)),
-    TraceOption("cuda-api", "every CUDA runtime and driver API call (CUPTI; with its synchronization records 1.41x against 1.05x "
-                "for kernels, copies and sets alone on a launch-bound MLP, measured on H100 2026-11-22)",
+    TraceOption("cuda-graph", "each CUDA graph launch as one operation, not one per kernel",
+                ("graph_launch",), needs_gpu=True, implies=("cuda",)),
+    TraceOption("cuda-api", "every CUDA runtime and driver API call (CUPTI)",
                 ("api_call",), needs_gpu=True, implies=("cuda",), hint_key="cuda_api",
                 hint="CUDA API calls and CUPTI's synchronization records (cuda_api_sum, API time in "
                      "cuda_kern_exec_sum; host waits are in sync_sum): add --trace cuda-api"),
-    TraceOption("nvtx", "NVTX ranges and marks of any library: torch.cuda.nvtx, C/C++ code (CUPTI's NVTX injection)",
+    TraceOption("nvtx", "NVTX ranges and marks of any library (torch.cuda.nvtx, C/C++)",
                 ("nvtx_range",), needs_gpu=True, hint_key="nvtx", hint="NVTX ranges: add --trace nvtx"),
-    TraceOption("torch", "PyTorch module forward, optimizer, zero_grad, loss.backward, DataLoader waits, steps (a module "
-                "call logs two clock readings that a background thread pairs into a range: about 1-1.5 µs per call "
-                "on a 2-core CPU; with cuda, a launch anchor before each reading, about 1.1-1.5 µs each; alone 1.00x the "
-                "step of a launch-bound MLP on an H100, about +0.05-0.1x on top of cuda)",
+    TraceOption("torch", "PyTorch module forwards, optimizer, DataLoader waits, steps",
                 ("nvtx_range",), hint_key="torch",
                 hint="PyTorch module, optimizer and step ranges: add --trace torch"),
-    TraceOption("torch-backward", "the backward of every PyTorch module (autograd hooks; about 4x the cost of "
-                "forward ranges)", ("nvtx_range",), implies=("torch",), hint_key="torch_backward",
-                hint_when=_torch_backward_hint),
-    TraceOption("torch-ops", "every PyTorch (ATen) operator, forward and backward, with input shapes, dtypes and "
-                "arguments (about 15 µs per operator on a 2-core CPU; the CPU default with it: 3.5x the loop of a small "
-                "MLP training)", ("torch_op",), hint_key="torch_ops",
-                hint_when=_torch_ops_hint),
-    TraceOption("torch-shapes", "PyTorch operators as torch-ops, in a few short sample windows of steady steps only; "
-                "their FLOPs and bytes are carried to every launch of the same kernels (the roofline without "
-                "torch-ops); costs the window's operators as torch-ops, nothing after it", ("torch_op", "torch_op_window"), needs_gpu=True),
-    TraceOption("cpu", "Python stacks of every thread sampled at 250 Hz (GPUSCOPE_SAMPLE_HZ), threads' CPU time "
-                "(1.08-1.09x the loop of a small CPU training; 1.16-1.27x at 1000 Hz)",
+    TraceOption("torch-backward", "each PyTorch module's backward too (autograd hooks)",
+                ("nvtx_range",), implies=("torch",), hint_key="torch_backward", hint_when=_torch_backward_hint),
+    TraceOption("torch-ops", "every PyTorch operator with its shapes, dtypes and arguments",
+                ("torch_op",), hint_key="torch_ops", hint_when=_torch_ops_hint),
+    TraceOption("torch-shapes", "PyTorch operators as torch-ops, in short sample windows only",
+                ("torch_op", "torch_op_window"), needs_gpu=True),
+    TraceOption("cpu", "Python stacks of every thread at 250 Hz, threads' CPU time",
                 ("cpu_sample", "cpu_stack", "cpu_frame", "thread_time"), hint_key="cpu",
                 hint="Python stack samples (cpu_hotspots): add --trace cpu"),
-    TraceOption("memory", "PyTorch memory: every allocation and free with its size, time and Python line (CUDA "
-                "caching allocator's history and out-of-memory state; CPU tensors without a GPU); with cuda, also "
-                "every CUDA-level allocation of any library (CUPTI's memory records)",
+    TraceOption("memory", "PyTorch and CUDA allocations and frees, memory peaks",
                 ("memory_event", "memory_oom"), hint_key="memory",
                 hint="allocations, frees and the program's own memory peak (memory_sum): add --trace memory"),
-    TraceOption("host", "CPU utilization per core, and CPU, memory and threads of the program's processes (10 Hz; read "
-                "from the launcher: nothing in the program)",
+    TraceOption("host", "CPU, memory and threads of the program, read from outside it",
                 ("host_counter",), side="launcher"),
-    TraceOption("nvml", "GPU utilization, memory, power, clocks, temperature, PCIe throughput through NVML (20 Hz; read "
-                "from the launcher: nothing in the program)",
+    TraceOption("nvml", "GPU utilization, memory, power, clocks, PCIe (NVML, outside)",
                 ("host_counter",), side="launcher", needs_gpu=True),
-    TraceOption("none", "no collector: run the program and record only its process", side="none"),
+    TraceOption("none", "no collector: the program's process record only", side="none"),
 ]
 BY_NAME = {t.name: t for t in TRACES}
 KNOWN_TRACES = {t.name: t.help for t in TRACES}

@@ -19,17 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="report file (default: report1.gpuscope, report2, ...); %%h: the host's "
                    "name, %%q{NAME}: environment variable NAME (one report per node of a multi-node run)")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing report file")
-    p.add_argument(
-        "-t", "--trace",
-        help="collectors, comma-separated: " + ", ".join(
-            f"{k} ({v})" for k, v in collectors.KNOWN_TRACES.items()
-        ) + f". Default: {','.join(collectors.DEFAULT_TRACE)}; without an NVIDIA driver "
-          f"{','.join(collectors.cpu_only(collectors.DEFAULT_TRACE))}. Costs: bench/RESULTS.md",
-    )
+    p.add_argument("-t", "--trace", help="collectors, comma-separated (listed below)")
+    # One line per collector, kept as written: argparse would fill them into one paragraph.
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = help_lists()
     p.add_argument("--stats", action="store_true", help="print every stats report at the end")
     c = p.add_argument_group("capture range (record part of the run; collection is off outside it)")
-    c.add_argument("--capture-range", metavar="KIND", help="when collection is on: " + "; ".join(
-        f"{k}: {v}" for k, v in capture_range.RANGES.items()))
+    c.add_argument("--capture-range", metavar="KIND", help="when collection is on (kinds listed below)")
     c.add_argument("--nvtx-capture", metavar="NAME[@DOMAIN]",
                    help="with --capture-range=nvtx: the range (any domain unless @DOMAIN)")
     c.add_argument("--steps", metavar="FIRST-LAST",
@@ -38,11 +34,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--delay", metavar="SEC", help="record nothing for the first SEC seconds")
     c.add_argument("--duration", metavar="SEC", help="stop recording SEC seconds after it started (each time)")
     p.add_argument("--no-overhead-probe", dest="overhead_probe", action="store_false",
-                   help="record every step: by default, in a run with steps recorded whole, collection is "
-                        "off for 3 steps after step 10 and every 25 steps after it, to time the steps "
-                        "without the profiler (analyze then scales the host's share of the step to it)")
+                   help="record every step (by default collection is off for 3 steps after step 10 and "
+                        "every 25 after it, to time steps without the profiler)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module, as python -m")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
+
+
+def help_lists() -> str:
+    """Return the end of ``profile --help``: the ``--trace`` values one line each, the defaults, and
+    the ``--capture-range`` kinds one line each."""
+    width = max(len(t.name) for t in collectors.TRACES) + 2
+    lines = ["collectors (--trace VALUE,VALUE,...):"]
+    lines += [f"  {t.name:<{width}}{t.help}" for t in collectors.TRACES]
+    lines.append(f"default: {','.join(collectors.DEFAULT_TRACE)}")
+    lines.append(f"without an NVIDIA driver: {','.join(collectors.cpu_only(collectors.DEFAULT_TRACE))}")
+    lines.append("what each records and costs: docs/cli.md and docs/costs.md in gpuscope's source")
+    lines.append("")
+    lines.append("capture ranges (--capture-range KIND):")
+    width = max(len(k) for k in capture_range.RANGES) + 2
+    lines += [f"  {k:<{width}}{v}" for k, v in capture_range.RANGES.items()]
+    return "\n".join(lines)
 
 
 _WITH_VALUE = {"-o", "--output", "-t", "--trace", "--capture-range", "--nvtx-capture", "--steps", "--delay",

@@ -1,0 +1,42 @@
+"""``gpuscope profile --help`` as a user reads it: one line per ``--trace`` value and per capture range,
+no benchmark figures, nothing wider than an 80-column terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from gpuscope.capture import capture_range, collectors
+
+
+def _help(command: str) -> str:
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run([sys.executable, "-m", "gpuscope", command, "--help"], capture_output=True, text=True,
+                          check=True, env=env).stdout
+
+
+def test_profile_help_lists_each_collector_and_capture_range_on_a_line_of_its_own() -> None:
+    text = _help("profile")
+    lines = text.splitlines()
+    for option in collectors.TRACES:
+        [line] = [x for x in lines if x.split()[:1] == [option.name] and option.help in x]
+        assert line == f"  {option.name:<16}{option.help}"
+    for kind, meaning in capture_range.RANGES.items():
+        assert sum(1 for x in lines if x.split()[:1] == [kind] and x.rstrip().endswith(meaning)) == 1, kind
+    assert "default: " + ",".join(collectors.DEFAULT_TRACE) in lines
+    assert max(len(x) for x in lines) <= 80
+
+
+def test_help_texts_carry_no_benchmark_figures_or_long_paragraphs() -> None:
+    figure = re.compile(r"\d\.\d+x|\d+ ?µs|\b20\d\d-\d\d-\d\d\b|H100|H200")
+    for command in ("profile", "stats", "analyze", "roofline", "kernels", "report", "view", "export", "import",
+                    "diff"):
+        text = _help(command)
+        assert not figure.search(text), (command, figure.search(text))
+        # an option's help is a few lines at most: its paragraph ends at the next option or a blank line
+        paragraph = 0
+        for line in text.splitlines():
+            paragraph = paragraph + 1 if line.startswith(" " * 24) and line.strip() else 0
+            assert paragraph <= 8, (command, line)
