@@ -43,8 +43,9 @@ def test_every_output_carries_the_ranked_findings(fmt: str, mlp: Diagnosis) -> N
     text = diagnosis_formats()[fmt](mlp)
     positions = [text.index(f.rule) for f in mlp.findings]
     assert positions == sorted(positions)
+    words = " ".join(text.split())  # the table's notes wrap at its width
     for s in mlp.skipped:
-        assert s.reason in text
+        assert s.reason in words
 
 
 def test_json_carries_integer_nanoseconds_that_add_up(mlp: Diagnosis) -> None:

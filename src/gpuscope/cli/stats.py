@@ -10,6 +10,7 @@ from ..analysis import STATS_REPORTS, stats_reports
 from ..analysis.fleet import FLEET_REPORTS
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
+from ..reporters.terminal import render_present
 from ..safe_text import terminal
 from .fleet import add_engine, is_fleet, run_stats
 from .output import emit
@@ -59,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
             for name in ("cpu_hotspots", "cpu_hotspots_lines"):
                 reports[name] = partial(reports[name], libraries=True)
-        text = FORMATS[args.format]([reports[n](report) for n in names])
+        tables = [reports[n](report) for n in names]
+        # every report asked for by name is printed, empty or not; of all, those with rows
+        text = render_present(tables) if args.format == "table" and not args.names else \
+            FORMATS[args.format](tables)
     emit(text, args.output, args.force_overwrite)
     return 0
 

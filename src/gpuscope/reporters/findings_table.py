@@ -1,7 +1,8 @@
 """The diagnosis as terminal text: the step-time breakdown, the steps, then the findings ranked.
 
 Laid out with rich (a few small tables, so its layout engine costs nothing noticeable), rendered
-to plain text at a fixed width so that the output is the same in a terminal, a pipe or a file.
+to plain text at most :data:`WIDTH` characters wide, or the terminal's width (``COLUMNS``) where that
+is less; notes wrap at the same width.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
 from ..analysis.table import Table
 from ..safe_text import terminal as safe
 from ..units import duration, human
+from .terminal import terminal_width
 
-WIDTH = 100
+WIDTH = 100  # prose wider than this reads badly, however wide the terminal
 MAX_STEPS = 12  # steps shown in the per-step table; json and markdown carry all
 
 
@@ -69,23 +71,28 @@ def _findings(diag: Diagnosis) -> RichTable:
 def render(diag: Diagnosis) -> str:
     """Return the whole diagnosis as text."""
     out = io.StringIO()
-    console = Console(file=out, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+    width = min(WIDTH, terminal_width())
+    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
     tables = [diag.breakdown_table()] + ([_steps(diag.steps_table())] if diag.processes else [])
     for table in tables:
         console.print(_rich_table(table))
         for note in table.notes:
-            console.print(f"  {safe(note)}", soft_wrap=True)
+            console.print(_wrap(safe(note), width, "  "), soft_wrap=True)
         console.print()
     if diag.findings:
         console.print(_findings(diag))
     else:
-        console.print(f"Findings, ranked by estimated saving: {none_above(diag)}", soft_wrap=True)
+        console.print(_wrap(f"Findings, ranked by estimated saving: {none_above(diag)}", width, ""), soft_wrap=True)
     if diag.skipped:
         console.print("\nNot checked", soft_wrap=True)
         for rules, reason in skipped_lines(diag):
-            console.print(safe(f"  {rules}: {reason}"), soft_wrap=True)
+            console.print(_wrap(safe(f"{rules}: {reason}"), width, "  "), soft_wrap=True)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def _wrap(text: str, width: int, indent: str) -> str:
+    return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False)
 
 
 def none_above(diag: Diagnosis) -> str:

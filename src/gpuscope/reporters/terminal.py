@@ -1,8 +1,9 @@
 """Tables for the terminal, in human units, laid out as plain fixed-width text.
 
 A table fits the terminal's width (``COLUMNS``, else the terminal's, else 120 columns): numbers are
-printed whole, and the widest text columns have long names elided in the middle (``aten::...mm``);
-csv and json carry the full names. Columns that hold nothing for the report at hand (every value
+printed whole, long names are elided in the middle (``aten::...mm``) and, where that is not enough,
+columns are left out in a stated order and named under the table (table_fit.py); csv and json carry
+every column and the full names. Columns that hold nothing for the report at hand (every value
 empty) are left out, and a table without rows is its title and notes. Plain formatting keeps a
 1000-row kernel table at a few milliseconds (a layout engine that measures and wraps every cell
 took over a second for the same table).
@@ -18,11 +19,9 @@ from typing import Sequence
 from ..analysis.table import Table
 from ..safe_text import terminal as safe
 from ..units import human
+from .table_fit import GAP, fit
 
-GAP = "  "
 DEFAULT_WIDTH = 120  # output that goes to a pipe or a file, without COLUMNS
-MIN_TEXT = 16  # a text column is never elided below this many characters
-MIN_LAST = 40  # nor the last one (the name) below this many
 ELLIPSIS = "..."
 
 
@@ -55,29 +54,12 @@ def _empty(value: str) -> bool:
     return value in ("", "-")
 
 
-def _fit(widths: list[int], numeric: list[bool], width: int) -> list[int]:
-    """Shrink the widest text columns, one character at a time, until the line fits ``width``."""
-    widths = list(widths)
-    floor = [MIN_TEXT] * len(widths)
-    if floor:
-        floor[-1] = MIN_LAST  # the last column is the name a row is about
-    total = lambda: len(GAP) * len(widths) + sum(widths)  # noqa: E731
-    while total() > width:
-        text = [i for i, n in enumerate(numeric) if not n and widths[i] > floor[i]]
-        if not text:
-            break
-        widest = max(text, key=lambda i: widths[i])
-        widths[widest] -= max(1, min(widths[widest] - floor[widest], total() - width, 8))
-    return widths
-
-
 def format_table(table: Table, width: int | None = None) -> str:
     """Return ``table`` as text no wider than ``width`` (default :func:`terminal_width`) where its
     numbers allow: a title line, a header, a rule, the rows, then its notes."""
     width = width or terminal_width()
-    title = safe(f"{table.title} ({table.name})")
-    notes = [textwrap.fill(safe(note), width, initial_indent=GAP, subsequent_indent=GAP + "  ",
-                           break_on_hyphens=False, break_long_words=False) for note in table.notes]
+    title = elide(safe(f"{table.title} ({table.name})"), width)
+    notes = [_wrap(safe(note), width) for note in table.notes]
     if not table.rows:
         return "\n".join([title, *notes]) + "\n"
     cells = [[safe(human(v, c.unit)) for v, c in zip(row, table.columns)] for row in table.rows]
@@ -86,8 +68,15 @@ def format_table(table: Table, width: int | None = None) -> str:
     cells = [[r[i] for i in keep] for r in cells]
     labels = [safe(c.label) for c in columns]
     numeric = [c.unit != "text" for c in columns]
-    widths = [max([len(lab)] + [len(r[i]) for r in cells]) for i, lab in enumerate(labels)]
-    widths = _fit(widths, numeric, width)
+    wanted = [max([len(lab)] + [len(r[i]) for r in cells]) for i, lab in enumerate(labels)]
+    layout = fit(table.name, [c.label for c in columns], wanted, numeric, width)
+    widths = layout.widths
+    labels = [labels[i] for i in layout.keep]
+    cells = [[r[i] for i in layout.keep] for r in cells]
+    numeric = [numeric[i] for i in layout.keep]
+    if layout.dropped:
+        notes.append(_wrap(f"Left out to fit {width} columns: {', '.join(layout.dropped)} (csv and json have "
+                           "every column).", width))
 
     def line(values: Sequence[str]) -> str:
         parts = []
@@ -103,6 +92,26 @@ def format_table(table: Table, width: int | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def _wrap(text: str, width: int) -> str:
+    """A note as lines of at most ``width`` characters, indented under its table; a word longer than a
+    line (a path) is broken."""
+    return textwrap.fill(text, width, initial_indent=GAP, subsequent_indent=GAP + "  ", break_on_hyphens=False)
+
+
 def render(tables: Sequence[Table], width: int | None = None) -> str:
     """Return the tables as text, separated by blank lines."""
     return "\n".join(format_table(t, width) for t in tables)
+
+
+def render_present(tables: Sequence[Table], width: int | None = None) -> str:
+    """Return the tables that have rows, as :func:`render` does, then one paragraph naming the tables
+    that have none (``gpuscope stats -r NAME`` prints one with the reason it is empty)."""
+    width = width or terminal_width()
+    present = [t for t in tables if t.rows]
+    empty = [t.name for t in tables if not t.rows]
+    text = render(present, width)
+    if empty:
+        line = (f"Nothing to show in this report for {', '.join(empty)} "
+                f"(gpuscope stats -r NAME says why).")
+        text += ("\n" if text else "") + textwrap.fill(line, width, break_on_hyphens=False) + "\n"
+    return text
