@@ -49,6 +49,14 @@ def test_default_output_name(tmp_path: Path) -> None:
     assert (tmp_path / "run.gpuscope").is_file()
 
 
+def test_output_name_gets_the_suffix_as_profile_does(tmp_path: Path) -> None:
+    res = gpuscope_cli("import", str(GPT_TRACE), "-o", "run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "wrote run.gpuscope (" in res.stderr and not (tmp_path / "run").exists()
+    export = gpuscope_cli("export", "run.gpuscope", cwd=tmp_path)  # the next command a user types
+    assert export.returncode == 0, export.stderr
+
+
 def test_truncated_gzip_names_the_event(tmp_path: Path) -> None:
     data = GPT_TRACE.read_bytes()
     bad = tmp_path / "cut.json.gz"

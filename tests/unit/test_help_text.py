@@ -40,3 +40,11 @@ def test_help_texts_carry_no_benchmark_figures_or_long_paragraphs() -> None:
         for line in text.splitlines():
             paragraph = paragraph + 1 if line.startswith(" " * 24) and line.strip() else 0
             assert paragraph <= 8, (command, line)
+
+
+def test_an_unknown_option_is_said_with_the_usage_of_its_command() -> None:
+    res = subprocess.run([sys.executable, "-m", "gpuscope", "stats", "some.gpuscope", "--no-such-option"],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("usage: gpuscope stats ") and "--libraries" in res.stderr
+    assert res.stderr.rstrip().splitlines()[-1] == "gpuscope stats: error: unrecognized arguments: --no-such-option"

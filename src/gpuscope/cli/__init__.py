@@ -27,12 +27,23 @@ COMMANDS: list[Command] = [  # type: ignore[list-item]
 ]
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own error, said with its own usage
+    (argparse leaves such arguments to the top-level parser, whose usage names no option of the command)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuscope", description="Profile deep-learning programs on NVIDIA GPUs."
     )
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
         cmd.add_arguments(p)

@@ -24,7 +24,7 @@ HELP = ("Import a PyTorch profiler (Kineto) JSON trace (.json, .json.gz) or an N
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a torch.profiler trace (.json or .json.gz) or an nsys export (.sqlite)")
     p.add_argument("-o", "--output", metavar="NAME",
-                   help=f"report file (default: the trace's name with {FILE_SUFFIX})")
+                   help=f"report file ({FILE_SUFFIX} is added when missing; default: the trace's name with {FILE_SUFFIX})")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing report file")
 
 
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise GpuscopeError(f"{source}: no such trace file")
     out = Path(args.output) if args.output else default_output(source)
-    if out.suffix != FILE_SUFFIX and not args.output:
-        out = out.with_suffix(FILE_SUFFIX)
+    if out.suffix != FILE_SUFFIX:  # as profile does: -o run writes run.gpuscope
+        out = out.with_name(out.name + FILE_SUFFIX)
     check(out, args.force_overwrite)  # a symbolic link counts as existing; with force it is replaced, not followed
     done = _imported(source, out)
     c = done.counts
