@@ -28,6 +28,14 @@ TOP = 40  # keys per family that get an interval (the largest on either side)
 MIN_SHARE = 0.05  # a part explaining less of the step's change is not named in the attribution
 
 
+def _changed(c: Change) -> bool:
+    """Whether a kernel's time per step changed beyond noise; a kernel that runs on one side only (no
+    ratio, no interval) changed when each side has enough steps to say so."""
+    if c.change is None or not c.new:
+        return min(c.steps) >= MIN_STEPS and bool(c.base or c.new)
+    return c.significant
+
+
 @dataclass(frozen=True)
 class Item:
     """One layer, kernel or operator: its change of GPU time per step, and its share of the change
@@ -78,12 +86,17 @@ class DiffResult:
                 if named:
                     out.append("; ".join(f"{i.share:.0%} from {i.key}" for i in named))
                     break
-        kernels = [i for i in self.items.get("kernel", []) if i.change.significant and i.change.change is not None
+        kernels = [i for i in self.items.get("kernel", []) if _changed(i.change)
                    and abs(i.delta_ns) >= MIN_SHARE * abs(self.step_mean_delta_ns)]
         if kernels:
             k = max(kernels, key=lambda i: abs(i.delta_ns))
-            ratio = k.change.new / k.change.base if k.change.base else float("inf")
-            out.append(f"kernel {_short(k.key)} {ratio:.2g}x {'slower' if ratio > 1 else 'faster'}")
+            if not k.change.new:  # a ratio of 0x reads as nonsense: the kernel no longer runs
+                out.append(f"kernel {_short(k.key)} gone ({human(k.change.base, 'ns')} per step before)")
+            elif not k.change.base:
+                out.append(f"kernel {_short(k.key)} new ({human(k.change.new, 'ns')} per step)")
+            else:
+                ratio = k.change.new / k.change.base
+                out.append(f"kernel {_short(k.key)} {ratio:.2g}x {'slower' if ratio > 1 else 'faster'}")
         if self.syncs is not None and self.syncs.base != self.syncs.new:
             more = self.syncs.new - self.syncs.base
             where = ""
