@@ -10,7 +10,7 @@ from typing import Protocol, Sequence
 from ..errors import GpuscopeError, InternalError, QueryError
 from ..safe_text import terminal
 from ..version import __version__
-from . import analyze, diff, export, failures, import_, kernels, profile, report, roofline, stats, view
+from . import analyze, diff, export, failures, import_, kernels, profile, report, roofline, stats, try_, view
 
 
 class Command(Protocol):
@@ -23,7 +23,7 @@ class Command(Protocol):
 
 
 COMMANDS: list[Command] = [  # type: ignore[list-item]
-    profile, stats, analyze, roofline, kernels, report, view, export, import_, diff,
+    profile, stats, analyze, roofline, kernels, report, view, export, import_, diff, try_,
 ]
 
 
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             own, program = profile.split_argv(argv[1:])
             args = parser.parse_args([profile.NAME, *own])
             profile.apply_program(args, program)
-        elif argv and argv[0] == kernels.NAME and "--" in argv:  # kernels REPORT --ncu -- PROGRAM ARGS
+        elif argv and argv[0] in (kernels.NAME, try_.NAME) and "--" in argv:  # kernels REPORT --ncu -- PROGRAM ARGS
             cut = argv.index("--")
             args = parser.parse_args(argv[:cut])
             args.program = argv[cut + 1:]

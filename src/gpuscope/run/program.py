@@ -73,6 +73,7 @@ def profile(
         writer.set_meta(
             command=command.argv,
             cwd=os.getcwd(),
+            environment=launcher.recorded_environment(),
             host=socket.gethostname(),
             user=_user(),
             platform=platform.platform(),

@@ -190,6 +190,18 @@ def prepare_bootstrap(spool_dir: Path) -> Path:
     return boot
 
 
+# The variables a report stores (meta.environment): those that change what a deep-learning program
+# computes or how fast, so that ``gpuscope try`` can run it again as it ran; never the rest (secrets).
+_RECORDED_ENV = re.compile(r"^(CUDA_|PYTORCH_|TORCH|TORCHINDUCTOR_|NCCL_|OMP_|MKL_|OPENBLAS_|CUBLAS|CUDNN|NVIDIA_TF32|"
+                           r"TRITON_|XLA_|PYTHONHASHSEED$|PYTHONPATH$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
+
+
+def recorded_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``env`` (default: this process's) that a report stores."""
+    env = dict(os.environ) if env is None else env
+    return {k: v for k, v in sorted(env.items()) if _RECORDED_ENV.match(k)}
+
+
 def child_environment(spool_dir: Path, boot: Path, trace: list[str]) -> dict[str, str]:
     """Return the environment of the profiled program."""
     env = dict(os.environ)

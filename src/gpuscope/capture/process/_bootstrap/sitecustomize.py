@@ -28,6 +28,18 @@ def _start_agent() -> None:
         _say(f"gpuscope: the profiling agent failed to start: {type(exc).__name__}: {exc}\n")
 
 
+def _start_trial() -> None:
+    """A run of ``gpuscope try``: the fix's patches (experiment/inprocess.py), after the agent."""
+    if not os.environ.get("GPUSCOPE_TRY"):
+        return
+    try:
+        from gpuscope.experiment import inprocess
+
+        inprocess.start_from_env()
+    except Exception as exc:  # noqa: BLE001
+        _say(f"gpuscope: the fix could not be installed: {type(exc).__name__}: {exc}\n")
+
+
 def _chain_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     me = sys.modules.get("sitecustomize")
@@ -49,4 +61,5 @@ def _chain_next_sitecustomize() -> None:
 
 
 _start_agent()
+_start_trial()
 _chain_next_sitecustomize()

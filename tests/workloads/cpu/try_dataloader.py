@@ -1,0 +1,43 @@
+"""A training loop that waits for its DataLoader: every sample's ``__getitem__`` waits 1 ms (a stand-in
+for reading a file) and the DataLoader loads in the loop's process (``num_workers=0``); each step then
+waits 8 ms more (a stand-in for the device's work), so loading and stepping take about as long. Both
+are waits, not CPU work, so the result holds on a busy machine. Seeded: its losses repeat run to run.
+One worker process hides the loading behind the step: ``gpuscope try`` is expected to add it and to
+measure about half the step saved."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+BATCH, WIDTH, CLASSES, STEPS = 8, 64, 4, 60
+DEVICE_WAIT_S = 0.008
+
+
+class Slow(Dataset):
+    def __len__(self) -> int:
+        return BATCH * STEPS
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        time.sleep(0.001)  # the file read that costs
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(WIDTH, generator=g), i % CLASSES
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(WIDTH, 128), nn.ReLU(), nn.Linear(128, CLASSES))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for x, y in DataLoader(Slow(), batch_size=BATCH, num_workers=0):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        time.sleep(DEVICE_WAIT_S)
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
