@@ -1,6 +1,6 @@
 """Fault injection: every way a profiled run can end, a full disk for the report and for the spool,
 and a killed launcher. Each case checks the exit code the shell sees, that the report opens, and how
-many of the steps the program printed the report kept, against the bounds the README states:
+many of the steps the program printed the report kept, against the bounds docs/failures.md states:
 
 - the program ends by itself (return, exception, sys.exit), or by SIGTERM, SIGHUP or SIGINT sent to
   it, to gpuscope or to the whole group, once or twice: nothing is lost;

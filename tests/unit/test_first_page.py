@@ -83,14 +83,3 @@ def test_the_sampling_rate_is_stated_when_it_falls_short() -> None:
     assert rate_note([SampleRate(1, 1000.0, 990.0, 2_000_000)]) is None
     note = rate_note([SampleRate(7, 1000.0, 115.0, 230_000_000)])
     assert note is not None and "115/s of 1,000/s" in note and "230 ms" in note
-
-
-def test_the_readme_documents_every_trace_value_and_fork_against_spawn() -> None:
-    from gpuscope.capture.collectors import TRACES
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    rows = {line.split("|")[1].strip().split()[0].strip("`") for line in readme.splitlines() if line.startswith("| `")}
-    assert {t.name for t in TRACES} <= rows
-    assert "multiprocessing_context=\"spawn\"" in readme and "fork" in readme
-    main = next(line for line in readme.splitlines() if "gpuscope profile --force-overwrite -o example" in line)
-    assert "--stats" not in main  # the main command shows the page, not every report
