@@ -326,3 +326,32 @@ def test_a_newer_view_cancels_the_window_in_flight_and_buckets_keep_their_grid(b
     finally:
         p.close()
         view.stop()
+
+
+@pytest.fixture(scope="module")
+def gemms(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recorded report whose kernels have FLOPs (its page draws a roofline)."""
+    from conftest import unpack_fixture
+
+    d = tmp_path_factory.mktemp("gemms-browser")
+    report = unpack_fixture("gemm_conv", d)
+    res = Gpuscope(d).run("report", report.name)
+    assert res.returncode == 0, res.describe()
+    return report
+
+
+def test_the_roofline_axes_are_labelled_with_si_prefixes_at_powers_of_ten(browser: Any, gemms: Path) -> None:
+    p = Page(browser, "file-roofline-ticks")
+    try:
+        p.page.goto(gemms.with_suffix(".html").as_uri())
+        p.page.wait_for_function("Chart.getChart(document.getElementById('roofline-chart'))", timeout=30_000)
+        labels = p.page.evaluate("""(() => { const c = Chart.getChart(document.getElementById('roofline-chart'));
+            return { x: c.scales.x.ticks.map(t => t.label), y: c.scales.y.ticks.map(t => t.label) }; })()""")
+        shown = [label for label in labels["y"] if label]
+        assert shown and all(label.split()[-1] in ("k", "M", "G", "T", "P") for label in shown), labels
+        assert "100 T" in shown and not any("," in label for label in labels["x"] + labels["y"]), labels
+        assert len(shown) < len(labels["y"])  # the ticks between powers of ten are left unlabelled
+        assert p.page.evaluate("[5e14, 2.5e9, 0.01].map(GS.si)") == ["500 T", "2.5 G", "0.01"]
+        assert not p.errors, p.errors
+    finally:
+        p.close()

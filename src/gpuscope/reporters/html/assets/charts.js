@@ -51,8 +51,10 @@ GS.rooflineChart = function (canvas, roof, which) {
     data: { datasets },
     options: {
       responsive: true, maintainAspectRatio: false, animation: false, parsing: { xAxisKey: "x", yAxisKey: "y" },
-      scales: { x: { type: "logarithmic", min: x0, max: x1, title: { display: true, text: "Arithmetic intensity (FLOP/byte)" } },
-                y: { type: "logarithmic", max: top * 3, title: { display: true, text: "Performance (FLOP/s)" } } },
+      scales: { x: { type: "logarithmic", min: x0, max: x1, ticks: { callback: GS.logTick },
+                     title: { display: true, text: "Arithmetic intensity (FLOP/byte)" } },
+                y: { type: "logarithmic", max: top * 3, ticks: { callback: GS.logTick },
+                     title: { display: true, text: "Performance (FLOP/s)" } } },
       plugins: {
         legend: { position: "right" },
         tooltip: {

@@ -24,6 +24,21 @@ GS.ns = function (ns) {
   return (ns / 1e9).toFixed(3) + " s";
 };
 
+// A number with an SI prefix, for the ticks of a logarithmic axis: 5e14 -> "500 T", 0.01 -> "0.01".
+GS.si = function (v) {
+  const trim = s => String(Number(s));
+  for (const [scale, prefix] of [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]])
+    if (Math.abs(v) >= scale) return trim((v / scale).toPrecision(3)) + " " + prefix;
+  return trim(v.toPrecision(3));
+};
+
+// Tick labels of a logarithmic axis: powers of ten only (the ticks between them stay, unlabelled, so
+// that long labels never overlap), with SI prefixes.
+GS.logTick = function (value) {
+  const e = Math.log10(value);
+  return Math.abs(e - Math.round(e)) < 1e-9 ? GS.si(value) : "";
+};
+
 // A stable colour per name.
 GS.color = function (name, alpha) {
   let h = 2166136261;
