@@ -136,3 +136,21 @@ def test_recorded_trace_matches_capture_of_the_same_program(recorded, tmp_path: 
                                         "AND s.value NOT LIKE '%.%.%.%'")}
         assert blocks == {f"GPT.Sequential_0.Block_{i}" for i in range(4)}
         assert "torch_ops" in imp.not_recorded()  # recorded without record_shapes
+
+
+def test_a_thread_written_as_a_negative_number_gets_a_lane_named_by_its_unsigned_id(tmp_path: Path) -> None:
+    from gpuscope.analysis.timeline_tracks import build_index
+
+    # PyTorch's profiler writes some CUPTI threads' ids as signed 32-bit numbers
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": -1029147072,
+               "ts": 1000.5, "dur": 2.25, "args": {"correlation": 1, "cbid": 211}},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1003.0, "dur": 4.5,
+               "args": {"correlation": 1, "device": 0, "stream": 7}}]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}],
+                                 "traceEvents": events}))
+    import_trace(trace, tmp_path / "t.gpuscope")
+    with Report.open(tmp_path / "t.gpuscope") as report:
+        labels = [t.label for t in build_index(report).tracks]
+    assert "Thread 3265820224: CUDA API" in labels, labels
+    assert not any("-" in label.split(":")[0] for label in labels), labels

@@ -120,3 +120,13 @@ def test_a_large_reports_analyses_wait_for_a_request_and_are_kept(training) -> N
         again = Viewer(report, index, content_cap=10, key=sidecar.report_key(path))
         assert again.content() == computed  # kept beside the report: no request needed
         assert "lazy" in Viewer(report, index, content_cap=10, key=None).content()  # --no-cache
+
+
+def test_thread_lanes_carry_the_threads_recorded_names(recorded) -> None:
+    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.trace.report import Report
+
+    with Report.open(recorded("cpu_train_small")) as report:
+        labels = [t.label for t in build_index(report).tracks]
+        [(main,)] = report.sql("SELECT tid FROM thread_time WHERE name = 'MainThread' GROUP BY tid")
+    assert f"Thread {main} (MainThread): Python stacks" in labels, labels

@@ -20,7 +20,7 @@ from .timeline_tracks import Lane, TimelineIndex, Track
 
 NAME = "timeline.bin"
 MAGIC = b"GSTLINDX"
-VERSION = 2  # 2: Python samples as a flame strip
+VERSION = 3  # 2: Python samples as a flame strip; 3: thread lanes named by the thread's name
 _LANE_ARRAYS = {"start": "<i8", "end": "<i8", "name": "<i4", "src": "i1", "cum": "<i8"}
 _COUNTER_ARRAYS = {"t": "<i8", "v": "<f8"}
 

@@ -244,6 +244,14 @@ class _Builder:
             raise self.report.damaged(exc) from None
 
 
+def thread_label(tid: int, name: str | None = None) -> str:
+    """``Thread 4639 (MainThread)``, or ``Thread 4639`` without a name. A negative id is a thread id
+    that a trace wrote as a signed 32-bit number (PyTorch's profiler does for some CUPTI threads): it
+    is shown as the unsigned number it stands for."""
+    shown = tid if tid >= 0 else tid & 0xFFFFFFFF
+    return f"Thread {shown}" + (f" ({name})" if name else "")
+
+
 def build_index(report: Report) -> TimelineIndex:
     """Return the timeline index of ``report``: its tracks (threads, GPU streams, counters) and lanes."""
     from .steps import step_windows
@@ -264,10 +272,17 @@ def build_index(report: Report) -> TimelineIndex:
         exe = procs.get(pid, "")
         return f"Process {pid}" + (f" ({exe.rsplit('/', 1)[-1]})" if exe else "")
 
+    names = {(int(p), int(t)): str(n) for p, t, n in report.sql(
+        "SELECT pid, tid, any_value(name) FILTER (WHERE name <> '') AS n FROM thread_time GROUP BY pid, tid "
+        "HAVING n IS NOT NULL")}
+
+    def thread(pid: int, tid: int) -> str:
+        return thread_label(tid, names.get((pid, tid)))
+
     for label, query in _THREAD.items():
         query = query.format(end=hi)
         for pid, tid in b.keys(query, _THREAD_KEY):
-            track = b.track(group(pid), f"Thread {tid}: {label}", pid=pid, tid=tid)
+            track = b.track(group(pid), f"{thread(pid, tid)}: {label}", pid=pid, tid=tid)
             b.slices(track, [b.part(query, _THREAD_KEY, (pid, tid))])
     trees: dict[int, StackTree] = {}
     for pid, tid in b.keys(_SAMPLES, _THREAD_KEY):
@@ -277,7 +292,8 @@ def build_index(report: Report) -> TimelineIndex:
         parts = flame_parts(tree, np.asarray(rows["start_ns"], dtype=np.int64), np.asarray(rows["end_ns"], dtype=np.int64),
                             np.asarray(rows["stack_id"], dtype=np.int64))
         if parts:
-            b.depth_lanes(b.track(group(pid), f"Thread {tid}: Python stacks", pid=pid, tid=tid), parts, SRC["cpu_stack"])
+            b.depth_lanes(b.track(group(pid), f"{thread(pid, tid)}: Python stacks", pid=pid, tid=tid), parts,
+                          SRC["cpu_stack"])
     for (pid,) in b.keys(_SYNC, ("pid",)):
         b.slices(b.track(group(pid), "CUDA synchronization", pid=pid), [b.part(_SYNC, ("pid",), (pid,))])
     devices = dict(report.sql("SELECT id, any_value(name) FROM device GROUP BY id"))
