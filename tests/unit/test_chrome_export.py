@@ -104,7 +104,8 @@ def test_no_two_slices_of_one_row_partially_overlap(recorded) -> None:
     assert _partial_overlaps(events) == 0
     extra = [e for e in events if e["ph"] == "M" and "(overlapping" in e["args"].get("name", "")]
     assert extra and all(e["tid"] >= chrome.LANE_BASE for e in extra)
-    assert sum(e["ph"] == "X" and e["cat"] == "nvtx" for e in events) == report_ranges(recorded("gpt_eager"))
+    assert sum(e["ph"] == "X" and e["cat"] in ("nvtx", "torch_range") for e in events) == \
+        report_ranges(recorded("gpt_eager"))
 
 
 def report_ranges(path) -> int:
@@ -118,9 +119,36 @@ def test_operators_and_python_samples_are_in_the_trace(recorded) -> None:
         ops, samples = report.count("torch_op"), report.count("cpu_sample")
     assert sum(e.get("cat") == "torch_op" and e["ph"] == "X" for e in events) == ops
     python = [e for e in events if e.get("cat") == "python"]
-    assert len(python) == samples and all(e["ph"] == "i" for e in python)
+    assert len(python) == samples and all(e["ph"] == "X" for e in python)
     assert any(e["args"]["line"].endswith(".py:37") for e in python)  # the program's line, not a library's
     assert _partial_overlaps(events) == 0
+
+
+def test_python_samples_are_slices_on_a_row_of_their_own(recorded) -> None:
+    with Report.open(recorded("cpu_balanced")) as report:
+        events = _export(report)
+        [(tid, weight_us)] = report.sql("SELECT tid, sum(weight_ns) / 1000 FROM cpu_sample GROUP BY tid "
+                                        "ORDER BY count(*) DESC LIMIT 1")
+    rows = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    row = tid + chrome.SAMPLES_LANE
+    assert rows[row] == f"thread {tid}: Python samples"
+    mine = [e for e in events if e.get("cat") == "python" and e["tid"] == row]
+    assert mine and all(e["dur"] >= 0 for e in mine)
+    assert abs(sum(e["dur"] for e in mine) - weight_us) < 0.01 * weight_us  # each covers its wall time
+    assert not [e for e in events if e.get("cat") == "python" and e["tid"] == tid]  # not on the thread's own row
+
+
+def test_pytorch_ranges_have_a_category_of_their_own(recorded) -> None:
+    with Report.open(recorded("cpu_train_small")) as report:
+        torch = report.sql("SELECT count(*) FROM nvtx_range WHERE source = 'torch' AND kind = 'range' "
+                           "AND end_ns IS NOT NULL")[0][0]
+        events = _export(report)
+    with Report.open(recorded("mlp_api")) as report:
+        nvtx = report.sql("SELECT count(*) FROM nvtx_range WHERE source = 'nvtx'")[0][0]
+        program = _export(report)
+    assert torch > 1000 and sum(e.get("cat") == "torch_range" and e["ph"] == "X" for e in events) == torch
+    assert not any(e.get("cat") == "nvtx" for e in events)
+    assert nvtx and sum(e.get("cat") == "nvtx" for e in program) == nvtx
 
 
 def test_export_memory_does_not_grow_with_the_report(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -1,8 +1,9 @@
 """Export to the Chrome trace event format (JSON), which Perfetto UI and chrome://tracing open.
 
-Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX and
-PyTorch ranges, PyTorch operators, host waits, and each Python stack sample as an instant event
-named by the program's line) and a row for synchronizations; one process per GPU with a row per
+Layout: one process per profiled process with a row per CPU thread (CUDA API calls, NVTX ranges
+(category ``nvtx``), PyTorch's module and step ranges (``torch_range``), PyTorch operators, host
+waits), a row per thread of its Python stack samples (``python``: each a slice of the wall time
+since the thread's previous sample, named by the program's line) and a row for synchronizations; one process per GPU with a row per
 stream (kernels, copies, sets); a flow arrow from each launching API call to its kernel or memory
 operation (when API calls were recorded). Host, process and GPU (NVML) counters become counter
 tracks. Times are microseconds from the start of the first profiled process (or the first event).
@@ -28,6 +29,7 @@ from .stacks import stack_sites
 GPU_PID_BASE = 1 << 30  # pseudo process ids for GPUs, far above real pids
 SYNC_TID = (1 << 31) - 1  # pseudo thread of each process that holds its synchronization records
 LANE_BASE = 1 << 32  # extra rows of a thread: tid + k * LANE_BASE for its k-th row of overlapping slices
+SAMPLES_LANE = 1 << 48  # the row of a thread's Python samples: tid + SAMPLES_LANE
 
 
 _GPU_OPS = """
@@ -155,12 +157,12 @@ def _others(report: Report, t0: int) -> Iterator[dict[str, Any]]:
         yield {"ph": "M", "name": "thread_name", "pid": _gpu_pid(dev), "tid": stream,
                "args": {"name": f"Stream {stream}"}}
 
-    for s, pid, tid, name in _batches(
+    for s, pid, tid, name, cat in _batches(
         report,
-        """SELECT r.start_ns, r.pid, r.tid, n.value FROM nvtx_range r JOIN string n ON n.id = r.name_id
+        f"""SELECT r.start_ns, r.pid, r.tid, n.value, {_RANGE_CAT} FROM nvtx_range r JOIN string n ON n.id = r.name_id
            WHERE r.kind = 'mark' ORDER BY r.start_ns""",
     ):
-        yield {"ph": "i", "s": "t", "cat": "nvtx", "name": name, "pid": pid, "tid": tid, "ts": us(s)}
+        yield {"ph": "i", "s": "t", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": us(s)}
 
     for ts, pid, name, value in _batches(
         report, "SELECT ts_ns, pid, name, value FROM host_counter ORDER BY ts_ns"
@@ -181,14 +183,19 @@ def _others(report: Report, t0: int) -> Iterator[dict[str, Any]]:
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID,
                "args": {"name": "CUDA synchronization"}}
 
-    if report.count("cpu_sample"):  # one instant per sample, named by the program's line it was in
+    if report.count("cpu_sample"):  # one slice per sample, named by the program's line it was in
         places = stack_sites(report, {(p, st) for p, st in report.sql("SELECT DISTINCT pid, stack_id FROM cpu_sample")})
+        for pid, tid in report.sql("SELECT DISTINCT pid, tid FROM cpu_sample ORDER BY ALL"):
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid + SAMPLES_LANE,
+                   "args": {"name": f"thread {tid}: Python samples"}}
         for pid, tid, ts, stack, weight in _batches(
                 report, "SELECT pid, tid, ts_ns, stack_id, weight_ns FROM cpu_sample ORDER BY ts_ns"):
             site = places[(pid, stack)]
-            yield {"ph": "i", "s": "t", "cat": "python", "name": site.function or site.location, "pid": pid,
-                   "tid": tid, "ts": us(ts), "args": {"line": site.location, "innermost": site.innermost,
-                                                      "weight_us": round(weight / 1000.0, 3)}}
+            # a sample stands for the wall time since its thread's previous one: a slice ending at it
+            start = us(ts - max(int(weight or 0), 0))
+            yield {"ph": "X", "cat": "python", "name": site.function or site.location, "pid": pid,
+                   "tid": tid + SAMPLES_LANE, "ts": start, "dur": round(us(ts) - start, 3),
+                   "args": {"line": site.location, "innermost": site.innermost}}
 
 
 # Every kind of slice in one layout (kind, pid, tid, start, end, name, then each kind's own
@@ -197,6 +204,10 @@ def _others(report: Report, t0: int) -> Iterator[dict[str, Any]]:
 _SLICE_COLUMNS = ("k, pid, tid, s, e, name, corr, op_pid, cat, g_x, g_y, g_z, b_x, b_y, b_z, regs, smem, nbytes, "
                   "stream, stack, shapes, dtypes")
 _NONE = ", ".join(["NULL"] * 15)  # the 15 columns after corr
+_NONE13 = ", ".join(["NULL"] * 13)  # the 13 after cat
+# A range's category says who made it: NVTX ranges of the program are 'nvtx'; those gpuscope made of
+# PyTorch's modules, optimizer steps and record_function are 'torch_range' (not 'torch_op', the operators)
+_RANGE_CAT = "CASE WHEN coalesce(r.source, 'nvtx') = 'nvtx' THEN 'nvtx' ELSE r.source || '_range' END"
 _SLICES = f"""
     SELECT 0, a.pid, a.tid, a.start_ns, a.end_ns, s.value, a.correlation_id, {_NONE}
     FROM api_call a JOIN string s ON s.id = a.name_id
@@ -206,7 +217,7 @@ _SLICES = f"""
            NULL, NULL, NULL, NULL
     FROM ({_GPU_OPS})
     UNION ALL
-    SELECT 2, r.pid, r.tid, r.start_ns, r.end_ns, n.value, NULL, {_NONE}
+    SELECT 2, r.pid, r.tid, r.start_ns, r.end_ns, n.value, NULL, NULL, {_RANGE_CAT}, {_NONE13}
     FROM nvtx_range r JOIN string n ON n.id = r.name_id
     WHERE r.kind IS DISTINCT FROM 'mark' AND r.end_ns IS NOT NULL
     UNION ALL
@@ -253,7 +264,7 @@ def _slices(report: Report, t0: int) -> Iterator[dict[str, Any]]:
         yield ev
 
 
-_CATS = ["cuda_api", None, "nvtx", "sync", "sync", "torch_op"]
+_CATS = ["cuda_api", None, None, "sync", "sync", "torch_op"]
 
 
 def _flows(report: Report, t0: int) -> Iterator[dict[str, Any]]:
