@@ -40,3 +40,17 @@ def test_bad_report_leaves_nothing(tmp_path: Path) -> None:
     res = gpuscope_cli("export", "junk.gpuscope", "-f", "parquet", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("gpuscope: error: junk.gpuscope")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gpuscope"]
+
+
+def test_the_closing_line_says_what_pandas_needs(recorded, tmp_path: Path) -> None:
+    import importlib.util
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    assert any(dep.startswith("pyarrow") for dep in extras["parquet"])
+    res = gpuscope_cli("export", str(recorded("cpu_one_thread")), "-f", "parquet", "-o", "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    note = "pandas.read_parquet needs pyarrow, which is not installed: pip install 'gpuscope[parquet]'"
+    engine = any(importlib.util.find_spec(m) is not None for m in ("pyarrow", "fastparquet"))
+    assert (note in res.stderr) == (not engine), res.stderr

@@ -57,4 +57,14 @@ def _folder(args: argparse.Namespace) -> int:
     assert isinstance(counts, dict)
     print(f"gpuscope: wrote {terminal(str(out))}/ ({len(counts)} tables, {sum(counts.values()):,} rows); open it "
           f"with {fmt.opens_in}", file=sys.stderr)
+    if args.format == "parquet" and not _parquet_engine():
+        print("gpuscope: note: pandas.read_parquet needs pyarrow, which is not installed: pip install "
+              "'gpuscope[parquet]' (DuckDB reads the files as they are)", file=sys.stderr)
     return 0
+
+
+def _parquet_engine() -> bool:
+    """Whether pandas can read Parquet here (it needs pyarrow or fastparquet; gpuscope writes with DuckDB)."""
+    from importlib.util import find_spec
+
+    return any(find_spec(name) is not None for name in ("pyarrow", "fastparquet"))
