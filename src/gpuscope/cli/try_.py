@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
         result = measure(program, chosen.tried, args.rounds, budget, args.warmup, args.tolerance / 100.0, progress)
         result.needs_edit = chosen.needs_edit
+        result.top_findings = [f.rule for f in fixes.actionable(findings)[:args.top]]
         result.report = str(args.output or args.report or "")
     sys.stdout.write(render_json(result) if args.json else render_text(result))
     if result.baseline_error:

@@ -71,6 +71,7 @@ class TryResult:
     step_source: str = ""
     baseline_error: str | None = None  # the program as written failed: nothing could be measured
     report: str = ""  # the report the findings came from
+    top_findings: list[str] = field(default_factory=list)  # the rules of the top findings, as ranked
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property

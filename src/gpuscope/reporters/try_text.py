@@ -104,7 +104,7 @@ def as_data(result: TryResult) -> dict[str, Any]:
         "budget": {"steps": result.budget.steps, "time_s": result.budget.time_s}, "warmup_steps": result.warmup,
         "tolerance": result.tolerance, "step_ns": None if result.step_ns is None else int(result.step_ns),
         "step_source": result.step_source, "baseline_error": result.baseline_error,
-        "fixes": [f.as_dict() for f in result.fixes],
+        "top_findings": result.top_findings, "fixes": [f.as_dict() for f in result.fixes],
         "not_tried": [{"rule": f.rule, "title": f.title, "location": f.location, "estimated_gain": round(f.share, 4),
                        "why": "needs a code change"} for f in result.needs_edit],
         "unconfirmed": [f.planned.fix.name for f in result.unconfirmed],

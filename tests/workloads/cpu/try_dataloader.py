@@ -1,6 +1,6 @@
-"""A training loop that waits for its DataLoader: every sample's ``__getitem__`` waits 1 ms (a stand-in
+"""A training loop that waits for its DataLoader: every sample's ``__getitem__`` waits 5 ms (a stand-in
 for reading a file) and the DataLoader loads in the loop's process (``num_workers=0``); each step then
-waits 8 ms more (a stand-in for the device's work), so loading and stepping take about as long. Both
+waits 20 ms more (a stand-in for the device's work), so loading and stepping take about as long. Both
 are waits, not CPU work, so the result holds on a busy machine. Seeded: its losses repeat run to run.
 One worker process hides the loading behind the step: ``gpuscope try`` is expected to add it and to
 measure about half the step saved."""
@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-BATCH, WIDTH, CLASSES, STEPS = 8, 64, 4, 60
-DEVICE_WAIT_S = 0.008
+BATCH, WIDTH, CLASSES, STEPS = 4, 64, 4, 60
+DEVICE_WAIT_S = 0.020  # few long waits: a busy machine's late wake-ups matter less
 
 
 class Slow(Dataset):
@@ -22,7 +22,7 @@ class Slow(Dataset):
         return BATCH * STEPS
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        time.sleep(0.001)  # the file read that costs
+        time.sleep(0.005)  # the file read that costs
         g = torch.Generator().manual_seed(i)
         return torch.randn(WIDTH, generator=g), i % CLASSES
 
