@@ -23,7 +23,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 N=$(nvidia-smi -L | wc -l)
 JOB="$PY -m torch.distributed.run --nproc_per_node=$N tests/device/workloads/dist4.py"
-SECTIONS=${*:-env fixtures truth cost}
+SECTIONS=${*:-env fixtures truth tree ops planted cost}
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 step() { echo; echo "=== $* ($(date +%T), $(left) s left)"; }
@@ -59,11 +59,37 @@ if has truth; then
     $PY tests/device/dist4_truth.py "$W/reports/truth_$mode.gpuscope" "$W/timing/truth_$mode" \
       --kineto "$W/kineto/$mode" --json "$OUT/truth_$mode.json" > /dev/null 2>> "$W/logs/truth_check_$mode.err"; echo "check rc=$?"
   done
-  step "truth: all-reduces forced onto NCCL's tree algorithm, simple protocol"
-  NCCL_ALGO=Tree NCCL_PROTO=Simple gs profile --no-overhead-probe -o "$W/reports/truth_tree" --force-overwrite \
-    $JOB --mode fsdp --steps 8 --timing-dir "$W/timing/truth_tree" > "$W/logs/truth_tree.log" 2>&1; echo "rc=$?"
+fi
+
+if has tree; then
+  step "truth: all-reduces forced onto NCCL's tree algorithm, simple protocol (does the kernel's name follow?)"
+  NCCL_ALGO=Tree NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING gs profile --no-overhead-probe \
+    -o "$W/reports/truth_tree" --force-overwrite $JOB --mode tp --steps 8 --truth-all-reduce-only \
+    --timing-dir "$W/timing/truth_tree" > "$W/logs/truth_tree.log" 2>&1; echo "rc=$?"
   $PY tests/device/dist4_truth.py "$W/reports/truth_tree.gpuscope" "$W/timing/truth_tree" \
     --json "$OUT/truth_tree.json" > /dev/null 2> "$W/logs/truth_check_tree.err"; echo "check rc=$?"
+fi
+
+if has ops; then
+  step "truth tp with every PyTorch operator recorded (the collectives' bytes and groups after the loop too)"
+  gs profile -t cuda,nvtx,torch,torch-ops,host --no-overhead-probe -o "$W/reports/truth_ops_tp" --force-overwrite \
+    $JOB --mode tp --steps 12 --timing-dir "$W/timing/truth_ops_tp" > "$W/logs/truth_ops_tp.log" 2>&1; echo "rc=$?"
+  $PY tests/device/dist4_truth.py "$W/reports/truth_ops_tp.gpuscope" "$W/timing/truth_ops_tp" \
+    --json "$OUT/truth_ops_tp.json" > /dev/null 2> "$W/logs/truth_check_ops.err"; echo "check rc=$?"
+fi
+
+means() { cat "$1"/rank*.json 2>/dev/null | sed 's/}{/}\n{/g' | $PY -c 'import sys, json; d=[json.loads(l) for l in sys.stdin if l.strip()]; print(" ".join("%.2f" % x["mean_step_ms"] for x in sorted(d, key=lambda x: x["rank"])))'; }
+
+if has planted; then
+  # what removing each planted problem saves, untraced: the jobs with and without it, alternating
+  for r in 1 2; do
+    for spec in "fsdp:--mode fsdp" "fsdp_slow_rank:--mode fsdp --slow-rank 3" "tp:--mode tp" \
+                "tp_slow_rank:--mode tp --slow-rank 2" "tp_big_rank:--mode tp --big-rank 1"; do
+      name=${spec%%:*}; args=${spec#*:}; tag=planted_${name}_$r
+      timeout 200 $JOB $args --steps 30 --no-truth --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1
+      echo "$tag rc=$? $(means "$W/timing/$tag")"
+    done
+  done
 fi
 
 if has cost; then
@@ -81,7 +107,7 @@ if has cost; then
           torchprof) timeout 200 $JOB --mode $mode --steps 60 --no-truth --torch-profiler "$W/kineto/$tag" \
                       --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1 ;;
         esac
-        echo "$tag rc=$? $(cat "$W"/timing/$tag/rank*.json 2>/dev/null | $PY -c 'import sys, json; d=[json.loads(l) for l in sys.stdin]; print(" ".join(f"{x["mean_step_ms"]:.2f}" for x in sorted(d, key=lambda x: x["rank"])))')"
+        echo "$tag rc=$? $(means "$W/timing/$tag")"
         rm -rf "$W/kineto/$tag"
       done
     done

@@ -140,7 +140,7 @@ def timed(fn, spin_cycles: int = 1_000_000) -> float:
     return a.elapsed_time(b)
 
 
-def truth(dev, world: int, tp_group, tp_ranks) -> dict:
+def truth(dev, world: int, tp_group, tp_ranks, all_reduce_only: bool = False) -> dict:
     out: dict = {}
     n = COLL_BYTES // 2  # bf16 elements
     full = torch.ones(n, device=dev, dtype=torch.bfloat16)
@@ -148,6 +148,8 @@ def truth(dev, world: int, tp_group, tp_ranks) -> dict:
     calls = [("all_reduce", None, lambda: dist.all_reduce(full), COLL_BYTES, world),
              ("all_gather", None, lambda: dist.all_gather_into_tensor(full, shard), COLL_BYTES, world),
              ("reduce_scatter", None, lambda: dist.reduce_scatter_tensor(shard, full), COLL_BYTES, world)]
+    if all_reduce_only:
+        calls = calls[:1]
     if tp_group is not None:
         small = torch.ones(TP_BYTES // 2, device=dev, dtype=torch.bfloat16)
         calls.append(("all_reduce", tp_ranks, lambda: dist.all_reduce(small, group=tp_group), TP_BYTES,
@@ -176,6 +178,8 @@ def main() -> None:
     p.add_argument("--timing-dir")
     p.add_argument("--torch-profiler")
     p.add_argument("--no-truth", action="store_true")
+    p.add_argument("--truth-all-reduce-only", action="store_true",
+                   help="time only all-reduces after the loop (for NCCL_ALGO=Tree, which has no all-gather)")
     p.add_argument("--cpu", action="store_true", help="a small model on the CPU over gloo, to try the job out")
     args = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -255,7 +259,7 @@ def main() -> None:
            "mean_step_ms": 1e3 * sum(steady) / len(steady), "step_ms": [1e3 * s for s in steps],
            "loss": float(loss.detach())}
     if not args.no_truth:
-        doc.update(truth(dev, world, tp_group, tp_ranks))
+        doc.update(truth(dev, world, tp_group, tp_ranks, args.truth_all_reduce_only))
     print(json.dumps(doc), flush=True)
     if args.timing_dir:
         Path(args.timing_dir).mkdir(parents=True, exist_ok=True)
