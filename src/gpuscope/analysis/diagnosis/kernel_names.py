@@ -11,6 +11,12 @@ reads ``tf32f32``); ``tensorop``, ``hmma``/``imma``, ``wgmma``, the ``s1688``/``
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+
+# Each predicate is asked once per kernel, and a run of ten million kernels has a few hundred names
+# (some of them kilobytes of template arguments): answers are kept per name. The bound keeps a run
+# of many distinct names (generated kernels) from growing the cache without end.
+_NAMES = 65536
 
 _MATMUL = re.compile(r"gemm|conv|fprop|dgrad|wgrad|fmha|attention|nvjet|xmma|matmul", re.IGNORECASE)
 _TENSOR_CORES = re.compile(
@@ -21,22 +27,26 @@ _FLOAT32 = re.compile(r"sgemm|simt|ffma|f32f32_f32f32|_f32_|fp32|float", re.IGNO
 _HELPERS = re.compile(r"splitKreduce|reduce_kernel|elementwise|memcpy|memset", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_matmul(name: str) -> bool:
     """Return whether ``name`` is a matrix multiply, convolution or attention kernel."""
     return bool(_MATMUL.search(name)) and not _HELPERS.search(name)
 
 
+@lru_cache(maxsize=_NAMES)
 def uses_tensor_cores(name: str) -> bool:
     """Return whether the name says the kernel runs on tensor cores."""
     return bool(_TENSOR_CORES.search(name))
 
 
+@lru_cache(maxsize=_NAMES)
 def float32_without_tensor_cores(name: str) -> bool:
     """Return whether ``name`` is a float32 matmul/convolution/attention kernel on CUDA cores, one
     that TF32 or lower precision would move to tensor cores."""
     return is_matmul(name) and not uses_tensor_cores(name) and bool(_FLOAT32.search(name))
 
 
+@lru_cache(maxsize=_NAMES)
 def is_attention(name: str) -> bool:
     """Return whether the name is a fused attention kernel (TF32 does not apply; bf16/fp16 do)."""
     return bool(re.search(r"fmha|attention|flash", name, re.IGNORECASE))
@@ -46,6 +56,7 @@ _ELEMENTWISE = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_
                           re.IGNORECASE)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_elementwise(name: str) -> bool:
     """Return whether ``name`` is one of PyTorch's elementwise kernels (one pass over its tensors:
     arithmetic, activations, casts, copies)."""
@@ -63,12 +74,14 @@ _NCHW_CONVOLUTION = re.compile(r"nchw|implicit_convolve_sgemm|explicit_convolve_
 _NCHW_NORM = re.compile(r"(bn_|batch_?norm).*NCHW|NCHW.*(bn_|batch_?norm)", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_layout_conversion(name: str) -> bool:
     """Return whether ``name`` is one of cuDNN's NCHW <-> NHWC conversion kernels
     (``nchwToNhwcKernel``, ``nhwcToNchwKernel``)."""
     return bool(_LAYOUT_CONVERSION.search(name))
 
 
+@lru_cache(maxsize=_NAMES)
 def is_nchw_convolution(name: str) -> bool:
     """Return whether ``name`` is a convolution kernel whose name says it reads or writes NCHW
     tensors (``..._nchwkcrs_nchw_...``, ``..._nhwckrsc_nchw_...``, ``implicit_convolve_sgemm``)."""
@@ -76,6 +89,7 @@ def is_nchw_convolution(name: str) -> bool:
         and not is_layout_conversion(name)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_nchw_norm(name: str) -> bool:
     """Return whether ``name`` is a batch-norm kernel on NCHW tensors (``..._NCHW``)."""
     return bool(_NCHW_NORM.search(name))
@@ -89,6 +103,7 @@ _TF32 = re.compile(r"tf32|xf32|s1688|s16816|nvjet_sm\d+_[st]ss_", re.IGNORECASE)
 _HALF = re.compile(r"bf16|f16|fp16|half|h1688|h16816|e4m3|e5m2", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_tf32_matmul(name: str) -> bool:
     """Return whether ``name`` is a float32 matmul or convolution kernel running TF32 on tensor cores."""
     return is_matmul(name) and bool(_TF32.search(name)) and not _HALF.search(name)
@@ -102,6 +117,7 @@ _ATTENTION_BACKENDS = (
 )
 
 
+@lru_cache(maxsize=_NAMES)
 def attention_backend(name: str) -> str | None:
     """Return which fused attention backend a kernel belongs to: ``efficient`` (PyTorch's
     memory-efficient CUTLASS kernels, ``fmha_cutlassF``/``fmha_cutlassB``), ``flash``
@@ -113,6 +129,7 @@ def attention_backend(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=_NAMES)
 def is_attention_backward(name: str) -> bool:
     """Return whether a fused attention kernel is a backward one (``fmha_cutlassB``, ``flash_bwd``,
     ``..._bprop_...``)."""
@@ -123,6 +140,7 @@ def is_attention_backward(name: str) -> bool:
 _NORMALIZATION = re.compile(r"layer_norm|batch_norm|group_norm|rms_norm|bn_fw|bn_bw|softmax", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_NAMES)
 def is_normalization(name: str) -> bool:
     """Return whether ``name`` is a normalization or softmax kernel of PyTorch or cuDNN (a
     reduction and an elementwise pass over its tensor, which torch.compile fuses with its

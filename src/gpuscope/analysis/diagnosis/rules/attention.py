@@ -30,6 +30,9 @@ tensor-core roof of their precision; the saving is the efficient kernels' critic
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +43,9 @@ from ..finding import Finding
 from ..kernel_names import attention_backend, is_attention, is_elementwise, is_matmul
 from ..rule import Rule
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 MAX_BETWEEN = 3
 # FlashAttention-2 class kernels reach about half of the dense tensor-core peak in the forward pass
 # (FlashAttention-2 paper: 50-73% on A100; PyTorch's kernels on H100 sit lower), so half the roof
@@ -49,6 +55,7 @@ _SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
 _COPY = re.compile(r"copy", re.IGNORECASE)
 
 
+@lru_cache(maxsize=65536)  # asked once per kernel; a run has a few hundred names
 def _is_product(name: str) -> bool:
     return is_matmul(name) and not is_attention(name) and not re.search(r"conv|fprop|dgrad|wgrad", name, re.I)
 
@@ -94,12 +101,13 @@ def attention_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
 def _find_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
     kern, step = ctx.steady_kernels(p)
     names = kern["name"].astype(str).tolist()
-    if not any(_SOFTMAX.search(n) for n in set(names)):
+    softmax = {n for n in set(names) if _SOFTMAX.search(n)}
+    if not softmax:
         return []
     out = []
     taken = -1
     for i, name in enumerate(names):
-        if i <= taken or not _SOFTMAX.search(name):
+        if i <= taken or name not in softmax:
             continue
         a, b = _neighbour(names, i, step, -1), _neighbour(names, i, step, +1)
         if a is None or b is None:
@@ -111,6 +119,15 @@ def _find_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
         out.append((first, a, b))
         taken = b
     return out
+
+
+def span_rows(values: pd.Series, spans: list[tuple[int, int]]) -> list[int]:
+    """The values of rows ``[i, j)`` of each span, in order, as integers (one gather, not a slice of
+    the frame per span: a long run has hundreds of thousands of spans)."""
+    if not spans:
+        return []
+    at = np.concatenate([np.arange(i, j) for i, j in spans])
+    return values.to_numpy()[at].astype(np.int64).tolist()
 
 
 class FusedAttention(Rule):
@@ -131,7 +148,8 @@ class FusedAttention(Rule):
             if work is None:
                 work = _work(ctx)
             peaks = for_report(ctx.report)
-            saving, total, chains, modelled, op_ids = 0.0, 0.0, 0, 0, []
+            saving, total, chains, modelled = 0.0, 0.0, 0, 0
+            spans: list[tuple[int, int]] = []
             for first, a, b in found:
                 chain_ns = float(dur[first:b + 1].sum())
                 fused_ns = float(dur[a] + dur[b])
@@ -144,7 +162,8 @@ class FusedAttention(Rule):
                 saving += max(0.0, chain_ns - fused_ns)
                 total += chain_ns
                 chains += 1
-                op_ids += kern["op_id"].iloc[first:b + 1].astype(int).tolist()
+                spans.append((first, b + 1))
+            op_ids = span_rows(kern["op_id"], spans)
             ns = p.per_step(saving)
             if not chains or p.share(ns) < ctx.min_share:
                 continue

@@ -35,7 +35,7 @@ from ..finding import Finding
 from ..kernel_names import is_elementwise, is_normalization
 from ..rule import ProcessRule
 from ..steady_work import ceilings, op_calls, steady_work
-from .attention import attention_chains
+from .attention import attention_chains, span_rows
 
 MIN_CHAIN = 3
 MIN_KERNEL_NS = 10_000
@@ -106,11 +106,14 @@ class UnfusedElementwise(ProcessRule):
         # by bytes
         kinds = k["work_kind"].astype(object).to_numpy()
         fusable = np.array([(isinstance(w, str) and w in FUSABLE_KINDS) for w in kinds], bool)
-        fusable |= np.array([is_normalization(str(n)) for n in names], bool) | by_name
+        # names repeat: each is matched once (a search of a long templated name costs tens of µs)
+        normalization = {n: is_normalization(str(n)) for n in elementwise}
+        fusable |= np.array([normalization[n] for n in names], bool) | by_name
         nbytes = k["bytes"].to_numpy(np.float64)
         known = np.isfinite(nbytes) & (nbytes > 0)
         byte_runs = _runs(fusable & known & critical & free, step, MIN_BYTES_CHAIN) if known.any() else []
-        saving, chains, kernels, op_ids, moved, fused_moved = 0.0, 0, 0, [], 0.0, 0.0
+        saving, chains, kernels, moved, fused_moved = 0.0, 0, 0, 0.0, 0.0
+        spans: list[tuple[int, int]] = []
         if byte_runs:
             shares = _write_shares(ctx, k)
             bw = ceilings(ctx).dram_bytes_per_s
@@ -129,7 +132,7 @@ class UnfusedElementwise(ProcessRule):
                 kernels += j - i
                 moved += float(b.sum())
                 fused_moved += fused
-                op_ids += k["op_id"].iloc[i:j].astype(int).tolist()
+                spans.append((i, j))
         # by names, where the bytes are not known
         ok = by_name & (dur >= MIN_KERNEL_NS) & critical & free & ~known
         named = 0
@@ -138,10 +141,11 @@ class UnfusedElementwise(ProcessRule):
             chains += 1
             named += 1
             kernels += j - i
-            op_ids += k["op_id"].iloc[i:j].astype(int).tolist()
+            spans.append((i, j))
         ns = p.per_step(saving)
         if not chains or p.share(ns) < ctx.min_share:
             return None
+        op_ids = span_rows(k["op_id"], spans)
         location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "chains of elementwise kernels")
         evidence = [f"{chains / p.n_steps:.1f} chains per step of elementwise or normalization kernels back to back, "
                     f"{kernels / chains:.1f} kernels per chain"]
