@@ -83,6 +83,19 @@ def roof_ns(c: Ceilings, flops: float, matrix_flops: float, nbytes: float, preci
     return max(compute, nbytes / c.dram_bytes_per_s) * 1e9
 
 
+def roofs_ns(c: Ceilings, flops: np.ndarray, matrix_flops: np.ndarray, nbytes: np.ndarray, precision: str | None,
+             tensor: bool) -> np.ndarray:
+    """:func:`roof_ns` of many kernels at once: NaN where it gives None."""
+    peak = c.peak(precision, tensor=tensor)
+    vector = c.peak(precision, tensor=False)
+    if not peak or not vector or not c.dram_bytes_per_s:
+        return np.full(len(flops), np.nan)
+    ok = np.isfinite(flops) & np.isfinite(nbytes)
+    matrix = np.where(np.isfinite(matrix_flops), matrix_flops, 0.0)
+    compute = matrix / peak + np.maximum(0.0, flops - matrix) / vector
+    return np.where(ok, np.maximum(compute, nbytes / c.dram_bytes_per_s) * 1e9, np.nan)
+
+
 def op_calls(ctx: Context, ids: list[int]) -> dict[int, tuple[str, list[Any], list[Any], list[Any], dict[str, Any]]]:
     """The operator calls ``ids`` (``torch_op_id`` of :func:`..torch_ops.torch_ops_table`): name,
     shapes, dtypes, output shapes and scalars, parsed."""

@@ -35,7 +35,7 @@ from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
 from ..kernel_names import float32_without_tensor_cores, is_attention, is_tf32_matmul
 from ..rule import Rule
-from ..steady_work import ceilings, roof_ns, steady_work
+from ..steady_work import ceilings, roofs_ns, steady_work
 from .attention import FUSED_EFFICIENCY
 from .gemm_loops import loop_op_ids
 from .kernels import TARGET_EFFICIENCY, TENSOR_CORE_SPEEDUP
@@ -54,15 +54,12 @@ def _classes(k: pd.DataFrame) -> np.ndarray:
     kind = k["work_kind"].astype(object).to_numpy()
     prec = k["precision"].astype(object).to_numpy()
     state = k["tensor_cores"].astype(object).to_numpy()
-    known = np.array([isinstance(x, str) and x in MATRIX_KINDS for x in kind], bool)
-    for i in np.flatnonzero(known):
-        if prec[i] == "tf32":
-            out[i] = "tf32"
-        elif prec[i] == "fp32":
-            out[i] = "fp32" if state[i] == "eligible-unused" or kind[i] == "attention" or by_name[names[i]] == "fp32" \
-                else "tf32"
-        else:
-            out[i] = ""  # bf16, fp16 ... by its dtypes, whatever the name says
+    known = pd.Series(kind).isin(MATRIX_KINDS).to_numpy(bool)
+    fp32_name = out == "fp32"
+    fp32 = (state == "eligible-unused") | (kind == "attention") | fp32_name
+    out[known] = ""  # bf16, fp16 ... by its dtypes, whatever the name says
+    out[known & (prec == "fp32")] = np.where(fp32, "fp32", "tf32")[known & (prec == "fp32")]
+    out[known & (prec == "tf32")] = "tf32"
     return out
 
 
@@ -95,25 +92,30 @@ class Precision(Rule):
             return None
         c = ceilings(ctx)
         peak_new = float(c.peak(target, tensor=True) or 0.0)
-        saving, modelled, waited = 0.0, 0, 0.0
-        for i in np.flatnonzero(mine & k["critical"].to_numpy(bool)):
-            row = k.iloc[i]
-            t = float(row["dur_ns"])
-            plain = cls[i] == "fp32"
-            attention = row["work_kind"] == "attention" or is_attention(row["name"])
-            now = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"], "fp32" if plain else "tf32",
-                          tensor=not plain)
-            new = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"] / 2, target, tensor=True)
-            if now and new:
-                modelled += 1
-                t_new = min(t, new / FUSED_EFFICIENCY) if attention else max(t * new / now, new / TARGET_EFFICIENCY)
-            base = t / TENSOR_CORE_SPEEDUP if plain else t  # no_tensor_cores takes float32 to TF32
-            if not (now and new):
-                # from TF32 (where no_tensor_cores leaves a float32 kernel): the smaller of the two gains
-                peak_tf32 = c.peak("tf32", tensor=True)
-                t_new = base * (max(float(peak_tf32) / peak_new, 0.5) if peak_tf32 else 0.5)
-            saving += max(0.0, base - t_new)
-            waited += t
+        # every kernel at once (a run has millions): the same arithmetic as one kernel at a time, and
+        # the sums taken in the same order
+        rows = np.flatnonzero(mine & k["critical"].to_numpy(bool))
+        t = k["dur_ns"].to_numpy(np.float64)[rows]
+        plain = cls[rows] == "fp32"
+        names = k["name"].to_numpy(object)[rows]
+        attention = (k["work_kind"].astype(object).to_numpy()[rows] == "attention")
+        attention |= np.array([is_attention(n) for n in names], bool) if len(rows) else np.zeros(0, bool)
+        flops, matrix, nbytes = (k[col].to_numpy(np.float64)[rows] for col in ("flops", "matrix_flops", "bytes"))
+        now = np.where(plain, roofs_ns(c, flops, matrix, nbytes, "fp32", tensor=False),
+                       roofs_ns(c, flops, matrix, nbytes, "tf32", tensor=True))
+        new = roofs_ns(c, flops, matrix, nbytes / 2, target, tensor=True)
+        modelled_at = np.isfinite(now) & (now != 0) & np.isfinite(new) & (new != 0)
+        modelled = int(modelled_at.sum())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_model = np.where(attention, np.minimum(t, new / FUSED_EFFICIENCY),
+                               np.maximum(t * new / now, new / TARGET_EFFICIENCY))
+        base = np.where(plain, t / TENSOR_CORE_SPEEDUP, t)  # no_tensor_cores takes float32 to TF32
+        # from TF32 (where no_tensor_cores leaves a float32 kernel): the smaller of the two gains
+        peak_tf32 = c.peak("tf32", tensor=True)
+        t_new = np.where(modelled_at, t_model,
+                         base * (max(float(peak_tf32) / peak_new, 0.5) if peak_tf32 else 0.5))
+        saving = float(np.cumsum(np.maximum(0.0, base - t_new))[-1]) if len(rows) else 0.0
+        waited = float(np.cumsum(t)[-1]) if len(rows) else 0.0
         ns = p.per_step(saving)
         if p.share(ns) < ctx.min_share:
             return None
