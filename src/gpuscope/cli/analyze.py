@@ -8,7 +8,7 @@ import sys
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
 from .fleet import is_fleet, run_analyze
-from .output import emit
+from .output import emit, gpu_operations
 
 NAME = "analyze"
 HELP = "Break each step's time into GPU busy and idle parts and rank the fixes by estimated saving."
@@ -28,15 +28,23 @@ def run(args: argparse.Namespace) -> int:
         raise GpuscopeError(f"--min-share {args.min_share:g}: give a percentage from 0 to 100")
     from ..analysis.diagnosis import diagnose
     from ..reporters import diagnosis_formats
+    from ..trace import output_cache
     from ..trace.report import Report
 
     if is_fleet(args.report):
         return run_analyze(args)
     args.report = args.report[0]
+    options = {"format": args.format, "min_share": args.min_share}
     with Report.open(args.report) as report:
         if not report.complete:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "analyzing what was recorded", file=sys.stderr)
-        text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))
+        # a large report's output is kept beside it: the same command again answers at once
+        keep = output_cache.worth_keeping(gpu_operations(report))
+        text = output_cache.cached(args.report, NAME, options) if keep else None
+        if text is None:
+            text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))
+            if keep:
+                output_cache.keep(args.report, NAME, options, text)
     emit(text, args.output, args.force_overwrite)
     return 0

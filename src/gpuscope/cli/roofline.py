@@ -83,13 +83,29 @@ def run(args: argparse.Namespace) -> int:
         )
         from ..trace.report import Report
 
+        from ..trace import output_cache
+        from .output import gpu_operations
+
+        # a large report's text is kept beside it (not a chart, nor beside a calibration's tables)
+        options = {"format": args.format}
         with Report.open(args.report) as report:
+            keep = out is None and not args.calibrate and output_cache.worth_keeping(gpu_operations(report))
+            text = output_cache.cached(args.report, NAME, options) if keep else None
+            if text is not None:
+                sys.stdout.write(text)
+                return 0
             ceilings = for_report(report)
             if not args.calibrate:
                 tables.append(ceilings_table(ceilings))
             tables += [roofline_sum(report, ceilings), roofline_layer_sum(report, ceilings)]
-            points = (kernel_points if args.by == "kernel" else layer_points)(report, ceilings)
-        if out is not None:
+            # the points are drawn only: without a chart to draw they are not derived
+            points = (kernel_points if args.by == "kernel" else layer_points)(report, ceilings) if out else None
+        if keep:
+            text = FORMATS[args.format](tables)
+            output_cache.keep(args.report, NAME, options, text)
+            sys.stdout.write(text)
+            return 0
+        if out is not None and points is not None:
             if points.empty:
                 raise GpuscopeError(f"{args.report} has no FLOPs to draw: record it with --trace torch-shapes or torch-ops")
             from ..reporters import roofline_plot

@@ -45,6 +45,26 @@ def memory_limit() -> str:
     return os.environ.get(MEMORY_ENV) or MEMORY_LIMIT
 
 
+_UNITS = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def larger_size(limit: str) -> str:
+    """Return a memory size four times ``limit`` (a DuckDB size such as 1GB, in its units' family:
+    decimal or binary), to suggest when ``limit`` was not enough; ``4GB`` when ``limit`` is not a size."""
+    m = _SIZE.fullmatch(limit)
+    if not m:
+        return "4GB"
+    unit = (m.group(2) or "b").lower()
+    size = float(limit.strip()[: len(limit.strip()) - len(m.group(2) or "")].strip()) * _UNITS[unit] * 4
+    units = ("TiB", "GiB", "MiB") if unit.endswith("ib") else ("TB", "GB", "MB")
+    size = max(size, _UNITS[units[-1].lower()])
+    for name in units:
+        if size >= _UNITS[name.lower()] or name.startswith("M"):
+            return f"{size / _UNITS[name.lower()]:.1f}".rstrip("0").rstrip(".") + name
+    return "4GB"
+
+
 def time_limit() -> float:
     """Return the seconds one query may run (0: no limit), from GPUSCOPE_QUERY_TIME_LIMIT."""
     text = os.environ.get(TIME_ENV)
