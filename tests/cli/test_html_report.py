@@ -1,5 +1,5 @@
 """``gpuscope report`` and ``gpuscope view`` as a user runs them: the file, its data, the server's
-answers, and the one-line errors (a report too large, a port in use, a damaged report)."""
+answers, a run past the slices a file holds, and the one-line errors (a port in use, a damaged report)."""
 
 from __future__ import annotations
 
@@ -80,13 +80,22 @@ def test_the_file_timeline_holds_every_slice_of_a_small_report(adam: tuple[Path,
     assert len(tl["steps"]) == 600
 
 
-def test_a_file_with_fewer_slices_allowed_is_refused_and_points_to_view(adam: tuple[Path, str, dict],
-                                                                         tmp_path: Path) -> None:
-    report, _, _ = adam
-    res = Gpuscope(tmp_path).run("report", str(report), "--max-events", "1000")
-    assert res.returncode == 2 and len(res.stderr_lines) == 1, res.describe()
-    assert "gpuscope view" in res.stderr and "84,722" in res.stderr  # the flame strip: 31,849 slices for 4,711 samples
-    assert not list(tmp_path.glob("*.html"))
+def test_a_run_past_the_slices_a_file_holds_keeps_every_table_and_says_so(adam: tuple[Path, str, dict],
+                                                                           tmp_path: Path) -> None:
+    """Past --max-events slices, the file keeps every section; its timeline holds the lanes that fit
+    whole, draws the others as summaries, and the run section says so and points to the viewer."""
+    report, _, full = adam
+    res = Gpuscope(tmp_path).run("report", str(report), "--max-events", "1000", "-o", "small.html")
+    assert res.returncode == 0, res.describe()
+    data = page_data((tmp_path / "small.html").read_text())
+    lanes = data["timeline"]["static"]["lanes"]
+    whole = sum(len(w["start"]) for w in lanes if w["kind"] == "slices")
+    assert 0 < whole <= 1000 and any(w["kind"] == "buckets" for w in lanes)
+    (note,) = data["content"]["run"]["detail"]
+    assert "84,722 slices" in note and f"{whole:,} of them" in note and "gpuscope view" in note  # the flame strip: 31,849 slices for 4,711 samples
+    assert [t["name"] for t in data["content"]["tables"]] == [t["name"] for t in full["content"]["tables"]]
+    assert data["content"]["diagnosis"]["findings"] == full["content"]["diagnosis"]["findings"]
+    assert "detail" not in full["content"]["run"]  # the default budget holds this run whole
 
 
 def test_an_existing_file_is_kept_unless_told(tmp_path: Path) -> None:

@@ -15,14 +15,14 @@ HELP = ("Write one self-contained HTML file (no network needed) with the run, br
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..reporters.html import FILE_EVENT_CAP
+    from ..reporters.html.content import STATIC_SLICES
 
     p.add_argument("report", help="a .gpuscope report file")
     p.add_argument("-o", "--output", help="the HTML file to write (default: the report's name with .html)")
     p.add_argument("--force-overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("--max-events", type=int, default=FILE_EVENT_CAP, metavar="N",
-                   help=f"refuse reports with more timeline slices than this (default {FILE_EVENT_CAP:,}); "
-                        "gpuscope view shows any size")
+    p.add_argument("--max-events", type=int, default=STATIC_SLICES, metavar="N",
+                   help=f"timeline slices the file holds whole (default {STATIC_SLICES:,}); the lanes past them "
+                        "are drawn as summaries per pixel, and the page says so; gpuscope view shows every slice")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from ..trace.outputs import check, write_output
     from ..trace.report import Report
 
+    if args.max_events < 0:
+        raise GpuscopeError(f"--max-events {args.max_events}: give a number of slices, 0 or more")
     out = Path(args.output) if args.output else Path(Path(args.report).name).with_suffix(".html")
     check(out, args.force_overwrite)  # before the report is read
     with Report.open(args.report) as report:
@@ -38,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "showing what was recorded", file=sys.stderr)
         index = build_index(report)
-        events = index.events()
-        if events > args.max_events:
-            raise GpuscopeError(f"{args.report} has {events:,} timeline slices, more than one HTML file holds "
-                                f"(--max-events {args.max_events:,}): open it with gpuscope view {args.report}")
-        text = file_page(report, index)
+        text = file_page(report, index, budget=args.max_events, viewer=f"gpuscope view {args.report}")
     write_output(out, text.encode("utf-8"), args.force_overwrite)
     print(f"gpuscope: wrote {terminal(str(out))} ({len(text.encode()) / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
     return 0

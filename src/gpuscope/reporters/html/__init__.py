@@ -13,9 +13,9 @@ from typing import Any
 from ...analysis.timeline_tracks import TimelineIndex
 from ...trace.report import Report
 
-# gpuscope report keeps its file to a few MB and its analyses to seconds: a report with more
-# timeline slices than this is for gpuscope view (the same limit keeps the viewer from running
-# the analyses that take minutes and gigabytes at that size).
+# Past this many timeline slices the viewer computes the tables and findings in a process of its
+# own, when asked (they take minutes and gigabytes at that size). gpuscope report computes them
+# whatever the size; its file holds the slices that fit whole (:data:`.content.STATIC_SLICES`).
 FILE_EVENT_CAP = 2_000_000
 
 
@@ -33,15 +33,21 @@ def sections(report: Report, origin: int) -> dict[str, Any]:
             "roofline": roofline_data(report), "tables": stats_data(report)}
 
 
-def file_page(report: Report, index: TimelineIndex) -> str:
-    """Return the self-contained page of ``report`` (``gpuscope report``)."""
-    from .content import timeline_static
+def file_page(report: Report, index: TimelineIndex, budget: int | None = None, viewer: str = "gpuscope view") -> str:
+    """Return the self-contained page of ``report`` (``gpuscope report``): every section, and the
+    timeline with at most ``budget`` slices whole (default :data:`.content.STATIC_SLICES`), the
+    lanes past them as summaries per pixel, which the page's run section says (naming ``viewer``,
+    the command that shows every slice)."""
+    from .content import STATIC_SLICES, detail_note, timeline_static
     from .page import render
 
     title = title_of(report.path)
-    data = {"mode": "file", "title": title, "content": sections(report, index.start_ns),
-            "timeline": timeline_static(index, report)}
-    return render(data, title)
+    timeline = timeline_static(index, report, STATIC_SLICES if budget is None else budget)
+    content = sections(report, index.start_ns)
+    note = detail_note(index, timeline, viewer)
+    if note:
+        content["run"]["detail"] = [note]
+    return render({"mode": "file", "title": title, "content": content, "timeline": timeline}, title)
 
 
 def server_page(path: Path, index: TimelineIndex) -> str:

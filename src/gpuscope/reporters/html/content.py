@@ -183,6 +183,20 @@ def timeline_static(index: TimelineIndex, report: Report | None = None, budget: 
     return out
 
 
+def detail_note(index: TimelineIndex, timeline: dict[str, Any], viewer: str) -> str | None:
+    """Return the line that says how much of the timeline a file (:func:`timeline_static`) holds as
+    slices, when it left some out; None when it holds every slice."""
+    lanes = timeline["static"]["lanes"]
+    summarized = [w for w in lanes if w["kind"] != "slices"]
+    if not summarized:
+        return None
+    whole = sum(len(w["start"]) for w in lanes if w["kind"] == "slices")
+    return (f"Timeline: {index.events():,} slices, more than one file holds whole; {whole:,} of them are here as "
+            f"slices, and {len(summarized):,} of {len(lanes):,} lanes are drawn as summaries at "
+            f"{timeline['static']['px']:,} points over the run (busy share, slice count and dominant name at each): "
+            f"{viewer} shows every slice. The tables, breakdown and findings cover the whole run.")
+
+
 def file_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> dict[str, Any]:
     """Return the details of the GPU operations of ``lane_ids`` for a file, compactly: ``{"fields":
     [[[label, text], ...], ...], "lanes": {lane: {"fields": [position in fields, or -1 per slice],

@@ -14,6 +14,7 @@
     const ul = GS.clear($("run-notes"));
     for (const w of info.warnings) ul.append(GS.el("li", { class: "warning", text: "Warning: " + w }));
     for (const n of info.not_recorded) ul.append(GS.el("li", { class: "note", text: "Not recorded: " + n }));
+    for (const n of info.detail || []) ul.append(GS.el("li", { class: "note", text: n }));
   }
 
   function diagnosis(d) {
