@@ -8,7 +8,7 @@ import sys
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
 from .fleet import is_fleet, run_analyze
-from .output import emit, gpu_operations
+from .output import emit
 
 NAME = "analyze"
 HELP = "Break each step's time into GPU busy and idle parts and rank the fixes by estimated saving."
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuscope: warning: {args.report} was not finished (the profiler was stopped); "
                   "analyzing what was recorded", file=sys.stderr)
         # a large report's output is kept beside it: the same command again answers at once
-        keep = output_cache.worth_keeping(gpu_operations(report))
+        keep = output_cache.worth_keeping(output_cache.gpu_operations(report))
         text = output_cache.cached(args.report, NAME, options) if keep else None
         if text is None:
             text = diagnosis_formats()[args.format](diagnose(report, min_share=args.min_share / 100.0))

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..safe_text import terminal
 from ..trace.outputs import write_output
-
-if TYPE_CHECKING:
-    from ..trace.report import Report
 
 
 def emit(text: str, output: str | None, force: bool = False) -> None:
@@ -21,8 +17,3 @@ def emit(text: str, output: str | None, force: bool = False) -> None:
         print(f"gpuscope: wrote {terminal(output)}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-
-
-def gpu_operations(report: Report) -> int:
-    """Return the number of GPU operations (kernels, copies, sets) of ``report``."""
-    return sum(report.count(t) for t in ("kernel", "memcpy", "memset"))

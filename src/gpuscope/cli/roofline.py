@@ -84,12 +84,11 @@ def run(args: argparse.Namespace) -> int:
         from ..trace.report import Report
 
         from ..trace import output_cache
-        from .output import gpu_operations
 
         # a large report's text is kept beside it (not a chart, nor beside a calibration's tables)
         options = {"format": args.format}
         with Report.open(args.report) as report:
-            keep = out is None and not args.calibrate and output_cache.worth_keeping(gpu_operations(report))
+            keep = out is None and not args.calibrate and output_cache.worth_keeping(output_cache.gpu_operations(report))
             text = output_cache.cached(args.report, NAME, options) if keep else None
             if text is not None:
                 sys.stdout.write(text)

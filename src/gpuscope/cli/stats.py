@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
 from ..analysis.fleet import FLEET_REPORTS
@@ -16,7 +16,6 @@ from .fleet import add_engine, is_fleet, run_stats
 from .output import emit
 
 if TYPE_CHECKING:
-    from ..analysis.table import Table
     from ..trace.report import Report
 
 
@@ -61,29 +60,16 @@ def run(args: argparse.Namespace) -> int:
 
             for name in ("cpu_hotspots", "cpu_hotspots_lines"):
                 reports[name] = partial(reports[name], libraries=True)
-        from ..trace import output_cache
-        from .output import gpu_operations
+        from ..trace.output_cache import stats_table
 
-        keep = output_cache.worth_keeping(gpu_operations(report))
-        tables = [_table(args, report, reports, n) if keep else reports[n](report) for n in names]
+        # a large report's tables are kept beside it: the next command asking for one reads it
+        options = {"libraries": bool(args.libraries)}
+        tables = [stats_table(report, n, reports[n], options) for n in names]
         # every report asked for by name is printed, empty or not; of all, those with rows
         text = render_present(tables) if args.format == "table" and not args.names else \
             FORMATS[args.format](tables)
     emit(text, args.output, args.force_overwrite)
     return 0
-
-
-def _table(args: argparse.Namespace, report: Report, reports: dict[str, Any], name: str) -> Table:
-    """The stats table ``name``; of a large report, kept beside it (:mod:`..trace.output_cache`), so
-    that the next command asking for it reads it instead of deriving it again."""
-    from ..trace import output_cache
-
-    options = {"libraries": bool(args.libraries)}
-    table = output_cache.cached_table(args.report, name, options)
-    if table is None:
-        table = reports[name](report)
-        output_cache.keep_table(args.report, table, options)
-    return table
 
 
 def _say_capture(path: str, report: Report) -> None:

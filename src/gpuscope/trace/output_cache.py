@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import sidecar
 
 if TYPE_CHECKING:
     from ..analysis.table import Table
+    from .report import Report
 
 MIN_OPERATIONS = 1_000_000
 MAGIC = "gpuscope-output 1"
@@ -76,9 +78,26 @@ def _name(command: str, options: dict[str, Any]) -> str:
     return f"{command}-{digest}.txt"
 
 
+def gpu_operations(report: Report) -> int:
+    """Return the number of GPU operations (kernels, copies, sets) of ``report``."""
+    return sum(report.count(t) for t in ("kernel", "memcpy", "memset"))
+
+
 def worth_keeping(operations: int) -> bool:
     """Return whether a report of ``operations`` GPU operations is large enough for its outputs to be kept."""
     return operations >= MIN_OPERATIONS
+
+
+def stats_table(report: Report, name: str, make: Callable[[Report], Table], options: dict[str, Any]) -> Table:
+    """Return ``make(report)``, the stats table ``name`` made with ``options``: of a large report,
+    read from beside it when it was kept there, else made and kept."""
+    if not worth_keeping(gpu_operations(report)):
+        return make(report)
+    table = cached_table(report.path, name, options)
+    if table is None:
+        table = make(report)
+        keep_table(report.path, table, options)
+    return table
 
 
 def cached(path: str | Path, command: str, options: dict[str, Any], laid_out: bool = True) -> str | None:
