@@ -23,7 +23,17 @@ after ``--limit`` seconds is stopped and shown so.
 makes (the whole run, then windows 10x narrower down to a millisecond, and a search), through its
 HTTP API; its resident set is read before it is stopped.
 
+``--synthetic N`` measures a report of ``N`` kernel records of :mod:`synthetic_report` instead
+(kernels and their launches only). ``--previous DIR`` runs each command with the gpuscope of
+``DIR/src`` as well, right before the current one (``git archive <commit> src | tar -x -C DIR``),
+so both see the same machine load. A command named ``NAME:warm`` runs right after ``NAME`` and
+reads what it kept beside the report; ``NAME`` itself starts from no kept output (the kept files
+of analyze, roofline and stats are removed before it). ``--markdown FILE`` writes the table with
+the machine and date.
+
     PYTHONPATH=src python bench/big_report_bench.py --copies 53 --repeats 3 [--limit 600] [--keep DIR]
+    PYTHONPATH=src python bench/big_report_bench.py --synthetic 10000000 --previous /tmp/prev \
+        --only analyze --only roofline --only stats --markdown bench/results/big_runs.md
 """
 
 from __future__ import annotations
@@ -61,8 +71,11 @@ COMMANDS = {
     "analyze": ["analyze", "{r}"],
     "roofline": ["roofline", "{r}"],
     "stats-without-pairs": ["stats", "{r}", *(a for n in WITHOUT_PAIRS for a in ("-r", n))],
+    "report": ["report", "{r}", "-o", "{d}/x.html", "--force-overwrite"],
     "stats": ["stats", "{r}"],
 }
+KEPT = ("analyze-*.txt", "roofline-*.txt", "table-*.txt")  # output_cache's files beside the report
+WARM = ("analyze", "roofline", "stats", "stats:cuda_gpu_kern_sum", "report")
 # one command per stats report as well: stats:NAME
 from gpuscope.analysis import STATS_REPORTS
 
@@ -142,14 +155,23 @@ def build(d: Path, copies: int) -> tuple[Path, dict[str, int]]:
     return report, counts
 
 
-def run(argv: list[str], limit: float) -> tuple[float, float, float, str]:
+def forget(report: Path) -> None:
+    """Remove the outputs kept beside ``report``, so that the next command derives them."""
+    for d in (report.with_name(report.name + ".cache"),):
+        for pattern in KEPT:
+            for f in d.glob(pattern):
+                f.unlink()
+
+
+def run(argv: list[str], limit: float, src: str | None = None) -> tuple[float, float, float, str]:
     """Run one gpuscope command, stopped after ``limit`` seconds; return its wall time (s), CPU time
     (s, user and system, all its threads: less sensitive than wall time to other work on a shared
     machine), peak resident set (MB) and how it ended: ``done``, ``stopped`` (at the limit) or
     ``failed`` (a non-zero exit)."""
     t = time.perf_counter()
     with open(os.devnull, "w") as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuscope", *argv], stdout=out, stderr=err)
+        env = {**os.environ, "PYTHONPATH": src} if src else None
+        proc = subprocess.Popen([sys.executable, "-m", "gpuscope", *argv], stdout=out, stderr=err, env=env)
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -211,31 +233,59 @@ def _hwm(pid: int) -> float:
     return float("nan")
 
 
+def _report(args: argparse.Namespace, d: Path) -> tuple[Path, dict[str, int]]:
+    """The report to measure: made (or reused from ``--keep``), with its rows per kind."""
+    if args.synthetic:
+        from synthetic_report import load_or_make
+
+        report = d / f"synthetic_{args.synthetic}.gpuscope"
+        gen = load_or_make(report, args.synthetic)
+        print(f"{'reusing' if gen.reused else 'made'} {report} ({gen.seconds:.0f} s)")
+    else:
+        report = d / f"{BASE}.gpuscope"
+        if args.keep and report.exists():
+            print(f"reusing {report}")
+        else:
+            t = time.perf_counter()
+            report, _ = build(d, args.copies)
+            print(f"built in {time.perf_counter() - t:.0f} s")
+    con = duckdb.connect(str(report), read_only=True)
+    counts = {t: _one(con, f"SELECT count(*) FROM {t}") for t in ("torch_op", "cpu_sample", "nvtx_range", "kernel",
+                                                                   "launch_call")}
+    con.close()
+    return report, counts
+
+
+def _span(values: list[float], unit: str, digits: int) -> str:
+    """``median (min-max)`` of ``values``."""
+    f = f"{{:.{digits}f}}"
+    med = f.format(statistics.median(values))
+    return f"{med} {unit} ({f.format(min(values))}-{f.format(max(values))})" if len(values) > 1 else f"{med} {unit}"
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--copies", type=int, default=53)
+    p.add_argument("--synthetic", type=int, metavar="N", help="measure a synthetic report of N kernel records instead")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", action="append", choices=[*sorted(COMMANDS), "view"])
+    p.add_argument("--only", action="append", choices=[*sorted(COMMANDS), *(f"{w}:warm" for w in WARM), "view"])
     p.add_argument("--limit", type=float, default=600, help="stop a command after this many seconds")
     p.add_argument("--keep", type=Path, help="build the report here (or reuse it if it is there)")
+    p.add_argument("--previous", type=Path, metavar="DIR",
+                   help="also run each command with the gpuscope of DIR/src (the previous version)")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="write the table, machine and date to FILE")
     args = p.parse_args()
     d = args.keep or Path(tempfile.mkdtemp(prefix="gpuscope-bench-"))
     d.mkdir(parents=True, exist_ok=True)
-    report = d / f"{BASE}.gpuscope"
-    if args.keep and report.exists():
-        con = duckdb.connect(str(report), read_only=True)
-        counts = {t: _one(con, f"SELECT count(*) FROM {t}") for t in ("torch_op", "cpu_sample", "nvtx_range",
-                                                                       "kernel", "launch_call")}
-        con.close()
-        print(f"reusing {report}")
-    else:
-        t = time.perf_counter()
-        report, counts = build(d, args.copies)
-        print(f"built in {time.perf_counter() - t:.0f} s")
-    print(f"report: {report.stat().st_size / 1e6:.0f} MB, rows {counts}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"DuckDB {duckdb.__version__}, {time.strftime('%Y-%m-%d')}")
+    report, counts = _report(args, d)
+    about = (f"report: {report.name}, {report.stat().st_size / 1e6:.0f} MB, rows "
+             + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    machine = (f"machine: {platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+               f"Python {platform.python_version()}, DuckDB {duckdb.__version__}, {time.strftime('%Y-%m-%d')}")
+    print(about)
+    print(machine)
     chosen = args.only or [*list(COMMANDS)[:-1], "view", "stats"]
+    versions = [("previous", str(args.previous / "src")), ("now", None)] if args.previous else [("now", None)]
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     rss: dict[str, list[float]] = {}
@@ -246,27 +296,37 @@ def main() -> None:
                 for key, value in view(report).items():
                     (rss if key.endswith("_mb") else times).setdefault(key, []).append(value)
                 continue
-            argv = [a.format(r=report, d=d) for a in COMMANDS[name]]
-            wall, used, peak, how = run(argv, args.limit)
-            if how != "done":
-                ended[name] = how
-            times.setdefault(name, []).append(wall)
-            cpu.setdefault(name, []).append(used)
-            rss.setdefault(name, []).append(peak)
-            print(f"  {name}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB{'' if how == 'done' else f' ({how})'}, "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
-    print("| command | wall min | wall median | wall max | CPU median | peak RSS (median) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, values in times.items():
-        peak = rss.get("view_rss_mb") if name.startswith("view") else rss.get(name)
-        shown = f"{statistics.median(peak):.0f} MB" if peak else ""
-        used = f"{statistics.median(cpu[name]):.1f} s" if name in cpu else ""
-        if ended.get(name) == "stopped":
-            name += f" (stopped at {args.limit:.0f} s)"
-        elif name in ended:
-            name += " (failed)"
-        print(f"| {name} | {min(values):.2f} s | {statistics.median(values):.2f} s | {max(values):.2f} s | {used} | "
-              f"{shown} |")
+            base, warm = name.split(":warm")[0] if name.endswith(":warm") else name, name.endswith(":warm")
+            argv = [a.format(r=report, d=d) for a in COMMANDS[base]]
+            for version, src in versions:
+                if warm and version == "previous":
+                    continue  # the previous version keeps nothing: its warm run is its cold one
+                if not warm:
+                    forget(report)
+                key = f"{name} [{version}]"
+                wall, used, peak, how = run(argv, args.limit, src)
+                if how != "done":
+                    ended[key] = how
+                times.setdefault(key, []).append(wall)
+                cpu.setdefault(key, []).append(used)
+                rss.setdefault(key, []).append(peak)
+                print(f"  {key}: {wall:.1f} s wall, {used:.1f} s CPU, {peak:.0f} MB"
+                      f"{'' if how == 'done' else f' ({how})'}, load average {os.getloadavg()[0]:.1f}", flush=True)
+    lines = ["| command | version | wall, median (min-max) | CPU, median | peak RSS, median (min-max) | ended |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
+    for key, values in times.items():
+        name, _, version = key.partition(" [")
+        peak = rss.get("view_rss_mb") if key.startswith("view") else rss.get(key)
+        how = {"stopped": f"stopped at {args.limit:.0f} s", "failed": "failed"}.get(ended.get(key, ""), "done")
+        lines.append(f"| {name} | {version.rstrip(']') or 'now'} | {_span(values, 's', 2)} | "
+                     f"{f'{statistics.median(cpu[key]):.1f} s' if key in cpu else ''} | "
+                     f"{_span(peak, 'MB', 0) if peak else ''} | {how} |")
+    print("\n".join(lines))
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(f"{machine}\n\n{about}\n\n{args.repeats} rounds, commands interleaved\n\n"
+                                 + "\n".join(lines) + "\n")
+        print(f"wrote {args.markdown}")
 
 
 if __name__ == "__main__":
