@@ -87,10 +87,11 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
         idx = position.get_indexer(group["op_id"])
         starts = group["start_ns"].to_numpy(np.int64)
         splits = np.flatnonzero((np.diff(idx) > MAX_BETWEEN + 1) | (np.diff(starts) > MAX_GAP_NS)) + 1
-        for part in np.split(np.arange(len(group)), splits):
-            if len(part) < MIN_LOOP:
-                continue
-            run = group.iloc[part]
+        # the runs between the splits, those long enough only (a group of millions splits into many)
+        bounds = np.concatenate([[0], splits, [len(group)]])
+        long_enough = np.diff(bounds) >= MIN_LOOP
+        for a, b in zip(bounds[:-1][long_enough].tolist(), bounds[1:][long_enough].tolist()):
+            run = group.iloc[a:b]
             d = (run["end_ns"] - run["start_ns"]).to_numpy()
             span = float(run["end_ns"].max() - run["start_ns"].min())
             if 2 * blocks > sm_count and d.sum() >= 0.5 * span:
