@@ -143,3 +143,39 @@ def test_a_report_of_schema_5_opens_without_ranks(tmp_path: Path) -> None:
         assert len(rank_table(r)) == 0
         per = rank_steps(r)
         assert set(per["rank"].map(lambda v: v is None or np.isnan(v))) == {True}
+
+
+def _op(b, pid: int, start: int, name: str, shapes: str, dtypes: str, ranks: list[int]) -> None:
+    scalars = '{"process_group":["0","default_pg",%s],"async_op":false}' % ranks
+    b.writer.con.execute("INSERT INTO torch_op VALUES (?, ?, ?, 1, ?, 0, ?, ?, NULL, ?)",
+                         [start, start + 20_000, pid, b.writer.intern(name), shapes, dtypes, scalars])
+
+
+def test_every_operator_gives_its_own_kernel_its_bytes_and_a_barrier_is_named(tmp_path: Path) -> None:
+    """Two ranks whose operators were all recorded; the second rank (pid 100) runs later than the
+    first (pid 101), so the kernels' order by process differs from their order in time. Each
+    kernel takes the bytes of its own operator, and the barrier's kernel (NCCL's one-element
+    all-reduce) is numbered among the all-reduces and named a barrier."""
+    from report_builder import ReportBuilder
+    from rank_reports import add_rank
+
+    b = ReportBuilder(tmp_path / "r.gpuscope")
+    ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    ag = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    for pid, rank, lag in ((100, 0, 50 * MS), (101, 1, 0)):
+        add_rank(b, pid, rank, 2)
+        t = lag
+        for name, kernel, shapes, dtypes in (
+                ("c10d::allreduce_", ar, "[[[1024]],null]", '[["float32"],null]'),
+                ("c10d::barrier", ar, "[[1],null]", '["uint8",null]'),
+                ("c10d::_allgather_base_", ag, "[[2048],[1024],null]", '["bfloat16","bfloat16",null]'),
+                ("c10d::allreduce_", ar, "[[[4096]],null]", '[["float32"],null]')):
+            _op(b, pid, t, name, shapes, dtypes, [0, 1])
+            b.kernel(kernel, t + 30_000, t + 80_000, pid=pid)
+            t += MS
+    coll = collectives(b.open())
+    for pid in (100, 101):
+        mine = coll[coll["pid"] == pid].sort_values("start_ns")
+        assert mine["kind"].tolist() == ["all_reduce", "barrier", "all_gather", "all_reduce"]
+        assert mine["bytes"].tolist()[:1] + mine["bytes"].tolist()[2:] == [4096.0, 4096.0, 16384.0]
+        assert mine["group_size"].tolist() == [2, 2, 2, 2]

@@ -273,26 +273,32 @@ def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame, report: Report) -> p
     """Give NCCL kernels the bytes and process group of their c10d operator: the one of the same
     kind and number in their process where the process has as many operators of that kind as
     kernels; else the operator of that kind running on the host when the kernel was launched (the
-    operators recorded in sample windows: numbering those would pair them with the wrong kernels)."""
+    operators recorded in sample windows: numbering those would pair them with the wrong kernels).
+    A barrier's kernel (NCCL's one-element all-reduce) is numbered among the all-reduces and takes
+    the kind ``barrier`` from its operator."""
     if not len(ops) or not (found["source"] == "kernel").any():
         return found
     ops = ops.dropna(subset=["kind"]).copy()
+    # NCCL carries out a barrier as a one-element all-reduce: its kernel is an all-reduce's
+    ops["call_kind"] = ops["kind"]
+    ops["kind"] = ops["kind"].where(ops["kind"] != "barrier", "all_reduce")
     ops["seq"] = ops.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
-    columns = ("bytes", "group", "group_desc", "group_size")
-    by = {(int(p), k, int(s)): (b, g, d, n) for p, k, s, b, g, d, n in
+    columns = ("bytes", "group", "group_desc", "group_size", "call_kind")
+    by = {(int(p), k, int(s)): (b, g, d, n, c) for p, k, s, b, g, d, n, c in
           zip(ops["pid"], ops["kind"], ops["seq"], *(ops[c] for c in columns))}
     found = found.copy()
-    seq = found.sort_values("start_ns").groupby(["pid", "kind"]).cumcount()
+    # numbered in time order, then put back in ``found``'s order (zipped with its rows below)
+    seq = found.sort_values("start_ns", kind="stable").groupby(["pid", "kind"]).cumcount().reindex(found.index)
     calls = ops.groupby(["pid", "kind"]).size()
     kernel = found["source"] == "kernel"
     launched = found[kernel].groupby(["pid", "kind"]).size()
     whole = {key for key, n in launched.items() if calls.get(key) == n}
     in_whole = pd.Series([(p, k) in whole for p, k in zip(found["pid"], found["kind"])], index=found.index, dtype=bool)
-    got = {i: by.get((int(p), k, int(s)), (None,) * 4) for i, p, k, s in
+    got = {i: by.get((int(p), k, int(s)), (None,) * 5) for i, p, k, s in
            zip(found.index[kernel & in_whole], found.loc[kernel & in_whole, "pid"], found.loc[kernel & in_whole, "kind"],
                seq[kernel & in_whole])}
     if (kernel & ~in_whole).any():
-        at = {(int(p), int(o)): (k, (b, g, d, n)) for p, o, k, b, g, d, n in
+        at = {(int(p), int(o)): (k, (b, g, d, n, c)) for p, o, k, b, g, d, n, c in
               zip(ops["pid"], ops["start_ns"], ops["kind"], *(ops[c] for c in columns))}
         launches = _launching_ops(report)
         for i, p, k, s in zip(found.index[kernel & ~in_whole], found.loc[kernel & ~in_whole, "pid"],
@@ -300,10 +306,11 @@ def _bytes_from_ops(found: pd.DataFrame, ops: pd.DataFrame, report: Report) -> p
             kind, values = at.get((int(p), launches.get((int(p), int(s)), -1)), (None, None))
             if kind == k:
                 got[i] = values
-    for n, column in enumerate(columns):
+    for n, column in enumerate(columns[:-1]):
         found[column] = found[column].astype(object)
         if got:
             found.loc[list(got), column] = pd.Series([g[n] for g in got.values()], index=list(got), dtype=object)
+    found.loc[[i for i, g in got.items() if g[4] == "barrier"], "kind"] = "barrier"
     return found
 
 
