@@ -51,6 +51,10 @@ def test_a_kept_file_that_is_not_whole_is_ignored(tmp_path: Path) -> None:
     assert output_cache.cached(report, "analyze", opts) is None
     where.write_bytes(b"\xff\xfe not text")
     assert output_cache.cached(report, "analyze", opts) is None
+    where = output_cache.keep(report, "analyze", opts, "a name \x1b[2J that clears the screen\n")
+    assert where is not None and output_cache.cached(report, "analyze", opts) is None  # never printed
+    output_cache.keep(report, "analyze", opts, "a\tb\n")
+    assert output_cache.cached(report, "analyze", opts) == "a\tb\n"
 
 
 def test_analyze_and_roofline_of_a_large_report_answer_from_the_kept_output(recorded, capsys, monkeypatch) -> None:

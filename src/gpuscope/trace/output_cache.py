@@ -7,7 +7,8 @@ unchanged: the report file (:func:`.sidecar.report_key`), the command and its op
 tables are laid out in, gpuscope's version and its code (the size and modification time of each of
 its modules), gpuscope's environment variables and the cached machine calibrations (roofline
 ceilings). The file is text: the output, after a JSON header line with that key; reading it runs
-nothing. A file that fails the check is ignored (and replaced by the next run).
+nothing, and text holding a terminal control character (which gpuscope's outputs never hold) is not
+used. A file that fails a check is ignored (and replaced by the next run).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 
 MIN_OPERATIONS = 1_000_000
 MAGIC = "gpuscope-output 1"
+# what gpuscope's outputs never hold (names are escaped in them): a file that holds one is not one of
+# its outputs, and is not printed
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 @functools.cache  # once a process: the code it runs does not change under it
@@ -113,7 +118,7 @@ def cached(path: str | Path, command: str, options: dict[str, Any], laid_out: bo
         doc = json.loads(header)
         if doc.get("magic") != MAGIC or doc.get("key") != json.loads(json.dumps(_key(path, command, options, laid_out))):
             return None
-        return body
+        return None if _CONTROL.search(body) else body
     except (OSError, ValueError, UnicodeDecodeError, AttributeError):
         return None
 
