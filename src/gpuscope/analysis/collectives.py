@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from .collective_groups import call_keys, fill_by_position, process_steps
 from .ranks import rank_table
 
 # the kinds, by their spelling with underscores and case removed
@@ -54,7 +55,7 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
             "float8_e5m2": 1}
 COLUMNS = ["pid", "rank", "host", "kind", "name", "source", "start_ns", "end_ns", "bytes", "algorithm",
-           "protocol", "group", "group_desc", "group_size", "seq"]
+           "protocol", "group", "group_desc", "group_size", "seq", "call"]
 # NCCL's bus bandwidth factor per kind (nccl-tests, doc/PERFORMANCE.md), for a group of n ranks:
 # busBw = algBw * factor, so that every kind reads against the hardware's link bandwidth
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -193,7 +194,8 @@ def collectives(report: Report) -> pd.DataFrame:
     (the collective's buffer as nccl-tests counts it, :func:`data_bytes`; None where not recorded), ``algorithm``, ``protocol`` (NCCL kernels), ``group``,
     ``group_desc``, ``group_size`` (the process group, from the c10d operator; None where not
     recorded), ``seq`` (its number among the process's collectives of its kind and group, from 0),
-    in start order per process."""
+    ``call`` (the key it is matched by across ranks: its step and number in the step, see
+    :func:`.collective_groups.call_keys`), in start order per process."""
     frames = []
     kernels = _from_kernels(report)
     if len(kernels):
@@ -226,9 +228,11 @@ def collectives(report: Report) -> pd.DataFrame:
     order = {"kernel": 0, "torch_op": 1, "range": 2}
     best = found.groupby("pid")["source"].agg(lambda s: min(s, key=order.__getitem__))
     found = found[found["source"] == found["pid"].map(best)]
-    found = _groups_alike(_bytes_from_ops(found, ops, report))
+    steps = process_steps(report) if found["pid"].nunique() > 1 else pd.DataFrame(columns=["pid", "step", "start_ns", "end_ns"])
+    found = _groups_alike(fill_by_position(_bytes_from_ops(found, ops, report), steps))
     found = found.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
     found["seq"] = found.groupby(["pid", group_key(found), "kind"]).cumcount()
+    found["call"] = call_keys(found.assign(group_key=group_key(found)), steps, ["group_key", "kind"])
     ranks = rank_table(report).set_index("pid")
     found["rank"] = found["pid"].map(ranks["rank"]) if len(ranks) else None
     found["host"] = found["pid"].map(ranks["host"]) if len(ranks) else None
@@ -245,9 +249,11 @@ def _groups_alike(found: pd.DataFrame) -> pd.DataFrame:
     """Make the process group, the key calls are matched by across ranks, known alike on every process.
     Where some processes know the group of a kind's calls and others do not (their operators fell
     outside the sample windows), the calls of that kind match by number within one group on every
-    side: the one group the others named, or none (every call of the kind in one sequence) where they
-    named several. Matching known groups on one rank against none on another would leave every call
-    unmatched, each rank seeming to wait for the others forever."""
+    side: the one group the others named; where they named several, none (every call of the kind in
+    one sequence) if some process knows no group of the kind, else the groups as known (the calls
+    left unknown, those outside the steps :mod:`.collective_groups` fills, match among themselves).
+    Matching known groups on one rank against none on another would leave every call unmatched,
+    each rank seeming to wait for the others forever."""
     if not len(found):
         return found
     found = found.copy()
@@ -263,7 +269,7 @@ def _groups_alike(found: pd.DataFrame) -> pd.DataFrame:
             g = named.iloc[0]
             for column in ("group", "group_desc", "group_size"):
                 found.loc[rows[~known.to_numpy()], column] = g[column]
-        else:
+        elif part.loc[known, "pid"].nunique() < part["pid"].nunique():
             for column in ("group", "group_desc", "group_size"):
                 found.loc[rows, column] = None
     return found
@@ -331,13 +337,13 @@ def _launching_ops(report: Report) -> dict[tuple[int, int], int]:
 def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     """Each collective call with who it waited for: ``ranks`` (how many ranks made it), ``last_pid``
     (the process that arrived last), ``wait_ns`` (last arrival - own arrival: the time this rank
-    waited for the slowest), ``transfer_ns`` (own end - last arrival, at least 0: the collective's own
+    waited for the slowest; for an NCCL kernel at most its own duration), ``transfer_ns`` (own end - last arrival, at least 0: the collective's own
     time once all had arrived, where its end was recorded on the GPU). Calls that only one process
     made are kept with ``wait_ns`` 0."""
     if not len(coll):
         return coll.assign(ranks=[], last_pid=[], wait_ns=[], transfer_ns=[])
     coll = coll.assign(group_key=group_key(coll))
-    keys = ["group_key", "kind", "seq"]
+    keys = ["group_key", "kind", "call"]
     g = coll.groupby(keys)["start_ns"]
     last = g.transform("max")
     idx = coll.loc[g.idxmax().to_numpy(), keys + ["pid"]].rename(columns={"pid": "last_pid"})
@@ -345,6 +351,9 @@ def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     out["ranks"] = out.groupby(keys)["pid"].transform("nunique").to_numpy()
     out["wait_ns"] = (last.to_numpy() - coll["start_ns"].to_numpy()).astype(np.int64)
     gpu = out["source"] == "kernel"
+    # on the GPU a rank waits inside its own kernel, which cannot have lasted less than the wait
+    own = (out["end_ns"] - out["start_ns"]).to_numpy(np.int64)
+    out["wait_ns"] = np.where(gpu, np.minimum(out["wait_ns"].to_numpy(np.int64), own), out["wait_ns"]).astype(np.int64)
     out["transfer_ns"] = np.where(gpu, np.maximum(out["end_ns"] - last.to_numpy(), 0), 0).astype(np.int64)
     return out
 

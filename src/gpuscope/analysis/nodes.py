@@ -91,7 +91,7 @@ def _gpu_ends(report: Report) -> pd.Series:
     if not len(coll):
         return pd.Series(dtype="float64")
     coll = coll.assign(group_key=group_key(coll))
-    return coll.groupby(["group_key", "kind", "seq"])["end_ns"].median()
+    return coll.groupby(["group_key", "kind", "call"])["end_ns"].median()
 
 
 def _session_realtime(report: Report) -> int | None:

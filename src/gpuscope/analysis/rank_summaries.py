@@ -20,7 +20,8 @@ STEP_COLUMNS = ["pid", "rank", "host", "step", "start_ns", "duration_ns", "warmu
 def timed_collectives(report: Report) -> pd.DataFrame:
     """The collectives of :func:`.collectives.collectives` with their arrival skew (:func:`.arrivals`)
     and ``overlap_ns``: for NCCL kernels, the time another kernel of the process ran beside them
-    (communication hidden behind compute); 0 for CPU-side calls, whose end is not recorded."""
+    (communication hidden behind compute); 0 for CPU-side calls, whose end is not recorded. An NCCL
+    kernel's ``wait_ns`` keeps only the part of its wait that no other kernel of its process ran beside."""
     coll = arrivals(collectives(report))
     coll["overlap_ns"] = np.zeros(len(coll), dtype=np.int64)
     gpu = coll["source"] == "kernel"
@@ -29,6 +30,11 @@ def timed_collectives(report: Report) -> pd.DataFrame:
             """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
                JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'""")
         coll.loc[gpu, "overlap_ns"] = overlap_ns(coll[gpu].reset_index(drop=True), compute)
+        # the wait that cost the rank time: the part of it no other kernel of the rank ran beside
+        # (an all-gather prefetched on its own stream spins while the layer before it computes)
+        waiting = coll[gpu].assign(end_ns=coll.loc[gpu, "start_ns"] + coll.loc[gpu, "wait_ns"]).reset_index(drop=True)
+        hidden = overlap_ns(waiting, compute)
+        coll.loc[gpu, "wait_ns"] = (coll.loc[gpu, "wait_ns"].to_numpy(np.int64) - hidden).astype(np.int64)
     return coll
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ...trace.report import Report
+from ..collective_groups import UNMATCHED
 from ..collectives import group_key
 from ..ranks import label, rank_of
 from .context import data_dict, fmt_ns
@@ -36,7 +37,7 @@ def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
     if len(ranked) < 2:
         return []
     coll = coll.assign(group_key=group_key(coll))
-    keys = ["group_key", "kind", "seq"]
+    keys = ["group_key", "kind", "call"]
     made = coll.groupby(keys)["pid"].agg(lambda s: set(s.astype(int)))
     first = coll.groupby(keys)["start_ns"].min()
     # a rank outside a smaller group misses none of its calls; a group of unknown size, or of every rank, has them all
@@ -46,21 +47,29 @@ def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
         if pd.isna(size) or int(size) >= len(ranked):
             members[g] = set(ranked)
     ends = dict(report.sql("SELECT pid, max(end_ns) FROM process GROUP BY pid"))
-    # calls that more than one rank made: a rank that made one after the others entered the call it
-    # seems to miss went on communicating with them, so it did not hang there (the calls were matched
-    # wrongly, as where a rank skipped a collective and the numbering shifted)
-    shared = coll[coll.groupby(keys)["pid"].transform("nunique") > 1]
-    last_shared = shared.groupby("pid")["start_ns"].max().to_dict()
+    # a rank that made any collective call after the others entered the one it seems to miss went on
+    # (a hung rank makes no further call), so it did not hang there: the calls were matched wrongly,
+    # as where a rank skipped a collective and the numbering shifted, or its records are missing
+    last_shared = coll.groupby("pid")["start_ns"].max().to_dict()
+    # a rank cannot be said to miss a call the others made while its own collection was off
+    windows: dict[int, list[tuple[int, int]]] = {}
+    if report.count("capture_window"):
+        for p, a, b in report.sql("SELECT pid, start_ns, end_ns FROM capture_window"):
+            windows.setdefault(int(p), []).append((int(a), int(b) if b is not None else 2**63 - 1))
     out = []
     for pid in sorted(ranked):
         lacking = [(int(first[key]), key) for key, pids in made.items()
-                   if pid not in pids and pids & ranked and pid in members[key[0]]]
+                   if pid not in pids and pids & ranked and pid in members[key[0]]
+                   and not str(key[2]).startswith(UNMATCHED)
+                   and (pid not in windows or any(a <= first[key] <= b for a, b in windows[pid]))]
         if not lacking:
             continue
-        t, (group, kind, seq) = min(lacking)
+        t, (group, kind, call) = min(lacking)
+        entered = coll[(coll["group_key"] == group) & (coll["kind"] == kind) & (coll["call"] == call)]
+        seq = int(entered["seq"].min())  # its number on the ranks that entered it
         if last_shared.get(pid, -1) > t:
             continue
-        waiting = sorted(made[(group, kind, seq)] & ranked)
+        waiting = sorted(made[(group, kind, call)] & ranked)
         stop = max((int(ends[p]) for p in waiting if ends.get(p) is not None), default=None)
         if stop is None:
             stop = int(coll.loc[coll["pid"].isin(waiting), "end_ns"].max())

@@ -2,15 +2,16 @@
 and why, from the straggler's own step breakdown against the other ranks'.
 
 The ranks' collectives are matched call by call (:mod:`...collectives`): a rank waits in each for the
-last one to arrive. When one rank arrives last at most of them (:data:`STRAGGLER_SHARE`), it is the
-straggler: the others lose their waits, and the part of its step that is longer than the same part
-of the others' (data loading, forward, a host synchronization, ...) is why. When the last arrival
+last one to arrive. When the waits one rank makes the others wait are most of all the waits
+(:data:`STRAGGLER_SHARE`), it is the straggler: the others lose those waits (and only those), and
+the part of its step that is longer than the same part of the others' (data loading, forward, a
+host synchronization, ...) is why. When the last arrival
 moves between ranks, the ranks are imbalanced in turn, and the waits are a finding of their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ from ..ranks import label, rank_of
 from .context import data_dict, fmt_ns
 from .finding import Finding
 
-STRAGGLER_SHARE = 0.6  # arriving last at this share of the shared collectives makes a rank the straggler
+STRAGGLER_SHARE = 0.6  # making this share of all the waits in collectives makes a rank the straggler
 
 # per part of a breakdown: the cause in words, and the fix on the straggler
 CAUSES: dict[str, tuple[str, str]] = {
@@ -71,6 +72,7 @@ class RankWaits:
     straggler: int | None
     ranks: dict[int, int]
     collectives: pd.DataFrame  # every call, with its arrival skew
+    caused: dict[int, dict[int, float]] = field(default_factory=dict)  # see _caused
 
 
 def rank_waits(report: Report) -> RankWaits | None:
@@ -88,9 +90,28 @@ def rank_waits(report: Report) -> RankWaits | None:
     wait_ns = {int(p): float(f["wait_ns"].mean()) for p, f in steady.groupby("pid")}
     last = {int(p): int(f["last"].sum()) for p, f in steady.groupby("pid")}
     shared = sum(last.values())
-    top = max(last, key=lambda p: (last[p], -p)) if last else None
-    straggler = top if top is not None and shared and last[top] >= STRAGGLER_SHARE * shared else None
-    return RankWaits(steady, step_ns, wait_ns, last, shared, straggler, rank_of(report), coll)
+    caused = _caused(coll, steady)
+    total = sum(sum(w.values()) for w in caused.values())
+    top = max(caused, key=lambda p: (sum(caused[p].values()), -p)) if caused else None
+    straggler = (top if top is not None and total > 0 and sum(caused[top].values()) >= STRAGGLER_SHARE * total
+                 else None)
+    return RankWaits(steady, step_ns, wait_ns, last, shared, straggler, rank_of(report), coll, caused)
+
+
+def _caused(coll: pd.DataFrame, steady: pd.DataFrame) -> dict[int, dict[int, float]]:
+    """For each process that arrived last at shared collectives of the steady steps: the mean wait
+    per step it made each other process wait there (``{last: {waiting: ns per step}}``)."""
+    out: dict[int, dict[int, float]] = {}
+    for pid, own in steady.groupby("pid"):
+        starts = own["start_ns"].to_numpy(np.int64)
+        ends = starts + own["duration_ns"].to_numpy(np.int64)
+        mine = coll[(coll["pid"] == pid) & (coll["ranks"] > 1) & (coll["last_pid"] != pid)]
+        t = mine["start_ns"].to_numpy(np.int64)
+        i = np.searchsorted(starts, t, "right") - 1
+        inside = (i >= 0) & (t < ends[np.maximum(i, 0)])
+        for last, w in mine[inside].groupby("last_pid")["wait_ns"].sum().items():
+            out.setdefault(int(last), {})[int(pid)] = float(w) / len(own)
+    return out
 
 
 def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str],
@@ -105,7 +126,9 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
         return _imbalance(waits, min_share, prefix)
     s = waits.straggler
     others = [p for p in waits.wait_ns if p != s]
-    lost = float(np.mean([waits.wait_ns[p] for p in others])) if others else 0.0
+    # what the others would stop losing: the waits it made them wait, not every wait they had
+    made_wait = waits.caused.get(s, {})
+    lost = float(np.mean([made_wait.get(p, 0.0) for p in others])) if others else 0.0
     step = float(np.mean([waits.step_ns[p] for p in others])) if others else 0.0
     share = lost / step if step else 0.0
     if share < min_share:
@@ -113,7 +136,7 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
     evidence = [f"{label(s, ranks)} arrived last at {waits.last[s]} of {waits.shared} collectives of the steady "
                 f"steps; the other {len(others)} rank{'s' if len(others) > 1 else ''} wait{'' if len(others) > 1 else 's'}"
                 f" {fmt_ns(lost)} per step for it ({share:.0%} of their step of {fmt_ns(step)})"]
-    evidence += [f"{label(p, ranks)} waits {fmt_ns(waits.wait_ns[p])} per step" for p in sorted(others)[:7]]
+    evidence += [f"{label(p, ranks)} waits {fmt_ns(made_wait.get(p, 0.0))} per step for it" for p in sorted(others)[:7]]
     cause, fix, part, excess = _cause(s, others, means, labels)
     if part is not None:
         mine, theirs = means[s][part], float(np.mean([means[p][part] for p in others if p in means]))
@@ -126,7 +149,7 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
     return [Finding(prefix + "straggler", f"Rank {ranks.get(s, s)} is the straggler: the others wait for it", lost, share,
                     evidence, f"{label(s, ranks)}: {cause}", fix,
                     data=data_dict(straggler_pid=s, straggler_rank=ranks.get(s), lost_ns=lost, cause_part=part,
-                                   waits={str(p): waits.wait_ns[p] for p in others}))]
+                                   waits={str(p): made_wait.get(p, 0.0) for p in others}))]
 
 
 def _cause(s: int, others: list[int], means: dict[int, dict[str, float]],

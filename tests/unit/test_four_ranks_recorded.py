@@ -1,0 +1,113 @@
+"""Jobs recorded on four GPUs of one host (H200, NCCL 2.28, ``tests/device/four_gpus.sh``): a small
+transformer trained with FSDP2 and with a 2 x 2 mix of tensor parallelism (pairs 0-1 and 2-3) and
+data parallelism (0-2 and 1-3), 12 steps each under gpuscope's default collectors (the overhead
+probe switched each rank's collection off for three steps, each rank at its own moment); with a
+rank whose data loading sleeps 5 ms per batch, and with an uneven split of the MLP between the two
+ranks of each tensor-parallel pair.
+
+What the same jobs measured untraced (two rounds each, H100 x4): the sleep costs the tensor-parallel
+job 4.6-5.1 ms per step (15.6-16.3 ms without it, 20.3-21.4 ms with it), the FSDP job 0.2-3.9 ms
+(the GPU is the bottleneck there); the uneven split costs nothing measurable. The tests marked
+``xfail(strict=True)`` are what the diagnosis still gets wrong on these jobs: they fail (and so
+pass the suite) until it gets them right.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from gpuscope.analysis.collectives import collectives
+from gpuscope.analysis.diagnosis import diagnose
+from gpuscope.trace.report import Report
+
+JOBS = ["dist4_fsdp", "dist4_tp", "dist4_tp_slow_rank", "dist4_tp_big_rank", "dist4_fsdp_slow_rank"]
+MS = 1_000_000
+
+
+def _ranks(report: Report) -> dict[int, int]:
+    return {int(pid): int(rank) for pid, rank in report.sql("SELECT pid, rank FROM rank")}
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_every_rank_is_in_one_report_and_no_rank_is_called_hung(recorded: Callable[[str], Path], job: str) -> None:
+    """Every job finished: no rank may be said to have missed a collective. Before calls were
+    matched step by step, the three steps each rank recorded nothing (at its own moment) shifted
+    the numbering, and ``hung_rank`` findings said a rank 'never reached' a call."""
+    with Report.open(recorded(job)) as report:
+        assert sorted(_ranks(report).values()) == [0, 1, 2, 3]
+        assert report.sql("SELECT DISTINCT world_size, backend FROM rank") == [(4, "nccl")]
+        diag = diagnose(report)
+    assert not [f for f in diag.findings if f.rule == "hung_rank"]
+
+
+@pytest.mark.parametrize("job", ["dist4_tp", "dist4_tp_slow_rank", "dist4_tp_big_rank"])
+def test_tensor_and_data_parallel_groups_are_told_apart(recorded: Callable[[str], Path], job: str) -> None:
+    """The all-reduces of a step go to two groups of two: the tensor-parallel pair and the
+    data-parallel pair. Operators (and so groups) were recorded only in sample windows; the other
+    steps' kernels take the group of their place in the step."""
+    with Report.open(recorded(job)) as report:
+        ranks = _ranks(report)
+        coll = collectives(report)
+    kernels = coll[coll["source"] == "kernel"]
+    assert set(kernels["kind"]) == {"all_reduce"}
+    assert (kernels["group_size"] == 2).mean() > 0.9
+    groups = {ranks[int(pid)]: set(f["group"].dropna()) for pid, f in kernels.groupby("pid")}
+    assert all(len(g) == 2 for g in groups.values())
+    tp = groups[0] & groups[1]
+    dp = groups[0] & groups[2]
+    assert len(tp) == 1 and len(dp) == 1 and tp != dp
+    assert groups[2] & groups[3] and not (groups[2] & groups[3]) & tp  # the other pair has its own group
+    assert groups[1] & groups[3] and not (groups[1] & groups[3]) & dp
+
+
+@pytest.mark.parametrize("job", ["dist4_fsdp", "dist4_fsdp_slow_rank"])
+def test_fsdp_gathers_and_scatters_over_all_four_ranks(recorded: Callable[[str], Path], job: str) -> None:
+    with Report.open(recorded(job)) as report:
+        coll = collectives(report)
+    kernels = coll[(coll["source"] == "kernel") & coll["kind"].isin(["all_gather", "reduce_scatter"])]
+    assert len(kernels) > 400
+    assert set(kernels["group_size"].dropna()) == {4}
+    assert set(kernels["algorithm"]) == {"RING"}
+    # every rank gathers and scatters about as often (each recorded 9 or 10 of its 12 steps)
+    per_rank = kernels.groupby(["pid", "kind"]).size().unstack()
+    assert len(per_rank) == 4 and (per_rank["all_gather"] >= 80).all() and (per_rank["reduce_scatter"] >= 45).all()
+
+
+def test_the_fsdp_straggler_is_named_first(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("dist4_fsdp_slow_rank")) as report:
+        diag = diagnose(report)
+    top = diag.findings[0]
+    assert top.rule == "straggler" and top.title.startswith("Rank 3 ")
+
+
+@pytest.mark.xfail(strict=True, reason="the profiled tensor-parallel job's waits come from every rank (each "
+                   "collective of a launch-bound step waits for whichever host launched last), so the sleeping "
+                   "rank makes only about half of them and the job is called imbalanced")
+def test_the_tensor_parallel_straggler_is_named_first_with_its_data_loading(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("dist4_tp_slow_rank")) as report:
+        diag = diagnose(report)
+    top = diag.findings[0]
+    assert top.rule == "straggler" and top.title.startswith("Rank 2 ")
+    assert "data loading" in top.where
+    assert 2.5 * MS < top.saving_ns < 7.5 * MS  # measured untraced: 4.6-5.1 ms per step
+
+
+@pytest.mark.xfail(strict=True, reason="estimates 22 ms per step for a sleep that measured 0.2-3.9 ms: the waits "
+                   "of prefetched all-gathers that no kernel of the rank ran beside are counted whole")
+def test_the_fsdp_straggler_estimate_is_what_removing_the_sleep_saves(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("dist4_fsdp_slow_rank")) as report:
+        diag = diagnose(report)
+    assert diag.findings[0].saving_ns < 6 * MS
+
+
+@pytest.mark.xfail(strict=True, reason="the balanced jobs, profiled, show waits of 19 ms (FSDP) and 8.8 ms (tensor "
+                   "parallel) per step; untraced every rank steps alike, so part of it is profiling's own cost")
+@pytest.mark.parametrize("job", ["dist4_fsdp", "dist4_tp", "dist4_tp_big_rank"])
+def test_nothing_planted_gives_no_rank_finding_above_5_percent(recorded: Callable[[str], Path], job: str) -> None:
+    with Report.open(recorded(job)) as report:
+        diag = diagnose(report)
+    ranked = [f for f in diag.findings if f.rule in ("straggler", "load_imbalance")]
+    assert all(f.share <= 0.05 for f in ranked)
