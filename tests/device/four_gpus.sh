@@ -23,7 +23,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 N=$(nvidia-smi -L | wc -l)
 JOB="$PY -m torch.distributed.run --nproc_per_node=$N tests/device/workloads/dist4.py"
-SECTIONS=${*:-env fixtures truth tree ops planted cost}
+SECTIONS=${*:-env fixtures truth tree ops planted imbalance cost}
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 step() { echo; echo "=== $* ($(date +%T), $(left) s left)"; }
@@ -87,6 +87,20 @@ if has planted; then
                 "tp_slow_rank:--mode tp --slow-rank 2" "tp_big_rank:--mode tp --big-rank 1"; do
       name=${spec%%:*}; args=${spec#*:}; tag=planted_${name}_$r
       timeout 200 $JOB $args --steps 30 --no-truth --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1
+      echo "$tag rc=$? $(means "$W/timing/$tag")"
+    done
+  done
+fi
+
+if has imbalance; then
+  # a strong imbalance between tensor-parallel shards: the MLP split 15:1 in each pair against 8:8
+  step "fixture dist4_tp_split_15_1, and the split's cost untraced"
+  gs profile -o "$W/reports/dist4_tp_split_15_1" --force-overwrite $JOB --mode tp --mlp-split 15:1 --steps 12 --no-truth \
+    > "$W/logs/tp_split_15_1.log" 2>&1; echo "rc=$?"
+  for r in 1 2; do
+    for split in 8:8 15:1; do
+      tag=split_${split/:/_}_$r
+      timeout 200 $JOB --mode tp --mlp-split $split --steps 30 --no-truth --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1
       echo "$tag rc=$? $(means "$W/timing/$tag")"
     done
   done

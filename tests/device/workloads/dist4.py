@@ -12,7 +12,8 @@ ranks of a data-parallel group all-reduce their gradients in one flat bucket aft
 Planted problems: ``--slow-rank R``: rank R's data loading (a DataLoader over an IterableDataset)
 sleeps 5 ms per batch, a straggler; ``--big-rank R`` (tp only): rank R takes 3/4 of its pair's MLP
 hidden units where its peer takes 1/4, an imbalance between tensor-parallel shards (so does the rank
-at R's place in every other pair, R's data-parallel replica, whose gradients must match R's).
+at R's place in every other pair, R's data-parallel replica, whose gradients must match R's);
+``--mlp-split A:B`` sets the split (in units of the width: 15:1 against the balanced 8:8).
 
 After the training loop (unless ``--no-truth``), what a profile is checked against, each timed with
 a CUDA event pair on the current stream, the launches queued behind a ``torch.cuda._sleep`` spin so
@@ -175,6 +176,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--big-rank", type=int, default=-1)
+    p.add_argument("--mlp-split", help="tp: hidden units of the MLP of each pair's first and second rank, in "
+                   "units of the model width (A:B; default 2:2, --big-rank R gives 3:1 or 1:3)")
     p.add_argument("--timing-dir")
     p.add_argument("--torch-profiler")
     p.add_argument("--no-truth", action="store_true")
@@ -211,6 +214,8 @@ def main() -> None:
         hidden = 4 * D // 2
         if args.big_rank >= 0:  # the big rank's place in every pair, so data-parallel replicas stay alike
             hidden = 3 * D if rank % 2 == args.big_rank % 2 else D
+        if args.mlp_split:  # hidden units (in units of D) of the first and the second rank of each pair
+            hidden = int(args.mlp_split.split(":")[rank % 2]) * D
         blocks = [Block(HEADS // 2, hidden, tp_group) for _ in range(LAYERS)]
         model: nn.Module = GPT(blocks).to(dev)
     else:
