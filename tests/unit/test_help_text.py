@@ -48,3 +48,19 @@ def test_an_unknown_option_is_said_with_the_usage_of_its_command() -> None:
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith("usage: gpuscope stats ") and "--libraries" in res.stderr
     assert res.stderr.rstrip().splitlines()[-1] == "gpuscope stats: error: unrecognized arguments: --no-such-option"
+
+
+def test_a_percent_sign_is_printed_once_in_the_description_and_the_command_list(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import argparse
+
+    from gpuscope.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    listing = parser.format_help()
+    for name, command in sub.choices.items():
+        assert "%%" not in command.format_help(), name
+    assert "%%" not in listing
+    words = " ".join(sub.choices["diff"].format_help().split())
+    assert "more than PCT%." in words and "more than PCT%." in " ".join(listing.split())

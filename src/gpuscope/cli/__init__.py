@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
     for cmd in COMMANDS:
-        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        # the command list's help is %-formatted by argparse, a description is printed as it is
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP.replace("%%", "%"))
         cmd.add_arguments(p)
         p.set_defaults(_run=cmd.run)
     return parser
