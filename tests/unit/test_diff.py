@@ -165,7 +165,7 @@ def test_outputs_show_names_as_text_only(tmp_path: Path) -> None:
     base = data(runs(tmp_path, "a", range(1, 2), gemm=odd))
     new = data(runs(tmp_path, "b", range(2, 3), gemm=odd, extra_ms=30))
     result = diff(base, new)
-    text = render_text(result)
+    text = render_text(result, 200)
     assert "\x1b" not in text and not set(BIDI) & set(text)
     assert "gemm|<b>bold</b>\\x1b[31m\\u202eevil\\u202c\\u2066x\\u2069\\u200f" in text
     md = render_markdown(result)
@@ -175,6 +175,29 @@ def test_outputs_show_names_as_text_only(tmp_path: Path) -> None:
     assert doc["step_time"]["significant"] and doc["step_time"]["verdict"] == "slower"
     assert {k["name"].split(" grid")[0] for k in doc["kernel"]} == {odd, "slow_kernel", "head_kernel"}
     assert doc["layer"][0]["name"] == "Net.block forward"
+
+
+def test_text_output_fits_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns every line fits: long kernel names are cut in the middle of the name (the launch
+    configuration kept where there is room), paragraphs wrap, and a column left out is named."""
+    long = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
+    base = data(runs(tmp_path, "a", range(1, 2), gemm=long))
+    new = data(runs(tmp_path, "b", range(2, 3), gemm=long, extra_ms=30))
+    result = diff(base, new)
+    wide = render_text(result, 400)
+    assert max(len(line) for line in wide.splitlines()) > 120  # the width it had before it was fitted
+    for width in (80, 60):
+        text = render_text(result, width)
+        assert max(len(line) for line in text.splitlines()) <= width, text
+        assert "Net.block forward" in text and "void at::native::vector" in text and "…" in text
+        kernel = next(line for line in text.splitlines() if "void at::native::vector" in line)
+        assert "+0.0%" in kernel  # the change column stays longest
+    narrow = render_text(result, 60)
+    assert "Left out where a table did not fit 60 columns: Base, New, Share (--format json" in " ".join(narrow.split())
+    assert "+0.0% .. +0.0%" in narrow  # the interval stays while the base and share go
+    monkeypatch.setenv("COLUMNS", "80")
+    cli = gpuscope_cli("diff", str(tmp_path / "a1.gpuscope"), str(tmp_path / "b2.gpuscope"), cwd=tmp_path)
+    assert cli.returncode == 0 and max(len(line) for line in cli.stdout.splitlines()) <= 80, cli.stdout
 
 
 def test_cli_gate_and_pooled_runs(tmp_path: Path, noisy_runs: tuple[list[Path], list[Path]]) -> None:

@@ -5,6 +5,7 @@ characters (bidirectional controls included) escaped, and in Markdown its markup
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from ..analysis.diff import DiffResult, Item
@@ -12,6 +13,8 @@ from ..analysis.diff_data import describe
 from ..analysis.diff_stats import Change
 from ..safe_text import markdown, terminal
 from ..units import human
+from .table_fit import GAP, fit
+from .terminal import elide, terminal_width
 
 ROWS = 10  # items per family in text and Markdown
 TITLES = {"part": "Step parts (time per step)", "layer": "Layers (time per step)",
@@ -70,28 +73,63 @@ def _head(result: DiffResult) -> list[str]:
     ]
 
 
-def render_text(result: DiffResult) -> str:
-    """Return the comparison as text for a terminal."""
-    out = [*_head(result), "", "Attribution: " + "; ".join(_text(x) for x in result.attribution()), ""]
+def render_text(result: DiffResult, width: int | None = None) -> str:
+    """Return the comparison as text for a terminal of ``width`` columns (default: the terminal's,
+    ``COLUMNS``): the tables fitted as the stats tables are (names elided, columns left out and
+    named), every paragraph wrapped."""
+    width = width or terminal_width()
+    out = [*(_fill(line, width) for line in _head(result)), "",
+           _fill("Attribution: " + "; ".join(_text(x) for x in result.attribution()), width), ""]
+    dropped: set[str] = set()
     for family, items in result.items.items():
-        out.append(TITLES[family])
-        header = ["Base", "New", "Change", "95% CI", "Share", "Name"]
-        rows = [[*_row(i), _text(_short(i.key, 120))] for i in items[:ROWS]]
-        widths = [max(len(r[k]) for r in [header, *rows]) for k in range(5)]
-        for r in [header, *rows]:
-            out.append("  " + "  ".join(v.rjust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])
+        out.append(elide(TITLES[family], width))
+        out += _table(items[:ROWS], width, dropped)
         out.append("")
     if result.syncs is not None:
-        out.append(f"Host synchronizations per step: {result.syncs.base:.3g} -> {result.syncs.new:.3g}; "
-                   f"host wait {human(result.sync_wait.base, 'ns')} -> {human(result.sync_wait.new, 'ns')} "  # type: ignore[union-attr]
-                   f"({_pct(result.sync_wait.change)}, CI {_ci(result.sync_wait)})")  # type: ignore[union-attr, arg-type]
+        out.append(_fill(f"Host synchronizations per step: {result.syncs.base:.3g} -> {result.syncs.new:.3g}; "
+                         f"host wait {human(result.sync_wait.base, 'ns')} -> {human(result.sync_wait.new, 'ns')} "  # type: ignore[union-attr]
+                         f"({_pct(result.sync_wait.change)}, CI {_ci(result.sync_wait)})", width))  # type: ignore[union-attr, arg-type]
         for label, b, n in sorted(result.sync_sites, key=lambda s: -abs(s[2] - s[1]))[:5]:
-            out.append(f"  {b:.3g} -> {n:.3g} per step  {_text(label)}")
+            out.append(_fill(f"  {b:.3g} -> {n:.3g} per step  {_text(label)}", width, "      "))
         out.append("")
     for name, (b, n) in result.memory.items():
-        out.append(f"Memory peak {_text(name)}: {human(b, 'bytes')} -> {human(n, 'bytes')}")
-    out.append("* significant: the 95% interval leaves out zero. Share: of the change of the mean step.")
+        out.append(_fill(f"Memory peak {_text(name)}: {human(b, 'bytes')} -> {human(n, 'bytes')}", width))
+    out.append(_fill("* significant: the 95% interval leaves out zero. Share: of the change of the mean step.", width))
+    if dropped:
+        left = [c for c in HEADER if c in dropped]
+        out.append(_fill(f"Left out where a table did not fit {width} columns: {', '.join(left)} (--format json "
+                         "has every column).", width))
     return "\n".join(out) + "\n"
+
+
+HEADER = ["Base", "New", "Change", "95% CI", "Share", "Name"]
+
+
+def _table(items: list[Item], width: int, dropped: set[str]) -> list[str]:
+    """One family's rows as lines of at most ``width`` characters (table_fit's layout: the name
+    elided, then columns left out; numbers never cut)."""
+    rows = [[*_row(i), _short(_text(i.key), 120)] for i in items]  # escaped first: the cut counts what shows
+    wanted = [max(len(r[k]) for r in [HEADER, *rows]) for k in range(len(HEADER))]
+    numeric = [True] * 5 + [False]
+    layout = fit("diff", HEADER, wanted, numeric, width)
+    dropped.update(layout.dropped)
+    lines = []
+    for n, r in enumerate([HEADER, *rows]):
+        cells = []
+        for k, w in zip(layout.keep, layout.widths):
+            if numeric[k]:
+                cells.append(r[k].rjust(w))
+            elif len(r[k]) <= w:
+                cells.append(r[k])
+            else:  # cut from the whole name, keeping a kernel's launch configuration
+                cells.append(_short(_text(items[n - 1].key), w) if n else r[k][:w])
+        lines.append((GAP + GAP.join(cells)).rstrip())
+    return lines
+
+
+def _fill(text: str, width: int, indent: str = "  ") -> str:
+    """A paragraph as lines of at most ``width`` characters; a word longer than a line stays whole."""
+    return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
 
 
 def render_markdown(result: DiffResult) -> str:
@@ -119,13 +157,17 @@ def render_markdown(result: DiffResult) -> str:
 
 
 def _short(key: str, width: int = 90) -> str:
-    """``key`` cut to ``width`` characters, keeping a kernel's launch configuration at its end."""
+    """``key`` cut to ``width`` characters, keeping a kernel's launch configuration at its end where
+    there is room for it beside 20 characters of the name."""
     if len(key) <= width:
         return key
     name, sep, config = key.partition(" grid(")
     tail = sep + config if sep else ""
-    room = max(width - len(tail), 20)
-    return name[: room - 1] + "…" + tail
+    if width - len(tail) >= 20:
+        return name[: width - len(tail) - 1] + "…" + tail
+    if sep and len(name) + 2 <= width:  # the name whole, the launch configuration cut
+        return name + " …"
+    return name[: width - 1] + "…"
 
 
 def _change(c: Change | None) -> dict[str, Any] | None:

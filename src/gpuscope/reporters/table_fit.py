@@ -53,6 +53,7 @@ DROP_ORDER: dict[str, tuple[str, ...]] = {
     "collective_sum": ("Algorithm", "PID", "Source", "Algorithm BW", "Group Size", "Bytes"),
     "rank_layer_sum": ("Kind", "Min", "Min Rank", "Max", "Ranks"),
     "memory_sum": ("Source", "Kept", "Time", "Device", "PID", "Count"),
+    "diff": ("Share", "Base", "New", "95% CI"),  # gpuscope diff's tables: the change and its interval stay
 }
 
 
