@@ -194,3 +194,31 @@ def add_torch_op(builder: ReportBuilder, name: str, start: int, end: int, tid: i
         "INSERT INTO torch_op VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [start, end, pid or builder.pid, tid, builder.writer.intern(name), seq, shapes, dtypes, out_shapes,
          scalars])
+
+
+PROBES = (10, 35)  # probe_run's overhead probes start at the end of these steps
+
+
+def probe_run(path: Path, off_ms: int) -> Report:
+    """60 optimizer steps of 10 ms (step 1: 30 ms, warm-up) on the CPU, with two overhead probes as
+    the capture window writes them: collection off from the end of steps 10 and 35 for three steps,
+    back on during the fourth; the probes' steps take ``off_ms``."""
+    ms = 1_000_000
+    b = ReportBuilder(path)
+    b.range("Net", 0, 1 * ms, 1, category="forward")
+    t, marks = 0, []
+    for n in range(1, 61):
+        in_probe = any(p < n <= p + 4 for p in PROBES)
+        t += 30 * ms if n == 1 else (off_ms * ms if in_probe else 10 * ms)
+        marks.append(t)
+        b.mark("step", t, 1)
+    con = b.writer.con
+    opened = 0
+    for p in PROBES:
+        reason = "process start" if p == PROBES[0] else f"end of overhead probe at step {PROBES[0] + 3}"
+        con.execute("INSERT INTO capture_window VALUES (100, ?, ?, ?)",
+                    [opened, marks[p - 1], f"{reason} to overhead probe at step {p}"])
+        opened = marks[p + 2] + 100  # once the collectors are back on, after the mark that ended it
+    con.execute("INSERT INTO capture_window VALUES (100, ?, ?, ?)",
+                [opened, t + ms, f"end of overhead probe at step {PROBES[1] + 3} to process end"])
+    return b.open(wall_ns=t + 2 * ms)

@@ -355,3 +355,33 @@ def test_the_roofline_axes_are_labelled_with_si_prefixes_at_powers_of_ten(browse
         assert not p.errors, p.errors
     finally:
         p.close()
+
+
+def test_the_overhead_probes_steps_are_grey_bands_not_gaps(browser: Any, tmp_path: Path) -> None:
+    """The steps an overhead probe ran with collection off are drawn as bands on the timeline's step
+    track (nothing recorded in them), and the note under the timeline says what they are."""
+    from report_builder import probe_run
+
+    probe_run(tmp_path / "probe.gpuscope", off_ms=5).close()
+    res = Gpuscope(tmp_path).run("report", "probe.gpuscope")
+    assert res.returncode == 0, res.describe()
+    p = Page(browser, "probe-steps")
+    try:
+        p.page.goto((tmp_path / "probe.html").as_uri())
+        _wait_drawn(p.page)
+        probe = p.page.evaluate("GS.timeline.meta.probe_steps.map(s => [s.step, s.what])")
+        assert [s for s, _ in probe] == [11, 12, 13, 14, 36, 37, 38, 39] and probe[1][1] == "collection off"
+        assert "Grey bands: the 8 steps of the overhead probe" in p.page.locator("#tl-note").text_content()
+        # the band is drawn: under the axis, step 12 is darker than the recorded step 16 beside it
+        pixels = p.page.evaluate("""() => { const tl = GS.timeline, s = tl.meta.probe_steps[1];
+            const after = tl.meta.steps.find(r => r.step === 16), span = after.end - s.start;
+            tl.setView(s.start - span / 4, after.end + span / 4); tl.draw();
+            const at = t => Array.from(tl.ctx.getImageData(Math.round(tl.x(t) * devicePixelRatio),
+                                                           Math.round(40 * devicePixelRatio), 1, 1).data).slice(0, 3);
+            return [at((s.start + s.end) / 2), at((after.start + after.end) / 2)]; }""")
+        band, recorded = pixels
+        assert all(b < r - 8 for b, r in zip(band, recorded)), pixels
+        p.shot("probe-steps")
+        assert not p.errors, p.errors
+    finally:
+        p.close()

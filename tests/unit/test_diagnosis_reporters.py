@@ -58,11 +58,16 @@ def test_json_carries_integer_nanoseconds_that_add_up(mlp: Diagnosis) -> None:
     assert 0 < first["share"] < 1 and first["fix"] and first["evidence"]
 
 
-def test_short_form_for_the_end_of_profile(mlp: Diagnosis) -> None:
+def test_short_form_for_the_end_of_profile(mlp: Diagnosis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
     text = render_short(mlp)
     lines = text.splitlines()
     assert lines[0].startswith("Step time (step 2.4 ms, process 767): GPU busy 28%; idle: launch 42%, cpu 31%")
     assert len(lines) == 1 + 2 * 3 and lines[1].startswith("  1. Launch-bound")
+    monkeypatch.setenv("COLUMNS", "80")  # the same words, wrapped to the terminal
+    narrow = render_short(mlp)
+    assert max(len(line) for line in narrow.splitlines()) <= 80 < max(len(line) for line in lines)
+    assert narrow.split() == text.split()
 
 
 def test_profile_says_a_failing_diagnosis_in_one_line(recorded: Callable[[str], Path],
@@ -74,7 +79,8 @@ def test_profile_says_a_failing_diagnosis_in_one_line(recorded: Callable[[str], 
 
     with Report.open(recorded("mlp_default")) as report:
         steps, text = profile._diagnosis(report)
-        assert text.startswith("Step time (step 2.4 ms") and steps is not None and "steps:" in steps
+        assert text.startswith("Step time (step 2.4 ms") and steps == (
+            "4 steps found from ranges named 'step' (no step marks were recorded): 4 recorded (1 warm-up)")
         monkeypatch.setattr("gpuscope.analysis.diagnosis.diagnose", broken)
         steps, text = profile._diagnosis(report)
         assert steps is None

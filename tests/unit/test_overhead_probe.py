@@ -16,7 +16,7 @@ import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.analysis.diagnosis.context import Context
-from gpuscope.analysis.probe import ProbeTiming, _split, probe_timings
+from gpuscope.analysis.probe import ProbeTiming, _split, probe_timings, split_steps, step_ranges
 from gpuscope.capture.capture_range import CaptureSpec
 from gpuscope.capture.process.window import PROBE_EVERY, PROBE_FIRST, PROBE_STEPS, CaptureWindow
 from gpuscope.trace.report import Report
@@ -127,12 +127,47 @@ def test_split_times_the_probe_steps_but_the_first_and_the_recorded_steps_alike(
     windows.append((opened, 10**18, "end of overhead probe at step 38 to process end"))
     off, on = _split(np.array(marks, np.int64), windows)
     assert off == [1_000_000] * 4  # steps 12, 13, 37, 38
-    assert sorted(set(on)) == [2_000_000] and len(on) == 40 - 3 - 2 * 4 - 1  # warm-up, probes, switch-on steps
-    timing = ProbeTiming(1, 2, tuple(off), tuple(on))
+    # every recorded step but step 1 (no mark starts it): no step is longer than 1.5x the median, so none is warm-up
+    assert sorted(set(on)) == [2_000_000] and len(on) == 40 - 1 - 2 * 4
+    split = split_steps(np.array(marks, np.int64), windows)
+    assert split.probe == (11, 12, 13, 14, 36, 37, 38, 39)  # the steps step_sum does not list as recorded
+    assert split.timed_off == (12, 13, 37, 38) and split.warmup == (1,)
+    assert set(split.recorded) == set(range(2, 41)) - set(split.probe)
+    # warm-up as step_sum flags it is left out of the recorded steps timed
+    assert split_steps(np.array(marks, np.int64), windows, {1, 2, 3}).warmup == (1, 2, 3)
+    timing = ProbeTiming(1, 2, tuple(off), tuple(on), off_steps=split.timed_off, probe_steps=split.probe,
+                         warmup_steps=split.warmup)
     assert timing.ratio == pytest.approx(2.0) and timing.cost_share == pytest.approx(0.5)
-    assert "+100% longer" in timing.describe()
+    assert "collection made a step 100% longer (±0%)" in timing.describe()
+    assert "(steps 12-13, 37-38; 2 probes)" in timing.describe() and "31 recorded steps after warm-up (step 1)" in timing.describe()
     assert ProbeTiming(1, 1, (1_000_000,), tuple(on)).cost_share == 0.0  # one timed step: no verdict
     assert ProbeTiming(1, 2, (1_000_000, 1_000_000), (1_010_000,) * 5).cost_share == 0.0  # within the noise
+
+
+def test_a_negative_slowdown_is_no_measurable_slowdown_within_the_noise() -> None:
+    """Steps with collection off that ran slower than the recorded ones (a busy machine): never '-50% longer'."""
+    timing = ProbeTiming(1, 3, (4_000_000, 4_200_000), (2_000_000, 2_100_000, 1_900_000, 2_050_000))
+    assert timing.slowdown < -0.4 and not timing.significant and timing.cost_share == 0.0
+    assert timing.verdict() == "no measurable slowdown (within the noise: ±51%)"
+    assert "-" not in timing.verdict() and "longer" not in timing.describe()
+
+
+def test_a_slowdown_whose_interval_reaches_zero_is_noise() -> None:
+    rng = np.random.default_rng(1)
+    on = tuple(int(x) for x in rng.normal(10_000_000, 3_000_000, 40))
+    off = (9_000_000, 13_000_000, 8_000_000)  # a median 10% below the recorded one, but three wide steps
+    timing = ProbeTiming(1, 1, off, on)
+    lo, hi = timing.interval
+    assert lo < 0 < hi and not timing.significant
+    assert timing.verdict().startswith("no measurable slowdown (within the noise: ±")
+    wide = ProbeTiming(1, 1, (5_000_000, 5_100_000, 4_900_000), on)  # half the step: a cost, with its spread
+    assert wide.significant and wide.interval[0] > 0.5
+    assert wide.verdict().startswith(f"collection made a step {round(100 * wide.slowdown)}% longer (±")
+
+
+def test_step_ranges_join_runs_of_numbers() -> None:
+    assert step_ranges((11, 12, 13, 14, 36, 37, 39)) == "11-14, 36-37, 39"
+    assert step_ranges([5]) == "5" and step_ranges(()) == ""
 
 
 def _findings(path: Path, probes: Callable[[Context], dict]) -> tuple[dict, list[str]]:  # type: ignore[type-arg]

@@ -82,6 +82,7 @@ class CollectionOverhead:
     not_measured: list[str] = field(default_factory=list)  # parts a report lacks the numbers for
     unseen: list[str] = field(default_factory=list)  # costs the estimate can not see
     probes: list[ProbeTiming] = field(default_factory=list)  # steps timed with collection off, where measured
+    unmeasured: list[ProbeTiming] = field(default_factory=list)  # probes that timed too few steps for a verdict
 
     @property
     def total_ns(self) -> int:
@@ -96,7 +97,9 @@ class CollectionOverhead:
 def collection_overhead(report: Report) -> CollectionOverhead:
     """Return the measured and estimated time collection took inside the profiled program."""
     out = CollectionOverhead(report.meta.get("wall_ns"))
-    out.probes = [t for t in probe_timings(report).values() if t.measured]
+    timings = probe_timings(report).values()
+    out.probes = [t for t in timings if t.measured]
+    out.unmeasured = [t for t in timings if not t.measured]
     measured = dict(report.sql(
         "SELECT name, sum(callback_ns) FROM collector WHERE callback_ns > 0 GROUP BY name ORDER BY name"))
     held = _detail_sum(report, ("sampler",), "held_ns")

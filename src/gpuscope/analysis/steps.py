@@ -575,11 +575,16 @@ def step_sum(report: Report) -> Table:
     if isinstance(capture, dict) and capture.get("description"):
         notes.append(f"Capture range: {capture['description']}; only the steps inside it are listed.")
     from .probe import probe_timings
+    from .step_counts import probe_note, probe_rows, step_counts
 
+    counts = {c.pid: c for c in step_counts(report, source, windows)}
     for t in probe_timings(report).values():
-        notes.append(f"Process {t.pid}: the steps missing from the list ran with collection off, to time the "
-                     f"program without the profiler (the overhead probe; --no-overhead-probe records every step): "
-                     f"{t.describe()}.")
+        c = counts.get(t.pid)
+        if c is not None and c.probe is not None:
+            notes.append(probe_note(c) or "")
+        else:  # steps counted otherwise than the probe's: no numbers to list them by
+            notes.append(f"Process {t.pid}: the overhead probe ran some iterations with collection off, not "
+                         f"recorded (--no-overhead-probe records every step): {t.describe()}.")
     gpu = bool(report.count(ops))  # without GPU activity the GPU columns are left empty, not 0
     for pid in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == pid]
@@ -589,7 +594,12 @@ def step_sum(report: Report) -> Table:
                                           else (None, None, None)), "yes" if warmup else "")
             for (_, step, start, dur, busy, kernels, warmup) in mine
         ]
-        out += table + _summary_rows(pid, table[warm:])
+        # the overhead probe's steps among the recorded ones, in step order, marked (no GPU columns:
+        # nothing was recorded); left out of the summary rows
+        origin = int(windows.loc[windows["pid"] == pid, "start_ns"].min()) - int(mine[0][2]) if mine else 0
+        extra = probe_rows(counts[pid], origin) if pid in counts else []
+        shown = sorted(table + extra, key=lambda r: int(str(r[1]).split()[0]))
+        out += shown + _summary_rows(pid, table[warm:])
         if source.kind == "pattern" and mine and mine[0][2] > 0:
             notes.append(f"Process {pid}: set-up before step {mine[0][1]} (process start, imports, library "
                          f"set-up, compilation) took {mine[0][2] / 1e9:.3f} s; it is not a step.")

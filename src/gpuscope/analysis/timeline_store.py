@@ -20,7 +20,7 @@ from .timeline_tracks import Lane, TimelineIndex, Track
 
 NAME = "timeline.bin"
 MAGIC = b"GSTLINDX"
-VERSION = 3  # 2: Python samples as a flame strip; 3: thread lanes named by the thread's name
+VERSION = 4  # 2: Python samples as a flame strip; 3: thread lanes named by the thread's name; 4: the overhead probe's steps
 _LANE_ARRAYS = {"start": "<i8", "end": "<i8", "name": "<i4", "src": "i1", "cum": "<i8"}
 _COUNTER_ARRAYS = {"t": "<i8", "v": "<f8"}
 
@@ -39,6 +39,7 @@ def dump(index: TimelineIndex, key: dict[str, int]) -> list[bytes | memoryview]:
         tracks.append(d)
     return pack.chunks(MAGIC, {"version": VERSION, "key": key, "start_ns": index.start_ns, "end_ns": index.end_ns,
                                "steps": index.steps, "steps_found": index.steps_found, "names": index.names,
+                               "probe_steps": index.probe_steps,
                                "tracks": tracks, "lanes": lanes})
 
 
@@ -61,8 +62,9 @@ def load(buf: Any, key: dict[str, int]) -> TimelineIndex | None:
         if any(len(ln.cum) != len(ln) + 1 or len(ln.end) != len(ln) for ln in lanes):
             return None
         steps = [(int(a), int(b), int(c), int(e)) for a, b, c, e in h["steps"]]
+        probe = [(int(a), int(b), int(c), int(e), str(w)) for a, b, c, e, w in h["probe_steps"]]
         return TimelineIndex(tracks, lanes, [str(x) for x in h["names"]], int(h["start_ns"]), int(h["end_ns"]),
-                             steps, steps_found=bool(h["steps_found"]))
+                             steps, steps_found=bool(h["steps_found"]), probe_steps=probe)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
 

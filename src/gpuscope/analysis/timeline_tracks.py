@@ -83,6 +83,9 @@ class TimelineIndex:
     end_ns: int
     steps: list[tuple[int, int, int, int]]  # pid, step number, start_ns, end_ns
     steps_found: bool = True  # False: too many GPU operations to look for steps (STEP_LIMIT)
+    # the overhead probe's steps, not recorded: pid, step number, start_ns, end_ns (mark to mark), and
+    # what happened in it (collection off, switching off, switching on: analysis/step_counts.py)
+    probe_steps: list[tuple[int, int, int, int, str]] = field(default_factory=list)
 
     def events(self) -> int:
         """Return the number of slices of every lane."""
@@ -90,7 +93,8 @@ class TimelineIndex:
 
     def describe(self) -> dict[str, Any]:
         """Return the tracks and lanes as plain data (what a page needs to lay out its rows); step
-        times are timeline times (ns from ``start_ns``)."""
+        times are timeline times (ns from ``start_ns``); the overhead probe's steps apart, so that
+        ``steps`` stays the recorded ones in order."""
         return {
             "start_ns": self.start_ns, "end_ns": self.end_ns,
             "tracks": [{"id": t.id, "group": t.group, "label": t.label, "kind": t.kind, "lanes": t.lanes,
@@ -99,6 +103,8 @@ class TimelineIndex:
             "steps_found": self.steps_found,
             "steps": [{"pid": p, "step": s, "start": a - self.start_ns, "end": b - self.start_ns}
                       for p, s, a, b in self.steps],
+            "probe_steps": [{"pid": p, "step": s, "start": a - self.start_ns, "end": b - self.start_ns, "what": what}
+                            for p, s, a, b, what in self.probe_steps],
         }
 
 
@@ -254,6 +260,7 @@ def thread_label(tid: int, name: str | None = None) -> str:
 
 def build_index(report: Report) -> TimelineIndex:
     """Return the timeline index of ``report``: its tracks (threads, GPU streams, counters) and lanes."""
+    from .step_counts import probe_spans, step_counts
     from .steps import step_windows
     from .timeline_flame import StackTree, flame_parts
 
@@ -313,6 +320,11 @@ def build_index(report: Report) -> TimelineIndex:
                         pid=None if system else int(pid), counter=str(name))
         track.t, track.v = rows["ts_ns"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
     ops = sum(len(b.lanes[i]) for t in b.tracks if t.device is not None for i in t.lanes)
-    steps = [] if ops > STEP_LIMIT else [(int(r.pid), int(r.step), int(r.start_ns), int(r.end_ns))
-                                         for r in step_windows(report).itertuples(index=False)]
-    return TimelineIndex(b.tracks, b.lanes, b.names.names, lo, hi, steps, steps_found=ops <= STEP_LIMIT)
+    steps: list[tuple[int, int, int, int]] = []
+    probe: list[tuple[int, int, int, int, str]] = []
+    if ops <= STEP_LIMIT:
+        windows = step_windows(report)
+        steps = [(int(r.pid), int(r.step), int(r.start_ns), int(r.end_ns)) for r in windows.itertuples(index=False)]
+        probe = [(c.pid, *span) for c in step_counts(report, windows=windows) for span in probe_spans(c)]
+    return TimelineIndex(b.tracks, b.lanes, b.names.names, lo, hi, steps, steps_found=ops <= STEP_LIMIT,
+                         probe_steps=probe)

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         _say("no NVIDIA GPU driver found: profiling the CPU side "
              "(Python stacks, PyTorch ranges, operators in sample windows, host counters)")
     from ..run import program
-    from ..run.summary import end_of_run, next_commands
+    from ..run.summary import closing_line, end_of_run
 
     printed: set[str] = set()
 
@@ -132,5 +132,5 @@ def run(args: argparse.Namespace) -> int:
         text = f"gpuscope: error: {terminal(exc)}\n"
     sys.stderr.write(text)
     _say(f"the program {result.exit.describe()}")
-    _say(f"wrote {result.report} ({result.records:,} records); next: {next_commands(result.report)}")
+    print(closing_line(result.report, result.records), file=sys.stderr, flush=True)
     return result.exit.shell_code

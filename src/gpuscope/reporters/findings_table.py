@@ -16,7 +16,7 @@ from rich.table import Table as RichTable
 
 from ..analysis.diagnosis import Diagnosis, Finding
 from ..analysis.diagnosis.cpu_breakdown import CPU_PARTS, CPU_SHORT, CpuBreakdown
-from ..analysis.diagnosis.cpu_diagnosis import CpuDiagnosis
+from ..analysis.diagnosis.cpu_diagnosis import GPU_REASON, CpuDiagnosis
 from ..analysis.table import Table
 from ..safe_text import terminal as safe
 from ..units import duration, human
@@ -100,6 +100,10 @@ def none_above(diag: Diagnosis) -> str:
     return f"none above {100 * diag.min_share:g}% of the step"
 
 
+GPU_RULES_LINE = ("not checked, no GPU operations recorded (--trace cuda records them on a machine with an "
+                  "NVIDIA GPU)")
+
+
 def skipped_lines(diag: Diagnosis) -> list[tuple[str, str]]:
     """The rules not checked, as (rules, reason) lines. A CPU diagnosis lists the GPU rules, which all
     share one reason, on one line."""
@@ -108,7 +112,9 @@ def skipped_lines(diag: Diagnosis) -> list[tuple[str, str]]:
     grouped: dict[str, list[str]] = {}
     for sk in diag.skipped:
         grouped.setdefault(sk.reason, []).append(sk.rule)
-    return [(", ".join(rules), reason) for reason, rules in grouped.items()]
+    # every GPU rule has the one reason: said once, not rule by rule (--format json lists them)
+    return [("GPU rules", GPU_RULES_LINE) if reason == GPU_REASON else (", ".join(rules), reason)
+            for reason, rules in grouped.items()]
 
 
 def _cpu_short(p: CpuBreakdown) -> str:
@@ -136,7 +142,10 @@ def render_short(diag: Diagnosis, top: int = 3) -> str:
         what = "step" if p.has_steps else "capture"
         lines.append(f"Step time ({what} {duration(step)}, process {p.pid}): GPU busy {100 * busy / step:.0f}%"
                      + (f"; idle: {parts}" if parts else ""))
+    width = terminal_width()
+    lines = [textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+             for line in lines]
     for i, f in enumerate(diag.findings[:top], 1):
-        lines.append(safe(f"  {i}. {f.title} - saves {saving_text(f)}"))
-        lines.append(safe(f"     fix: {textwrap.shorten(f.fix, 110, placeholder=' ...')}"))
+        lines.append(_wrap(safe(f"{i}. {f.title} - saves {saving_text(f)}"), width, "  "))
+        lines.append(_wrap(safe(f"fix: {textwrap.shorten(f.fix, 110, placeholder=' ...')}"), width, "     "))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -15,14 +15,14 @@ from ..units import duration
 from .terminal import format_table, terminal_width
 
 
-def render_head(ov: Overview, steps: str | None = None) -> str:
+def render_head(ov: Overview, steps: str | None = None, width: int | None = None) -> str:
     """Return the lines on what ran: the program (quoted for the shell), exit, wall time, processes,
     ``steps`` (how many were found, and how), what GPU work was recorded and each GPU's busy time."""
     wall = duration(ov.wall_ns) if ov.wall_ns else "?"
     plural = "es" if ov.processes != 1 else ""
     found = f"; {steps}" if steps else ""
-    lines = [f"Program: {safe(shell_join(ov.command))}  ({ov.exit_description}, {wall} wall, "
-             f"{ov.processes} process{plural}{safe(found)})"]
+    lines = [_wrap(f"Program: {safe(shell_join(ov.command))}  ({ov.exit_description}, {wall} wall, "
+                   f"{ov.processes} process{plural}{safe(found)})", width or terminal_width())]
     counts = ", ".join(f"{n:,} {t.replace('_', ' ')}s" for t, n in ov.records.items() if n)
     if counts:
         lines.append(f"Recorded: {counts}")
@@ -47,7 +47,7 @@ def render_body(ov: Overview, width: int | None = None) -> str:
     dropped = ", ".join(f"{k} {v:,}" for k, v in ov.dropped.items())
     lines.append(f"Dropped records: {dropped or 'none'}")
     if ov.overhead is not None:
-        lines.append(overhead_line(ov.overhead))
+        lines.append(_wrap(safe(overhead_line(ov.overhead)), width))
     if ov.not_recorded:
         lines.append(_wrap("Not recorded: " + "; ".join(safe(short_hint(h)) for h in ov.not_recorded.values()), width))
     lines += [f"Warning: {safe(w)}" for w in ov.warnings]
@@ -85,21 +85,39 @@ def capture_line(c: CaptureSummary) -> str:
     return f"Capture range: {c.description} ({c.windows} window{plural}, {duration(c.captured_ns)} recorded)"
 
 
+PROBE_LEAVES_OUT = ("what stays on while a probe runs (the step marks, the wrappers that pass calls straight "
+                    "through, CUPTI's subscription): a lower bound of the cost")
+
+
 def overhead_line(o: CollectionOverhead) -> str:
-    """``Collection overhead: 0.21 s in the program (2.3% of 9.1 s wall): CUPTI buffers 0.12 s, ...;
-    not included: ...``; estimated parts carry a ``~``, and what the estimate can not see ends it."""
+    """What collecting cost, as one estimate: with an overhead probe that timed steps with collection
+    off, its measurement (``collection made a step 28% longer (±9%)``, or ``no measurable slowdown
+    (within the noise: ±12%)``), what it rests on and leaves out, then the parts gpuscope times
+    (``0.21 s in the program (2.3% of 9.1 s wall): CUPTI buffers 0.12 s, ...; not included: ...``);
+    without one, the parts alone. Estimated parts carry a ``~``."""
     share = f" ({o.percent:.1f}% of {duration(o.wall_ns)} wall)" if o.percent is not None and o.wall_ns else ""
     parts = ", ".join(f"{p.name} {'~' if p.estimated else ''}{duration(p.ns)}" for p in o.parts)
-    line = f"Collection overhead: {duration(o.total_ns)} in the program{share}"
+    timed = f"{duration(o.total_ns)} in the program{share}"
     if parts:
-        line += f": {parts}"
+        timed += f": {parts}"
     if o.not_measured:
-        line += f" ({', '.join(o.not_measured)}: not measured in this report)"
+        timed += f" ({', '.join(o.not_measured)}: not measured in this report)"
     if o.unseen:
-        line += f"; not included: {'; '.join(o.unseen)}"
-    for t in o.probes:
-        line += f". Measured in process {t.pid}: {t.describe()}"
-    if not o.probes and any(p.name == "CUPTI in CUDA calls" for p in o.parts):
+        timed += f"; not included: {'; '.join(o.unseen)}"
+    if o.probes:
+        said = [f"{t.verdict()}, measured by the overhead probe in process {t.pid}: {t.evidence()}" for t in o.probes]
+        line = "Collection overhead: " + "; ".join(said) + f". It leaves out {PROBE_LEAVES_OUT}"
+        line += f". The parts gpuscope times: {timed}"
+        added = sum(t.added_ns() for t in o.probes)
+        if added and o.total_ns < 0.5 * added:
+            # both are true: the parts are what gpuscope can time, the probe sees everything
+            line += (f"; together less than the {duration(added)} the probe measured over the recorded steps: "
+                     "the rest is what they can not see")
+        return line
+    line = f"Collection overhead: {timed}"
+    for t in o.unmeasured:
+        line += f". The overhead probe in process {t.pid}: {t.describe()}"
+    if not o.unmeasured and any(p.name == "CUPTI in CUDA calls" for p in o.parts):
         # on launch-heavy programs CUPTI's own cost per kernel was most of the slowdown, and only
         # timing steps without collection sees it (bench/RESULTS.md, real-client programs)
         line += (". A lower bound, not a measurement: no overhead probe timed steps without collection, and "

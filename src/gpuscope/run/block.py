@@ -154,7 +154,7 @@ class Profile:
 
     def _summary(self, records: int, problems: list[tuple[int, str, str]]) -> None:
         from ..safe_text import terminal  # noqa: PLC0415
-        from .summary import end_of_run, next_commands  # noqa: PLC0415  (analysis and reporters, only now)
+        from .summary import closing_line, end_of_run  # noqa: PLC0415  (analysis and reporters, only now)
 
         said = set()
         for _, level, message in problems:
@@ -163,8 +163,7 @@ class Profile:
                 print(terminal(f"gpuscope: {'error: ' if level == 'error' else ''}{message}"), file=sys.stderr)
         assert self.report is not None
         sys.stderr.write(end_of_run(self.report, said))
-        print(terminal(f"gpuscope: wrote {self.report} ({records:,} records); next: {next_commands(self.report)}"),
-              file=sys.stderr)
+        print(closing_line(self.report, records), file=sys.stderr)
 
 
 def start() -> bool:

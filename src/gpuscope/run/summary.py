@@ -36,8 +36,27 @@ def end_of_run(path: Path, said: set[str], diagnosis: bool = False, stats: bool 
 
 def next_commands(path: Path) -> str:
     """The closing line's commands to look at the report ``path``, quoted for the shell."""
+    return ", ".join(_next(path))
+
+
+def _next(path: Path) -> list[str]:
     p = shlex.quote(str(path))
-    return f"gpuscope analyze {p}, gpuscope stats {p}, gpuscope view {p}"
+    return [f"gpuscope {command} {p}" for command in ("analyze", "stats", "view")]
+
+
+def closing_line(path: Path, records: int, width: int | None = None) -> str:
+    """``gpuscope: wrote PATH (N records); next: ...`` on one line where it fits ``width`` (the
+    terminal's), else the commands one a line below it, indented, so that each can be copied whole
+    (a path is never broken). Safe to print: the path's control characters are escaped."""
+    from ..reporters.terminal import terminal_width
+    from ..safe_text import terminal
+
+    head = terminal(f"gpuscope: wrote {path} ({records:,} records); next:")
+    commands = [terminal(c) for c in _next(path)]
+    line = f"{head} {', '.join(commands)}"
+    if len(line) <= (width or terminal_width()):
+        return line
+    return "\n".join([head, *(f"  {c}" for c in commands)])
 
 
 def _diagnosis(report: Report) -> tuple[str | None, str]:
@@ -48,9 +67,14 @@ def _diagnosis(report: Report) -> tuple[str | None, str]:
         from ..analysis.diagnosis import diagnose
         from ..reporters.findings_table import render_short
 
+        from ..analysis.step_counts import describe_counts, step_counts
+        from ..analysis.steps import step_source
+        from ..trace.trim import capture_limited
+
         diag = diagnose(report)
-        n = sum(len(p.steps) for p in diag.processes)
-        steps = f"{n:,} step{'s' if n != 1 else ''}: {diag.step_source}" if n else "no steps found"
+        source = step_source(report)
+        counts = step_counts(report, source)
+        steps = describe_counts(counts, source.description, capture_limited(report.meta))
         return steps, render_short(diag, FINDINGS)
     except Exception as exc:  # noqa: BLE001  (reported below; the report itself is fine)
         return None, (f"gpuscope: the diagnosis failed ({type(exc).__name__}: {exc}); "

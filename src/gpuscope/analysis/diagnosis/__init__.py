@@ -103,5 +103,9 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     ctx.notes += _profiling_notes(report, [p.breakdown for p in ctx.processes if p.probe is None or not p.probe.measured])
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
+    from .result import counts_by_process
+
+    stepped = any(p.has_steps for p in processes)
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
-                     processes, findings, skipped, ctx.notes, min_share)
+                     processes, findings, skipped, ctx.notes, min_share,
+                     counts_by_process(report) if stepped else {})

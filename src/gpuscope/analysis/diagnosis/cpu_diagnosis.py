@@ -42,7 +42,7 @@ class CpuDiagnosis(Diagnosis):
 
     def scope_note(self, p: CpuBreakdown) -> str:  # type: ignore[override]
         """What one process's means cover, start-up included, in one line."""
-        return _scope(p, self.step_source)
+        return _scope(p, self.step_source, self.step_counts.get(p.pid))
 
     def steps_table(self) -> Table:
         """Per step: duration and the share of each CPU part."""
@@ -60,14 +60,17 @@ class CpuDiagnosis(Diagnosis):
         return Table("cpu_step_parts", "CPU Step Time by Part", cols, rows, notes if rows else [])
 
 
-def _scope(p: CpuBreakdown, source: str) -> str:
+def _scope(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
     startup = f"; start-up before it: {fmt_ns(p.startup_ns)}" if p.startup_ns else ""
     if not p.has_steps:
         return (f"Process {p.pid}: no steps, so the run after start-up counts as one window "
                 f"({fmt_ns(float(p.steps['duration_ns'].sum()))}){startup}.")
     warm = int(p.steps["warmup"].sum())
     steady = len(p.steady)
-    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; steps: {source}"
+    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
+    if counts:  # the words of analysis/step_counts.py: found, recorded, warm-up, in the overhead probe
+        return text + counts + startup + "."
+    text += f"steps: {source}"
     if warm and warm < len(p.steps):
         text += f"; {warm} set-up/warm-up step{'s' if warm > 1 else ''} left out"
     return text + startup + "."
@@ -104,5 +107,8 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
                   "recorded steps." for t in probe_timings(report).values() if t.measured]
     stepped = any(p.has_steps for p in processes)
     source = ctx.steps.description if stepped else "no steps"
+    from .result import counts_by_process
+
     return CpuDiagnosis(step_source=source, processes=processes, findings=findings,  # type: ignore[arg-type]
-                        skipped=skipped, notes=ctx.notes, min_share=min_share, startup=ctx.startup)
+                        skipped=skipped, notes=ctx.notes, min_share=min_share, startup=ctx.startup,
+                        step_counts=counts_by_process(report) if stepped else {})

@@ -4,12 +4,15 @@ and the tables they make."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..table import Column, Table
 from .breakdown import LABELS, PARTS, ProcessBreakdown
 from .context import MIN_SHARE
 from .finding import Finding, Skipped
+
+if TYPE_CHECKING:
+    from ...trace.report import Report
 
 SHORT = {"idle_cpu": "CPU", "idle_launch": "Launch", "idle_sync": "Sync", "idle_data": "Data",
          "idle_transfer": "Transfer", "idle_warmup": "Warm-up"}
@@ -25,6 +28,7 @@ class Diagnosis:
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
     min_share: float = MIN_SHARE  # findings saving less than this share of the step were left out
+    step_counts: dict[int, str] = field(default_factory=dict)  # per process: its steps found, recorded, ... in words
 
     # the parts of a step and the breakdown table's name, title and note without processes
     PART_NAMES: ClassVar[tuple[str, ...]] = PARTS
@@ -34,7 +38,7 @@ class Diagnosis:
 
     def scope_note(self, p: ProcessBreakdown) -> str:
         """What one process's means cover, in one line."""
-        return _scope(p, self.step_source)
+        return _scope(p, self.step_source, self.step_counts.get(p.pid))
 
     def breakdown_table(self) -> Table:
         """Per process, the mean time per steady step of each part (parts that are zero left out)."""
@@ -72,13 +76,27 @@ class Diagnosis:
         return Table("step_parts", "Step Time by Part", cols, rows, notes if rows else [])
 
 
-def _scope(p: ProcessBreakdown, source: str) -> str:
+def _scope(p: ProcessBreakdown, source: str, counts: str | None = None) -> str:
     if not p.has_steps:
         return (f"Process {p.pid}: no steps, so the whole capture (first launch to last GPU operation) "
                 "counts as one step.")
     warm = int(p.steps["warmup"].sum())
     steady = len(p.steady)
-    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; steps: {source}"
+    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
+    if counts:  # the words of analysis/step_counts.py: found, recorded, warm-up, in the overhead probe
+        return text + counts + "."
+    text += f"steps: {source}"
     if warm and warm < len(p.steps):
         text += f"; warm-up step{'s' if warm > 1 else ''} 1{'-' + str(warm) if warm > 1 else ''} left out"
     return text + "."
+
+
+def counts_by_process(report: Report) -> dict[int, str]:
+    """Per process, its steps in the words every output uses (analysis/step_counts.py)."""
+    from ...trace.trim import capture_limited
+    from ..step_counts import describe_counts, step_counts
+    from ..steps import step_source
+
+    source = step_source(report)
+    limited = capture_limited(report.meta)
+    return {c.pid: describe_counts([c], source.description, limited) for c in step_counts(report, source)}

@@ -93,6 +93,8 @@
   const STEPS_LATER = " Steps are marked once the analyses of this large report are done.";
   if (!tl.steps_found) $("tl-note").textContent += data.mode === "server" ? STEPS_LATER
     : " Steps are not marked: the report has too many GPU operations to look for them here.";
+  const probed = new Set((tl.probe_steps || []).map(s => s.step)).size;
+  if (probed) $("tl-note").textContent += ` Grey bands: the ${probed} steps of the overhead probe, run with collection off to time the program without the profiler (nothing recorded in them).`;
   GS.timeline = new GS.Timeline($("tl-view"), $("tl-canvas"), tl, source, panels);
   // From the server, the other sections are asked for once the timeline is first drawn: the view
   // on screen comes first, then the tables (their building would hold up its drawing).

@@ -294,6 +294,17 @@ GS.Timeline = class {
       const x = this.x(t); c.beginPath(); c.moveTo(x, AXIS_H - 6); c.lineTo(x, this.h); c.stroke();
       c.fillText(GS.ns(t), x + 2, 7);
     }
+    // the overhead probe's steps ran with collection off: a grey band where nothing was recorded, not a gap
+    const probe = (this.meta.probe_steps || []).filter(s => s.end >= this.t0 && s.start <= this.t1);
+    for (const s of probe) {
+      const a = Math.max(this.x(s.start), LABEL_W), b = Math.min(this.x(s.end), this.w);
+      if (b <= a) continue;
+      c.fillStyle = "rgba(140,140,140,0.16)"; c.fillRect(a, AXIS_H - 8, b - a, this.h - AXIS_H + 8);
+      c.strokeStyle = "rgba(110,110,110,0.55)";
+      c.beginPath(); c.moveTo(a, AXIS_H - 8); c.lineTo(a, this.h); c.stroke();
+      const label = `step ${s.step}: ${s.what}`;
+      if (c.measureText(label).width + 4 < b - a) { c.fillStyle = "#666"; c.fillText(label, a + 2, AXIS_H - 5); }
+    }
     const steps = (this.meta.steps || []).filter(s => s.end >= this.t0 && s.start <= this.t1);
     const dense = steps.length * 6 > this.plotW; // too many to draw apart: marks on the axis only
     let labels = 0;
