@@ -90,6 +90,21 @@ def kernels_per_range(report: Report) -> dict[tuple[str, str | None], int]:
     return {(name, category): int(n) for name, category, n in rows}
 
 
+def module_labels(report: Report) -> dict[str, str]:
+    """Return, per module name whose class the report holds (``module_class``, schema 8), how tables
+    and the viewer show it: ``Sequential.2 (Linear)``; a name that ends in its class (``Net``,
+    ``Net.Block`` of class ``Block``) stays as it is. Two classes under one name (two models with the
+    same root class) are both said: ``Sequential.0 (Linear/Conv2d)``. Keys stay names: ranges and
+    ``gpuscope diff`` match modules by name."""
+    if not report.count("module_class"):
+        return {}
+    rows = report.sql(
+        """SELECT n.value, string_agg(DISTINCT c.value, '/' ORDER BY c.value)
+           FROM module_class m JOIN string n ON n.id = m.name_id JOIN string c ON c.id = m.class_id
+           GROUP BY n.value""")
+    return {str(name): f"{name} ({cls})" for name, cls in rows if cls and str(name).rpartition(".")[2] != cls}
+
+
 def layer_sum(report: Report) -> Table:
     """Per module: calls, GPU time it launched itself (forward, backward) and with its submodules,
     CPU time of its ranges, kernels and top kernel; then one row per other PyTorch range (optimizer,
@@ -170,4 +185,7 @@ def layer_sum(report: Report) -> Table:
     elif not report.count("api_call"):
         notes.append("No CUDA API calls in this report: operations are placed by their launch anchors "
                      "on any thread of their process; add --trace cuda-api to place them on their thread.")
+    labels = module_labels(report)
+    if labels:  # a module shown with its class; other ranges (optimizer, dataloader) by name
+        rows = [(labels.get(r[0], r[0]) if r[1] == "module" else r[0], *r[1:]) for r in rows]
     return Table(name, title, COLUMNS, rows, notes)

@@ -178,7 +178,12 @@ def details(report: Report, index: TimelineIndex, lane_id: int, i: int) -> dict[
             fields += [("Launched kernel", op["name"], "text"), ("On stream", op["stream_id"], "id")]
     elif table == "cpu_sample" and row.get("stack_id") is not None:
         fields.append(("Python line", _python_line(report, int(track.pid or 0), int(track.tid or 0), start), "text"))
-    return {"name": index.names[int(lane.name[i])], "start": start - index.start_ns, "end": end - index.start_ns,
+    name = index.names[int(lane.name[i])]
+    if table == "nvtx_range" and row.get("source") == "torch" and row.get("category") in ("forward", "backward"):
+        from .layers import module_labels  # a module's range: its class beside its name
+
+        name = module_labels(report).get(name, name)
+    return {"name": name, "start": start - index.start_ns, "end": end - index.start_ns,
             "source": table,
             "track": f"{track.group} / {track.label}",
             "fields": [f for f in fields if f[1] is not None], "launch": launch}

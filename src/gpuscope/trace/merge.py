@@ -28,7 +28,7 @@ from ..errors import GpuscopeError
 from . import outputs, report_catalog, schema
 
 PID_STRIDE = 10_000_000  # above Linux's largest pid (4,194,304): a shifted pid reads as report number + pid
-STRING_IDS = {"name_id", "mangled_id", "domain_id", "file_id", "function_id", "api_name_id"}
+STRING_IDS = {"name_id", "mangled_id", "domain_id", "file_id", "function_id", "api_name_id", "class_id"}
 TIMES = {"start_ns", "end_ns", "ts_ns"}
 OPTIONAL_TIMES = {"queued_ns", "submitted_ns"}  # 0: CUPTI gave none
 

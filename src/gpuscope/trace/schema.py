@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -271,6 +271,10 @@ TABLES: dict[str, str] = {
         host VARCHAR,
         backend VARCHAR,
         source VARCHAR""",
+    "module_class": """
+        pid BIGINT,
+        name_id BIGINT,
+        class_id BIGINT""",
     "diagnostic": """
         ts_ns BIGINT,
         pid BIGINT,
@@ -298,6 +302,7 @@ ADDED_IN: dict[int, list[str]] = {
     5: ["torch_op_window"],
     6: ["memory_event", "memory_oom"],
     7: ["rank"],
+    8: ["module_class"],
 }
 
 

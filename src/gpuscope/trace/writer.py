@@ -42,6 +42,7 @@ INTERNED_FIELDS: dict[str, tuple[int, ...]] = {
     "torch_op": (3,),  # start_ns, end_ns, tid, name, ...
     "sync_site": (3,),  # start_ns, end_ns, tid, api_name, ...
     "launch_call": (3,),
+    "module_class": (0, 1),  # a module's qualified name, its class
 }
 
 

@@ -26,6 +26,7 @@ Nothing here may raise into the program: a failing hook is disabled and reported
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -61,6 +62,8 @@ class TorchHooks:
         self.counts = {"reentrant_calls": 0, "modules_with_own_hooks": 0, "backward_closed_at_pass_end": 0,
                        "hook_errors": 0}
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._classes: set[tuple[str, str]] = set()  # (qualified name, class name) said already
+        self._class_rows: collections.deque[tuple[str, str]] = collections.deque()  # to the report's module_class
         self._active: threading.local = threading.local()
         self._open_backward: dict[int, str] = {}  # range id -> module name, of the running pass
         self._closed_at_pass_end: dict[str, int] = {}  # module name -> backward ranges ended with the pass
@@ -97,8 +100,12 @@ class TorchHooks:
         self.fast_steps = self.collecting and not self._disabled and self.r.watch is None
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Nothing: the hooks' ranges are delivered by the range recorder."""
-        return {}
+        """The class of each module named since the last call (``module_class`` rows: name, class);
+        the hooks' ranges are delivered by the range recorder."""
+        rows = []
+        while self._class_rows:  # appended on the program's threads: popleft takes each once
+            rows.append(self._class_rows.popleft())
+        return {"module_class": rows} if rows else {}
 
     def install(self, torch: Any) -> None:
         """Register the global hooks and wrap the few functions that have no hook."""
@@ -197,7 +204,12 @@ class TorchHooks:
             orig = getattr(module, "_orig_mod", None)  # torch.compile's wrapper: name the original
             root = type(orig if orig is not None else module).__name__
             for sub_name, sub in module.named_modules(prefix=root):
-                self._names.setdefault(sub, sub_name.replace("._orig_mod", ""))
+                qualified = self._names.setdefault(sub, sub_name.replace("._orig_mod", ""))
+                inner = getattr(sub, "_orig_mod", None)  # a compiled wrapper stands for the original's class
+                said = (qualified, type(inner if inner is not None else sub).__name__)
+                if said not in self._classes:
+                    self._classes.add(said)
+                    self._class_rows.append(said)
                 if sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks:
                     self.counts["modules_with_own_hooks"] += 1
             name = self._names[module]
