@@ -142,6 +142,30 @@ def test_the_batched_call_keeps_the_work_and_pays_the_fixed_cost_once() -> None:
     assert share is not None and 0.8 < share < 1.0
 
 
+def test_a_products_work_is_the_least_time_its_identical_calls_took() -> None:
+    """Products split over threads that wake late wait at most calls: the waits are per-call cost
+    (one batched call waits once), not per-element work. The work of 40 identical products is what
+    the fastest took; the other calls' time beyond it counts as fixed cost."""
+    from gpuscope.analysis.diagnosis.cpu_rules.hot_line import work_share
+
+    rows, t = [], 0
+    for i in range(40):  # a view, then the product: 250 us, or 2 ms where it waited for a thread
+        rows.append((t, t + 2_000, "aten::select", "[[64, 512, 512], null, null]"))
+        d = 250_000 if i % 4 == 0 else 2_000_000
+        rows.append((t + 5_000, t + 5_000 + d, "aten::mm", "[[512, 512], [512, 64]]"))
+        t += 5_000 + d + 10_000
+    ops = pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "shapes"])
+    span = float((ops["end_ns"] - ops["start_ns"]).sum()) + 40 * 3_000 + 39 * 10_000
+    share = work_share(ops)
+    assert share == pytest.approx(40 * (250_000 - 2_000) / span, rel=1e-6)  # about 0.16, not 0.99
+    # products of one shape that always take their time: all of it beyond the floor is work
+    fast = pd.DataFrame([r for i in range(40) for r in (
+        (i * 265_000, i * 265_000 + 2_000, "aten::select", "[[64, 512, 512], null, null]"),
+        (i * 265_000 + 5_000, i * 265_000 + 255_000, "aten::mm", "[[512, 512], [512, 64]]"))],
+        columns=["start_ns", "end_ns", "name", "shapes"])
+    assert work_share(fast) == pytest.approx(40 * 248_000 / (40 * 252_000 + 40 * 3_000 + 39 * 10_000), rel=1e-6)
+
+
 MATMULS = """
 import torch
 
