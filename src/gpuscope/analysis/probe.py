@@ -25,6 +25,7 @@ slowdown, with the noise it is within.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -207,10 +208,20 @@ def step_ranges(steps: tuple[int, ...] | list[int]) -> str:
     return ", ".join(out)
 
 
+_TIMINGS: weakref.WeakKeyDictionary[Report, dict[int, ProbeTiming]] = weakref.WeakKeyDictionary()
+
+
 def probe_timings(report: Report) -> dict[int, ProbeTiming]:
-    """Return, per process that ran an overhead probe, its steps with collection off and on."""
+    """Return, per process that ran an overhead probe, its steps with collection off and on
+    (computed once per open report: the summary, step_sum, analyze and the viewer all ask)."""
     if not report.count("capture_window"):
         return {}
+    if report not in _TIMINGS:
+        _TIMINGS[report] = _probe_timings(report)
+    return dict(_TIMINGS[report])
+
+
+def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
     windows = report.sql("SELECT pid, start_ns, coalesce(end_ns, 9223372036854775807), reason FROM capture_window "
                          "WHERE end_ns IS NULL OR end_ns > start_ns ORDER BY pid, start_ns")
     # the marks steps are counted by, as the capture window counted them: gpuscope.step() marks
