@@ -58,13 +58,22 @@ def _damage(reports: list[Path]) -> str | None:
     return None
 
 
+def _what(exc: Exception) -> str:
+    if isinstance(exc, QueryError):
+        return _first_line(exc).removeprefix("error in the SQL query: ")
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def own(exc: Exception) -> InternalError:
+    """Return the one-line error for ``exc`` raised by gpuscope's own code, not while it read a
+    report (exit 3, to be reported)."""
+    return InternalError(f"{_what(exc)}; please report it; {DEBUG_ENV}=1 shows the traceback")
+
+
 def unexpected(exc: Exception, given: object) -> GpuscopeError:
     """Return the one-line error for ``exc``, raised by a command that read the reports ``given``:
     damaged (exit 2) when their rows are not as gpuscope writes them, else gpuscope's own (exit 3)."""
     damage = _damage(_reports(given))
-    what = f"{type(exc).__name__}: {_first_line(exc)}"
-    if isinstance(exc, QueryError):
-        what = _first_line(exc).removeprefix("error in the SQL query: ")
     if damage:
-        return GpuscopeError(f"{damage}; reading it failed ({what})")
-    return InternalError(f"{what}; please report it; {DEBUG_ENV}=1 shows the traceback")
+        return GpuscopeError(f"{damage}; reading it failed ({_what(exc)})")
+    return own(exc)

@@ -8,10 +8,18 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import GpuscopeError
+from ..errors import GpuscopeError, QueryError
 from ..safe_text import terminal
+
+if TYPE_CHECKING:
+    from ..experiment.fixes import Plan
+    from ..experiment.measure import TryResult
+    from ..experiment.runs import Budget, Program
 
 NAME = "try"
 HELP = ("Re-run the program with each fix of the top findings that needs no code change switched on "
@@ -33,8 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how far an estimate may lie outside the measured interval (default 10 points)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--fail-if-unconfirmed", action="store_true",
-                   help="exit 1 when a tried fix is no gain, or its estimate lies outside its interval by more "
-                        "than --tolerance")
+                   help="exit 1 when a tried fix crashes the program, is no gain, or its estimate lies outside its "
+                        "interval by more than --tolerance")
     p.add_argument("--trust-report", action="store_true",
                    help="run the command of a report recorded by another user or on another host")
     p.add_argument("-o", "--output", help="with a program: keep the report of its profile here (default: removed)")
@@ -61,12 +69,9 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.diagnosis import diagnose
     from ..experiment import fixes
-    from ..experiment.measure import measure
-    from ..experiment.runs import Budget, Program
+    from ..experiment.runs import Budget
     from ..reporters.try_text import render_json, render_text
-    from ..trace.report import Report
 
     _check(args)
     for name in args.fix or []:
@@ -74,28 +79,68 @@ def run(args: argparse.Namespace) -> int:
     budget = Budget(args.steps, args.time_budget)
     with tempfile.TemporaryDirectory(prefix="gpuscope-try-") as tmp:
         path = Path(args.report) if args.report else _profile_first(args, budget, Path(tmp))
-        with Report.open(path) as report:
-            program = _program(report.meta, args.trust_report, str(path))
-            findings = diagnose(report).findings
-        chosen = fixes.plan(findings, args.top, args.fix)
-        names = ", ".join(p.fix.name for p in chosen.tried) or "none"
-        _say(f"trying {names}: {args.rounds} round(s) of {1 + len(chosen.tried)} runs")
-
-        def progress(o: object) -> None:
-            from ..experiment.runs import Outcome
-
-            assert isinstance(o, Outcome)
-            state = f"failed: {o.error}" if o.failed else f"{len(o.steps_ns) + 1 if o.steps_ns else 0} step marks"
-            _say(f"round {o.round}: {o.variant}: {state} ({o.wall_s:.1f} s)")
-
-        result = measure(program, chosen.tried, args.rounds, budget, args.warmup, args.tolerance / 100.0, progress)
-        result.needs_edit = chosen.needs_edit
-        result.top_findings = [f.rule for f in fixes.actionable(findings)[:args.top]]
-        result.report = str(args.output or args.report or "")
-    sys.stdout.write(render_json(result) if args.json else render_text(result))
+        with _failures(path if args.report else None):  # a report the user gave: it may be damaged
+            program, chosen, top = _read(path, args)
+        with _failures(None):  # from here on, any failure is gpuscope's own
+            result = _measure(args, program, chosen, budget)
+            result.top_findings = top
+            text = render_json(result) if args.json else render_text(result)
+    sys.stdout.write(text)
     if result.baseline_error:
         return 1
     return 1 if args.fail_if_unconfirmed and result.unconfirmed else 0
+
+
+@contextmanager
+def _failures(report: Path | None) -> Iterator[None]:
+    """Say an unexpected exception in one line: raised while reading ``report`` (a file the user gave),
+    a damaged report or gpuscope's own error, as the report's rows tell; otherwise gpuscope's own."""
+    from . import failures
+
+    try:
+        yield
+    except QueryError as exc:  # gpuscope's own SQL
+        if os.environ.get(failures.DEBUG_ENV):
+            raise
+        raise (failures.unexpected(exc, str(report)) if report is not None else failures.own(exc)) from None
+    except (GpuscopeError, KeyboardInterrupt, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get(failures.DEBUG_ENV):
+            raise
+        raise (failures.unexpected(exc, str(report)) if report is not None else failures.own(exc)) from None
+
+
+def _read(path: Path, args: argparse.Namespace) -> tuple[Program, Plan, list[str]]:
+    """What the report says: how its program ran, the fixes to try, and the rules of the top findings."""
+    from ..analysis.diagnosis import diagnose
+    from ..experiment import fixes
+    from ..trace.report import Report
+
+    with Report.open(path) as report:
+        program = _program(report.meta, args.trust_report, str(path))
+        findings = diagnose(report).findings
+    top = [f.rule for f in fixes.actionable(findings)[:args.top]]
+    return program, fixes.plan(findings, args.top, args.fix), top
+
+
+def _measure(args: argparse.Namespace, program: Program, chosen: Plan, budget: Budget) -> TryResult:
+    """Run the program as written and with each fix of the plan, saying each run on stderr."""
+    from ..experiment.measure import measure
+    from ..experiment.runs import Outcome
+
+    names = ", ".join(p.fix.name for p in chosen.tried) or "none"
+    _say(f"trying {names}: {args.rounds} round(s) of {1 + len(chosen.tried)} runs")
+
+    def progress(o: Outcome) -> None:
+        state = (f"failed: {o.ending}: {o.error}" if o.failed
+                 else f"{len(o.steps_ns) + 1 if o.steps_ns else 0} step marks")
+        _say(f"round {o.round}: {o.variant}: {state} ({o.wall_s:.1f} s)")
+
+    result = measure(program, chosen.tried, args.rounds, budget, args.warmup, args.tolerance / 100.0, progress)
+    result.needs_edit = chosen.needs_edit
+    result.report = str(args.output or args.report or "")
+    return result
 
 
 def _program(meta: dict[str, object], trusted: bool, path: str) -> Program:
@@ -125,7 +170,7 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def _profile_first(args: argparse.Namespace, budget: object, tmp: Path) -> Path:
+def _profile_first(args: argparse.Namespace, budget: Budget, tmp: Path) -> Path:
     """Profile the program (stopped at the same budget) and return its report."""
     import json
 
@@ -142,7 +187,7 @@ def _profile_first(args: argparse.Namespace, budget: object, tmp: Path) -> Path:
     trace = collectors.DEFAULT_TRACE if collectors.gpu_present() else collectors.cpu_only(
         collectors.DEFAULT_TRACE, collectors.is_distributed(command.argv))
     _say(f"profiling {terminal(' '.join(args.program))} first")
-    settings = {"patches": [], "steps": budget.steps, "time_budget_s": budget.time_s,  # type: ignore[attr-defined]
+    settings = {"patches": [], "steps": budget.steps, "time_budget_s": budget.time_s,
                 "losses": 0, "out": str(tmp / "profile.json")}
     os.environ[TRY_ENV] = json.dumps(settings)  # the budget, in the profiled run too
     try:

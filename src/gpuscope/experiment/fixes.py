@@ -77,7 +77,8 @@ FIXES: tuple[Fix, ...] = (
     Fix("bf16_autocast", "torch.autocast(bfloat16) around the model's top-level forward",
         ("precision", "no_tensor_cores"), patch="bf16_autocast", changes_numerics=True, precision="bfloat16"),
     Fix("dataloader_workers", "DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=4, "
-        "pin_memory=True on a GPU)", ("cpu_data_loader", "data_loader"), patch="dataloader", params=_workers),
+        "pin_memory=True on a GPU); torch.set_num_threads(cores - N) where PyTorch's threads and the workers "
+        "outnumber the cores", ("cpu_data_loader", "data_loader"), patch="dataloader", params=_workers),
     Fix("pin_memory", "DataLoader(pin_memory=True)", ("pageable_copies",), patch="pin_memory"),
     Fix("compile", "torch.compile(model)", ("unfused_elementwise", "launch_bound"), patch="compile"),
     Fix("compile_reduce_overhead", 'torch.compile(model, mode="reduce-overhead")', ("launch_bound",),

@@ -1,7 +1,8 @@
 """The fixes measured: the program as written and with each fix, interleaved over rounds, untraced.
 
 Round ``r`` runs every variant once, the order turned by one place each round (``A B C``, ``B C A``,
-...), so that no variant always runs first on a cold machine or last on a warm one. A run's step time
+...), so that no variant always runs first on a cold machine or last on a warm one. A fix that made
+the program fail is not run again; once the program as written fails, no round follows. A run's step time
 is the median of its steps after the warm-up; a fix's gain comes from the per-round ratios of its
 step to the step as written (:mod:`.interval`), and is judged against the diagnosis's estimate.
 """
@@ -38,11 +39,14 @@ class FixResult:
     detail: str = ""  # what the patch did, or the error line, or why nothing was measured
     dynamo: dict[str, int] | None = None
     verdict: str = ""  # "confirmed", "not a gain", "estimate outside the interval", "" (no verdict)
+    ending: str = ""  # how the program ended with the fix, when it crashed ("exited with code 1")
+    crashed_round: int | None = None
 
     @property
     def unconfirmed(self) -> bool:
-        """Whether ``--fail-if-unconfirmed`` counts this fix against the program."""
-        return self.status == "measured" and self.verdict not in ("confirmed", "")
+        """Whether ``--fail-if-unconfirmed`` counts this fix against the program: it crashed the
+        program, made no gain, or its estimate lies outside the measured interval."""
+        return self.status == "crashed" or (self.status == "measured" and self.verdict not in ("confirmed", ""))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data of the result."""
@@ -53,7 +57,7 @@ class FixResult:
                 "status": self.status, "measured_gain": None if self.gain is None else self.gain.as_dict(),
                 "step_ns": None if self.step_ns is None else int(self.step_ns), "verdict": self.verdict,
                 "detail": self.detail, "numerics": None if self.agreement is None else self.agreement.as_dict(),
-                "dynamo": self.dynamo}
+                "dynamo": self.dynamo, "ending": self.ending or None, "crashed_round": self.crashed_round}
 
 
 @dataclass
@@ -98,11 +102,15 @@ def measure(program: Program, planned: list[Planned], rounds: int, budget: Budge
         for r in range(rounds):
             turn = r % len(variants)
             for name, p in variants[turn:] + variants[:turn]:
+                if any(o.failed for o in outcomes[name]):
+                    continue  # a crash repeats: the time goes to the others
                 fixes = [p.fix] if p is not None else []
                 settings = [{"patch": p.fix.patch, "settings": p.settings}] if p is not None and p.fix.patch else []
                 o = run(program, name, r + 1, fixes, settings, budget, Path(tmp))
                 outcomes[name].append(o)
                 on_run(o)
+            if any(o.failed for o in outcomes[AS_WRITTEN]):
+                break  # nothing to compare with
     base = outcomes[AS_WRITTEN]
     result = TryResult(program, rounds, budget, warmup, tolerance, [], [],
                        outcomes=[o for name, _ in variants for o in outcomes[name]])
@@ -127,7 +135,8 @@ def _judge(p: Planned, runs: list[Outcome], base_steps: list[float | None], writ
         applied.update(o.results.get("applied") or {})
     dynamo = next((o.results.get("dynamo") for o in runs if o.results.get("dynamo")), None)
     if crashed is not None:
-        return FixResult(p, "crashed", detail=crashed.error or "the program failed", dynamo=dynamo)
+        return FixResult(p, "crashed", detail=crashed.error or "the program failed", dynamo=dynamo,
+                         ending=crashed.ending, crashed_round=crashed.round)
     said = applied.get(p.fix.patch or "", "") if p.fix.patch else p.fix.how
     if p.fix.patch and (not said or said.startswith("not applied")):
         errors = [e for o in runs for e in o.results.get("errors") or []]

@@ -72,6 +72,13 @@ class Outcome:
         """Whether the program failed (an exit code other than 0, a signal, or gpuscope stopped it)."""
         return self.exit_code != 0 or self.stopped == "killed"
 
+    @property
+    def ending(self) -> str:
+        """How the run ended, in words: "exited with code 1", "was killed by SIGSEGV", "stopped by gpuscope"."""
+        if self.stopped == "killed":
+            return "stopped by gpuscope"
+        return launcher.ExitStatus(self.exit_code).describe()
+
 
 def environment(program: Program, spool: Path, fixes: list[Fix], settings: dict[str, Any]) -> dict[str, str]:
     """The environment of one run: the program's, the bootstrap's, collection off, the fixes' variables."""

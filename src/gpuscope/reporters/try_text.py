@@ -43,7 +43,10 @@ def _fix_block(f: FixResult, base_ns: float | None) -> list[str]:
     out = [f"{fix.name}: {fix.title}", f"  {answers}"
            + (" (changes numerics)" if fix.changes_numerics else "")]
     if f.status == "crashed":
-        out.append(f"  CRASHED the program: {terminal(f.detail)}")
+        how = ", ".join(x for x in (f.ending.replace("was ", ""), f"round {f.crashed_round}" if f.crashed_round else "")
+                        if x)
+        out.append(f"  CRASHED the program ({how}): {terminal(f.detail)}" if how
+                   else f"  CRASHED the program: {terminal(f.detail)}")
         return out
     if f.status == "not applied":
         out.append(f"  not applied: {terminal(f.detail)}")
@@ -91,8 +94,8 @@ def render_text(result: TryResult) -> str:
                          f"at {terminal(finding.location)}")
         lines.append("")
     if result.unconfirmed:
-        lines.append(f"Unconfirmed: {', '.join(f.planned.fix.name for f in result.unconfirmed)} (an estimate more "
-                     f"than {_pct(result.tolerance)} outside its interval, or no gain)")
+        lines.append(f"Unconfirmed: {', '.join(f.planned.fix.name for f in result.unconfirmed)} (a crash, no gain, "
+                     f"or an estimate more than {_pct(result.tolerance)} outside its interval)")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,0 +1,113 @@
+"""gpuscope try's measurement with the runs stood in for: the order of the runs over rounds, a fix that
+crashes (not run again, reported with its error line and how the program ended, counted by
+--fail-if-unconfirmed), a program that fails as written, and the DataLoader fix's cut of PyTorch's
+threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuscope.experiment import fixes, inprocess, measure
+from gpuscope.experiment.runs import Budget, Outcome, Program
+from gpuscope.reporters.try_text import as_data, render_text
+
+PROGRAM = Program(["python", "train.py"], "/tmp", {})
+MS = 1_000_000
+
+
+class FakeRuns:
+    """Stands in for runs.run: each variant's step time, and the variants that fail."""
+
+    def __init__(self, step_ms: dict[str, float], failing: dict[str, tuple[int, str]] | None = None) -> None:
+        self.step_ms = step_ms
+        self.failing = failing or {}  # variant -> (exit code, last stderr line)
+        self.calls: list[tuple[int, str]] = []
+
+    def __call__(self, program: Program, variant: str, round_: int, fix_list: list[Any], settings: list[Any],
+                 budget: Budget, workdir: Path, losses: int = 5) -> Outcome:
+        self.calls.append((round_, variant))
+        if variant in self.failing:
+            code, line = self.failing[variant]
+            return Outcome(variant, round_, code, 1.0, error=line)
+        steps = [int(self.step_ms[variant] * MS)] * (budget.steps - 1)
+        applied = {p["patch"]: "done" for p in settings}
+        return Outcome(variant, round_, 0, 1.0, steps, "torch", "steps",
+                       results={"applied": applied, "losses": [1.0, 0.9]})
+
+
+def _measure(monkeypatch: pytest.MonkeyPatch, runs: FakeRuns, names: list[str], rounds: int) -> measure.TryResult:
+    monkeypatch.setattr(measure, "run", runs)
+    plan = fixes.plan([], 3, names)
+    return measure.measure(PROGRAM, plan.tried, rounds, Budget(8, 60), 2, 0.1)
+
+
+def test_rounds_turn_the_order_by_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = FakeRuns({"as_written": 40, "compile": 20, "tf32": 30})
+    result = _measure(monkeypatch, runs, ["compile", "tf32"], 3)
+    assert runs.calls == [(1, "as_written"), (1, "compile"), (1, "tf32"),
+                          (2, "compile"), (2, "tf32"), (2, "as_written"),
+                          (3, "tf32"), (3, "as_written"), (3, "compile")]
+    gains = {f.planned.fix.name: f.gain.median for f in result.fixes if f.gain is not None}
+    assert gains == {"compile": pytest.approx(0.5), "tf32": pytest.approx(0.25)}
+    assert result.step_ns == 40 * MS and not result.unconfirmed  # no estimates: every gain is confirmed
+
+
+def test_a_fix_that_crashes_is_not_run_again_and_is_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    error = "RuntimeError: view size is not compatible with input tensor's size and stride"
+    runs = FakeRuns({"as_written": 40, "compile": 20}, {"channels_last": (1, error)})
+    result = _measure(monkeypatch, runs, ["channels_last", "compile"], 3)
+    assert [c for c in runs.calls if c[1] == "channels_last"] == [(1, "channels_last")]
+    assert sum(1 for c in runs.calls if c[1] == "compile") == 3  # the others keep their rounds
+    crashed = result.fixes[0]
+    assert crashed.status == "crashed" and crashed.detail == error
+    assert crashed.ending == "exited with code 1" and crashed.crashed_round == 1
+    assert [f.planned.fix.name for f in result.unconfirmed] == ["channels_last"]
+    text = render_text(result)
+    assert f"  CRASHED the program (exited with code 1, round 1): {error}" in text.splitlines(), text
+    assert "Unconfirmed: channels_last (a crash" in text
+    data = as_data(result)
+    assert data["unconfirmed"] == ["channels_last"] and data["fixes"][0]["ending"] == "exited with code 1"
+
+
+def test_a_fix_killed_by_a_signal_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = FakeRuns({"as_written": 40}, {"compile": (-11, "")})
+    result = _measure(monkeypatch, runs, ["compile"], 2)
+    f = result.fixes[0]
+    assert f.status == "crashed" and f.ending == "was killed by SIGSEGV"
+    assert "CRASHED the program (killed by SIGSEGV, round 1)" in render_text(result)
+
+
+def test_no_round_follows_a_failure_of_the_program_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = FakeRuns({"compile": 20}, {"as_written": (2, "FileNotFoundError: data.csv")})
+    result = _measure(monkeypatch, runs, ["compile"], 3)
+    assert runs.calls == [(1, "as_written"), (1, "compile")]
+    assert result.baseline_error == "FileNotFoundError: data.csv"
+    assert "the program as written FAILED: FileNotFoundError: data.csv" in render_text(result)
+
+
+class FakeTorch:
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def get_num_threads(self) -> int:
+        return self.threads
+
+    def set_num_threads(self, n: int) -> None:
+        self.threads = n
+
+
+@pytest.mark.parametrize(("cores", "threads", "workers", "after", "said"), [
+    (2, 2, 1, 1, "torch.set_num_threads(1) (was 2; 2 cores)"),  # the busy 2-core machine
+    (4, 4, 8, 1, "torch.set_num_threads(1) (was 4; 4 cores)"),  # more workers than cores: one thread kept
+    (16, 8, 4, 8, None),  # room for both: left as it is
+    (8, 1, 7, 1, None),  # already one thread
+])
+def test_dataloader_fix_fits_pytorchs_threads_to_the_cores_the_workers_leave(
+        monkeypatch: pytest.MonkeyPatch, cores: int, threads: int, workers: int, after: int, said: str | None) -> None:
+    monkeypatch.setattr(inprocess, "_cores", lambda: cores)
+    torch = FakeTorch(threads)
+    assert inprocess._fit_threads(torch, workers) == ([said] if said else [])
+    assert torch.threads == after
