@@ -199,8 +199,8 @@ def add_torch_op(builder: ReportBuilder, name: str, start: int, end: int, tid: i
 PROBES = (10, 35)  # probe_run's overhead probes start at the end of these steps
 
 
-def probe_run(path: Path, off_ms: int) -> Report:
-    """60 optimizer steps of 10 ms (step 1: 30 ms, warm-up) on the CPU, with two overhead probes as
+def probe_run(path: Path, off_ms: int, first_ms: int = 30) -> Report:
+    """60 optimizer steps of 10 ms (step 1: ``first_ms``, warm-up where above 15 ms) on the CPU, with two overhead probes as
     the capture window writes them: collection off from the end of steps 10 and 35 for three steps,
     back on during the fourth; the probes' steps take ``off_ms``."""
     ms = 1_000_000
@@ -209,7 +209,7 @@ def probe_run(path: Path, off_ms: int) -> Report:
     t, marks = 0, []
     for n in range(1, 61):
         in_probe = any(p < n <= p + 4 for p in PROBES)
-        t += 30 * ms if n == 1 else (off_ms * ms if in_probe else 10 * ms)
+        t += first_ms * ms if n == 1 else (off_ms * ms if in_probe else 10 * ms)
         marks.append(t)
         b.mark("step", t, 1)
     con = b.writer.con

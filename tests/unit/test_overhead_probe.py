@@ -131,7 +131,7 @@ def test_split_times_the_probe_steps_but_the_first_and_the_recorded_steps_alike(
     assert sorted(set(on)) == [2_000_000] and len(on) == 40 - 1 - 2 * 4
     split = split_steps(np.array(marks, np.int64), windows)
     assert split.probe == (11, 12, 13, 14, 36, 37, 38, 39)  # the steps step_sum does not list as recorded
-    assert split.timed_off == (12, 13, 37, 38) and split.warmup == (1,)
+    assert split.timed_off == (12, 13, 37, 38) and split.warmup == ()
     assert set(split.recorded) == set(range(2, 41)) - set(split.probe)
     # warm-up as step_sum flags it is left out of the recorded steps timed
     assert split_steps(np.array(marks, np.int64), windows, {1, 2, 3}).warmup == (1, 2, 3)
@@ -139,7 +139,7 @@ def test_split_times_the_probe_steps_but_the_first_and_the_recorded_steps_alike(
                          warmup_steps=split.warmup)
     assert timing.ratio == pytest.approx(2.0) and timing.cost_share == pytest.approx(0.5)
     assert "collection made a step 100% longer (±0%)" in timing.describe()
-    assert "(steps 12-13, 37-38; 2 probes)" in timing.describe() and "31 recorded steps after warm-up (step 1)" in timing.describe()
+    assert "(steps 12-13, 37-38; 2 probes)" in timing.describe() and "31 recorded steps after step 1" in timing.describe()
     assert ProbeTiming(1, 1, (1_000_000,), tuple(on)).cost_share == 0.0  # one timed step: no verdict
     assert ProbeTiming(1, 2, (1_000_000, 1_000_000), (1_010_000,) * 5).cost_share == 0.0  # within the noise
 

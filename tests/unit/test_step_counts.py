@@ -54,6 +54,17 @@ def test_every_output_counts_the_steps_alike(tmp_path: Path) -> None:
     assert "It leaves out what stays on while a probe runs" in line and line.count("longer") == 1
 
 
+def test_without_warm_up_the_probe_leaves_out_step_1_alone(tmp_path: Path) -> None:
+    """step_sum flags no warm-up: the probe's recorded steps are all of step_sum's but step 1, which
+    no mark starts, and it says so (it said 'after warm-up' of steps step_sum did not flag)."""
+    with probe_run(tmp_path / "w.gpuscope", off_ms=5, first_ms=10) as r:
+        (c,) = step_counts(r)
+        o = collection_overhead(r)
+    assert c.warmup == () and len(c.recorded) == 52
+    assert "against 10 ms for the 51 recorded steps after step 1. It leaves out" in overhead_line(o)
+    assert "warm-up" not in overhead_line(o)
+
+
 def test_a_negative_slowdown_is_noise_everywhere(tmp_path: Path) -> None:
     """Steps with collection off that took longer (a busy machine) are no measurable slowdown, in the
     overhead line, step_sum's note and analyze alike; never '-50% longer'."""

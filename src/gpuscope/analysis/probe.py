@@ -167,14 +167,13 @@ class ProbeTiming:
         return (self.on_median - self.off_median) * len(self.on_ns) if self.significant else 0.0
 
     def warmup_phrase(self) -> str:
-        """`` after warm-up (steps 1-3)``: the recorded steps left out of the timed ones (step 1
-        always: no mark starts it)."""
+        """`` after warm-up (steps 1-3)``, the warm-up as ``step_sum`` flags it, or `` after step 1``:
+        the recorded steps left out of the timed ones (step 1 always: no mark starts it)."""
+        unit = "iteration" if self.source == "module" else "step"
         if not self.warmup_steps:
-            return ""
-        unit = "iterations" if self.source == "module" else "steps"
-        if len(self.warmup_steps) == 1:
-            unit = unit[:-1]
-        return f" after warm-up ({unit} {step_ranges(self.warmup_steps)})"
+            return f" after {unit} 1"
+        plural = "s" if len(self.warmup_steps) > 1 else ""
+        return f" after warm-up ({unit}{plural} {step_ranges(self.warmup_steps)})"
 
 
 def _pct(share: float) -> str:
@@ -238,7 +237,7 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
     spans: dict[int, list[tuple[int, int, str]]] = {}
     for pid, start, end, reason in windows:
         spans.setdefault(int(pid), []).append((int(start), int(end), reason or ""))
-    flagged = _warmup_flags(report) if any(s in ("gpuscope", "torch") for own in by_pid.values() for s in own) else {}
+    flagged = _warmup_flags(report) if any(s in ("gpuscope", "torch") for own in by_pid.values() for s in own) else None
     out = {}
     for pid, mine in spans.items():
         sources = by_pid.get(pid, {})
@@ -247,7 +246,7 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
         probes = sum(1 for _, _, reason in mine if PROBE_CLOSES in reason.rpartition(" to ")[2])
         if not probes or len(t) < 3:
             continue
-        split = split_steps(t, mine, flagged.get(pid) if source != "module" else None)
+        split = split_steps(t, mine, flagged.get(pid, set()) if flagged is not None and source != "module" else None)
         durations = np.diff(t)
         on = [s for s in split.recorded if s not in split.warmup]
         spans = tuple((s, int(t[s - 2]), int(t[s - 1])) for s in split.probe if s >= 2)
@@ -257,14 +256,14 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
     return out
 
 
-def _warmup_flags(report: Report) -> dict[int, set[int]]:
-    """Per process, the step numbers that ``step_sum`` flags as warm-up (where its steps are the
-    marks the probe counts; else empty)."""
+def _warmup_flags(report: Report) -> dict[int, set[int]] | None:
+    """Per process, the step numbers that ``step_sum`` flags as warm-up (None where its steps are
+    not the marks the probe counts)."""
     from .steps import step_source, step_windows
 
     source = step_source(report)
     if source.kind not in ("gpuscope", "torch"):
-        return {}
+        return None
     w = step_windows(report, source)
     out: dict[int, set[int]] = {}
     for pid, step in zip(w.loc[w["warmup"], "pid"], w.loc[w["warmup"], "step"]):
@@ -279,7 +278,7 @@ class StepSplit:
     recorded: tuple[int, ...]  # both marks in one capture window (step 1 has no mark before it: not here)
     timed_off: tuple[int, ...]  # timed with collection off
     probe: tuple[int, ...]  # every step a probe kept from being recorded
-    warmup: tuple[int, ...]  # step 1 and the warm-up among ``recorded``: left out of the ``on`` steps
+    warmup: tuple[int, ...]  # the warm-up (step_sum's flag) among step 1 and ``recorded``: not timed
     probes: int = 0  # probes that held at least one step
 
 
@@ -319,8 +318,8 @@ def split_steps(marks: np.ndarray, windows: list[tuple[int, int, str]],
     if warm is None:
         durations = np.diff(marks)
         warm = set(ordered[:_warmup([int(durations[s - 2]) for s in ordered])] if ordered else [])
-    # step 1 has no mark before it: never timed here, and counted with the warm-up
-    warmup = tuple(sorted({1} | (set(warm) & set(ordered))))
+    # step 1 has no mark before it: never timed here, whether warm-up or not
+    warmup = tuple(sorted(s for s in warm if s == 1 or s in set(ordered)))
     return StepSplit(tuple(ordered), tuple(sorted(set(timed))), tuple(sorted(set(probe))), warmup, kept)
 
 
