@@ -63,6 +63,9 @@ def test_dataloader_workers_measured_against_the_cpu_diagnosis(dataloader_try: t
     assert fix["numerics"]["what"] == "losses" and fix["numerics"]["agrees"] is True
     assert [(run["variant"], run["round"]) for run in data["runs"]] == [("as_written", 1), ("dataloader_workers", 1)]
     assert all(run["steps"] == 11 and run["stopped"] == "steps" for run in data["runs"])  # the step budget
+    written, fixed = data["runs"]  # each run says what was patched in it, and its own step
+    assert written["applied"] == {} and fixed["applied"]["dataloader"] == fix["detail"]
+    assert written["step_ns"] == data["step_ns"] and fixed["step_ns"] == fix["step_ns"]
     assert sorted(p.name for p in here.iterdir()) == ["try_dataloader.py"]  # nothing written beside the program
     assert kept.is_file()
 

@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import Any
 
-from ..experiment.measure import TryResult, FixResult
+from ..experiment.measure import FixResult, TryResult, timed_step
 from ..safe_text import terminal
 from ..units import duration
 
@@ -99,6 +99,10 @@ def render_text(result: TryResult) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
 def as_data(result: TryResult) -> dict[str, Any]:
     """The result as plain data (the JSON output)."""
     p = result.program
@@ -112,7 +116,8 @@ def as_data(result: TryResult) -> dict[str, Any]:
                        "why": "needs a code change"} for f in result.needs_edit],
         "unconfirmed": [f.planned.fix.name for f in result.unconfirmed],
         "runs": [{"variant": o.variant, "round": o.round, "exit_code": o.exit_code, "wall_s": round(o.wall_s, 3),
-                  "steps": len(o.steps_ns), "stopped": o.stopped, "error": o.error} for o in result.outcomes],
+                  "steps": len(o.steps_ns), "step_ns": _int(timed_step(o, result.warmup)), "stopped": o.stopped,
+                  "error": o.error, "applied": o.results.get("applied") or {}} for o in result.outcomes],
     }
 
 
