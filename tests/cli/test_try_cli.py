@@ -54,7 +54,7 @@ def test_dataloader_workers_measured_against_the_cpu_diagnosis(dataloader_try: t
     if cut:  # PyTorch's threads and the workers outnumbered the cores: the threads fit what the workers leave
         fit, was, cores = map(int, cut.groups())
         assert was + workers > cores and fit == max(1, cores - workers), fix["detail"]
-    if len(os.sched_getaffinity(0)) <= 2 and "OMP_NUM_THREADS" not in os.environ:
+    if len(os.sched_getaffinity(0)) == 2 and "OMP_NUM_THREADS" not in os.environ:
         assert cut, fix["detail"]  # 2 threads and a worker on 2 cores
     # loading moves behind the step (20 ms) and the step halves; on a busy machine the program as
     # written, with its threads fighting other programs for the cores, is slower still

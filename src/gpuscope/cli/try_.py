@@ -99,13 +99,11 @@ def _failures(report: Path | None) -> Iterator[None]:
 
     try:
         yield
-    except QueryError as exc:  # gpuscope's own SQL
-        if os.environ.get(failures.DEBUG_ENV):
-            raise
-        raise (failures.unexpected(exc, str(report)) if report is not None else failures.own(exc)) from None
-    except (GpuscopeError, KeyboardInterrupt, OSError):
+    except (KeyboardInterrupt, OSError):
         raise
     except Exception as exc:  # noqa: BLE001
+        if isinstance(exc, GpuscopeError) and not isinstance(exc, QueryError):  # said as it is
+            raise
         if os.environ.get(failures.DEBUG_ENV):
             raise
         raise (failures.unexpected(exc, str(report)) if report is not None else failures.own(exc)) from None
@@ -133,8 +131,11 @@ def _measure(args: argparse.Namespace, program: Program, chosen: Plan, budget: B
     _say(f"trying {names}: {args.rounds} round(s) of {1 + len(chosen.tried)} runs")
 
     def progress(o: Outcome) -> None:
-        state = (f"failed: {o.ending}: {o.error}" if o.failed
-                 else f"{len(o.steps_ns) + 1 if o.steps_ns else 0} step marks")
+        error = o.error or ""
+        if not o.failed:
+            state = f"{len(o.steps_ns) + 1 if o.steps_ns else 0} step marks"
+        else:  # how it ended, and its error line where that says more
+            state = f"failed: {error}" if o.ending in error or o.stopped == "killed" else f"failed: {o.ending}: {error}"
         _say(f"round {o.round}: {o.variant}: {state} ({o.wall_s:.1f} s)")
 
     result = measure(program, chosen.tried, args.rounds, budget, args.warmup, args.tolerance / 100.0, progress)
