@@ -114,3 +114,25 @@ def _count(run: Any) -> Any:
     yield "frames", c["frames"]["total"]
     yield "graphs", c["stats"]["unique_graphs"]
     yield "graph_break", sum(c["graph_break"].values())
+
+
+def test_dynamo_is_told_of_gpuscope_code_only_once_the_program_imports_it() -> None:
+    """Importing torch._dynamo costs about 2 s of CPU: the hooks do not bring it in themselves,
+    and tell it which frames to skip as soon as the program imports it (as torch.compile does)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from gpuscope.capture.python.ranges import RangeRecorder\n"
+        "from gpuscope.capture.python.torch_hooks import TorchHooks\n"
+        "assert 'torch._dynamo.eval_frame' not in sys.modules\n"
+        "hooks = TorchHooks(RangeRecorder(), lambda level, message: print(level, message))\n"
+        "hooks.install(torch)\n"
+        "print('before', 'torch._dynamo.eval_frame' in sys.modules, hooks._skipping)\n"
+        "import torch._dynamo\n"
+        "print('after', hooks._skipping)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "before False False" in out.stdout and "after True" in out.stdout, out.stdout

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .imports import when_imported
 from .ranges import RangeRecorder
 
 if TYPE_CHECKING:
@@ -144,6 +146,12 @@ class TorchHooks:
         function the wrappers call. Each of gpuscope's code objects is skipped as a frame of its
         own: it runs as it is, the frames it calls (the modules' forward) are compiled as before,
         and traced from inside a compiled forward it is inlined as before."""
+        if "torch._dynamo.eval_frame" not in sys.modules:
+            # importing dynamo costs about 2 s of CPU: told when the program itself brings it in
+            # (torch.compile, torch.export), which is before it can compile anything
+            when_imported({"torch._dynamo.eval_frame": [lambda _: self._not_compiled_alone()]},
+                          lambda name, exc: self.diag("warning", f"after importing {name}: {exc!r}"))
+            return
         try:
             from torch._dynamo.eval_frame import skip_code  # noqa: PLC0415
         except Exception:  # noqa: BLE001  (an older torch: nothing to tell)
