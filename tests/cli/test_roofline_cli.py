@@ -50,7 +50,8 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return base_env({"GPUSCOPE_CACHE_DIR": str(tmp_path / "cache"), **extra})
+    # wide enough for every column: fitting tables to a terminal is tested apart
+    return base_env({"GPUSCOPE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "400", **extra})
 
 
 def _fake_ncu(tmp_path: Path) -> Path:

@@ -139,7 +139,8 @@ def test_step_point_covers_the_kernels_launched_in_steps(roof: Report) -> None:
     assert point["efficiency"] == pytest.approx(220.20001 / 353)
 
 
-def test_golden_roofline_sum(roof: Report) -> None:
+def test_golden_roofline_sum(roof: Report, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # the whole table: fitting it to a terminal is tested apart
     for fmt, suffix in (("table", "txt"), ("csv", "csv"), ("json", "json")):
         text = FORMATS[fmt]([roofline_sum(roof)])
         golden = GOLDEN / f"roofline_sum.{suffix}"
