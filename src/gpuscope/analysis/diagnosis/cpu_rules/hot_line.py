@@ -49,7 +49,7 @@ def least_time(top: pd.DataFrame, d: np.ndarray) -> np.ndarray:
     keys = (name + "\0" + top["shapes"].fillna("").astype(str)).to_numpy()
     times = pd.Series(d.astype(np.float64))
     by = times.groupby(keys)
-    least = by.transform(lambda x: float(np.percentile(x, LEAST))).to_numpy(np.float64)
+    least = by.transform("quantile", LEAST / 100).to_numpy(np.float64)
     many = by.transform("size").to_numpy() >= SAME
     return np.where(many, np.minimum(least, times.to_numpy()), times.to_numpy())
 
