@@ -124,7 +124,7 @@ def layers(report_path: str, trace_path: str, skip_steps: str = "3") -> dict[str
                                             "ON s.id = g.name_id WHERE g.category = 'backward'")}
         owned = _owned(r, step_source(r))
         by_kind = dict(r.sql(f"SELECT coalesce(row_kind, 'outside'), sum(d) FROM ({owned}) WHERE in_step GROUP BY 1"))
-        from gpuscope.analysis.steps import step_sum
+        from gpuscope.analysis.step_table import step_sum
 
         busy = sum(row[4] for row in step_sum(r).rows if row[1].isdigit())
         ours = {(name, cat): n for name, cat, n in r.sql(

@@ -60,11 +60,12 @@ def test_the_page_is_short_and_prints_no_empty_table(recorded: Callable[[str], P
     cpu = end_of_run(recorded("cpu_balanced"), set(), diagnosis=True)
     gpu = end_of_run(recorded("program_mlp_adam"), set(), diagnosis=True)
     for page in (cpu, gpu):
-        assert len(page.splitlines()) <= 40, page
+        # lines wrap at the terminal's width (120 here) rather than run past it: a page of 40 long lines is about 50
+        assert len(page.splitlines()) <= 50, page
         assert "  1. " in page and "Heaviest lines of the program" in page and "Imports and start-up, apart" in page
         assert "No " not in page  # no table that says it has nothing
     assert "Heaviest kernels" not in cpu and "add --trace cuda" not in cpu
-    assert "Heaviest kernels" in gpu and "Heaviest layers" in gpu and "600 steps: " in gpu
+    assert "Heaviest kernels" in gpu and "Heaviest layers" in gpu and "600 steps found" in " ".join(gpu.split())
     assert "Step time (step 4.28 ms" in gpu and "CPU step time" in cpu
     with_stats = end_of_run(recorded("cpu_balanced"), set(), diagnosis=True, stats=True)
     assert "(cuda_gpu_kern_sum)" in with_stats and "(host_sum)" in with_stats  # --stats prints every report

@@ -16,9 +16,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "gpuscope"
 
-STAGES = ["base", "capture", "trace", "analysis", "reporters", "run", "cli", "api"]
+STAGES = ["base", "capture", "trace", "analysis", "experiment", "reporters", "run", "cli", "api"]
 BASE_MODULES = {"errors", "annotation", "spool", "units", "version", "safe_text"}
-API_MODULES = {"__init__", "__main__"}
+API_MODULES = {"__init__", "__main__", "notebook"}  # notebook: the Python API of a loaded report
 
 
 def _modules(root: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:

@@ -15,7 +15,7 @@ from conftest import FIXTURES
 from import_helpers import load_json, shared
 
 from gpuscope.analysis.roofline import roofline_sum
-from gpuscope.analysis.steps import step_sum
+from gpuscope.analysis.step_table import step_sum
 from gpuscope.analysis.work.model import op_work_json
 from gpuscope.trace.importers import import_trace
 from gpuscope.trace.report import Report

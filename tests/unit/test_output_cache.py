@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from gpuscope.cli import main
-from gpuscope.trace import output_cache
+from gpuscope.reporters import output_cache
 from gpuscope.trace.report_connection import larger_size
 from gpuscope.trace.report_errors import explain
 

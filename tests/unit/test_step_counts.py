@@ -10,7 +10,7 @@ from report_builder import probe_run
 
 from gpuscope.analysis.overhead import collection_overhead
 from gpuscope.analysis.step_counts import describe_counts, step_counts
-from gpuscope.analysis.steps import step_sum
+from gpuscope.analysis.step_table import step_sum
 from gpuscope.reporters.overview import overhead_line
 from gpuscope.trace.report import Report
 

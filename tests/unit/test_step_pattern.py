@@ -11,7 +11,8 @@ import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.analysis.step_pattern import find_pattern
-from gpuscope.analysis.steps import pattern_steps, step_source, step_sum, step_windows, steps_table
+from gpuscope.analysis.steps import pattern_steps, step_source, step_windows, steps_table
+from gpuscope.analysis.step_table import step_sum
 from gpuscope.trace.report import Report
 
 

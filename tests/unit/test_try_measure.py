@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpuscope.experiment import fixes, inprocess, measure
+from gpuscope.capture import trial as inprocess
+from gpuscope.experiment import fixes, measure
 from gpuscope.experiment.runs import Budget, Outcome, Program
 from gpuscope.reporters.try_text import as_data, render_text
 

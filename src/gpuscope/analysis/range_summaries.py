@@ -18,7 +18,7 @@ from .attribution import ops_table, range_tree_table, ranges_table
 from .cuda_summaries import STAT_COLUMNS, _pct, _stats
 from .enclosed import projection_table
 from .layers import layer_sum
-from .steps import step_sum
+from .step_table import step_sum
 from .table import Column, Table
 
 LABEL = """CASE WHEN d.value <> '' THEN d.value || ':' ELSE '' END || n.value

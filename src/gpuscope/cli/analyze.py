@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         raise GpuscopeError(f"--min-share {args.min_share:g}: give a percentage from 0 to 100")
     from ..analysis.diagnosis import diagnose
     from ..reporters import diagnosis_formats
-    from ..trace import output_cache
+    from ..reporters import output_cache
     from ..trace.report import Report
 
     if is_fleet(args.report):

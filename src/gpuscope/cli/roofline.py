@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         )
         from ..trace.report import Report
 
-        from ..trace import output_cache
+        from ..reporters import output_cache
 
         # a large report's text is kept beside it (not a chart, nor beside a calibration's tables)
         options = {"format": args.format}

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
             for name in ("cpu_hotspots", "cpu_hotspots_lines"):
                 reports[name] = partial(reports[name], libraries=True)
-        from ..trace.output_cache import stats_table
+        from ..reporters.output_cache import stats_table
 
         # a large report's tables are kept beside it: the next command asking for one reads it
         options = {"libraries": bool(args.libraries)}

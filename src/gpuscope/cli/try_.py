@@ -178,7 +178,7 @@ def _profile_first(args: argparse.Namespace, budget: Budget, tmp: Path) -> Path:
     from ..capture import collectors
     from ..capture.capture_range import CaptureSpec
     from ..capture.process import launch as launcher
-    from ..experiment.inprocess import TRY_ENV
+    from ..capture.trial import TRY_ENV
     from ..run import program as session
     from ..trace.files import reserve_report
 

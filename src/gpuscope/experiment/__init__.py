@@ -2,7 +2,7 @@
 
 A *fix* (:mod:`.fixes`) is a switch rather than an edit: an environment variable, or a patch that
 gpuscope's bootstrap installs in the launched process before the program's first line
-(:mod:`.inprocess`: TF32, cuDNN's autotuner, bf16 autocast, the DataLoader's defaults,
+(:mod:`..capture.trial`: TF32, cuDNN's autotuner, bf16 autocast, the DataLoader's defaults,
 ``torch.compile``, channels_last). Each is tied to the diagnosis rules whose findings it answers.
 
 :mod:`.runs` launches one run with collection off and step marks kept, stopped at a step or time

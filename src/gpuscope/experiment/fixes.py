@@ -2,7 +2,7 @@
 
 A :class:`Fix` is a switch: environment variables set for the launched process, and/or a patch that
 the bootstrap installs there before the program's first line (``patch``: its name in
-:mod:`.inprocess`). ``rules`` are the diagnosis rules whose findings it answers; ``changes_numerics``
+:mod:`..capture.trial`). ``rules`` are the diagnosis rules whose findings it answers; ``changes_numerics``
 says the program computes in another precision with it (its results are compared with a looser
 tolerance, ``precision``). Findings of the other rules need an edit of the program and are listed
 as not tried, with the line the finding names.

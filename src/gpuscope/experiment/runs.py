@@ -3,7 +3,7 @@ kept, a fix's switches on, stopped at the step or time budget.
 
 The program runs with the argv, working directory and environment it was profiled with; its output
 goes to files in a directory of gpuscope's own (never into the program's), and the run's results come
-back as the JSON that :mod:`.inprocess` writes. The agent runs with a capture range that never opens
+back as the JSON that :mod:`..capture.trial` writes. The agent runs with a capture range that never opens
 (``api``) and no probe: nothing is recorded, and its spool is removed after the run.
 """
 
@@ -24,7 +24,7 @@ from ..capture.process import launch as launcher
 from ..capture.process.agent import LAUNCHER_ENV
 from ..errors import GpuscopeError
 from .fixes import Fix
-from .inprocess import TRY_ENV
+from ..capture.trial import TRY_ENV
 
 TRACE = ["torch"]  # what makes step marks: PyTorch's optimizer steps and outermost module calls
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"

@@ -127,7 +127,7 @@ def _target(f: Any, processes: list[dict[str, Any]], origin: int) -> dict[str, i
 def stats_data(report: Report) -> list[dict[str, Any]]:
     """Return every report of ``gpuscope stats``, in its order, as :func:`table_data`."""
     from ...analysis import stats_reports
-    from ...trace.output_cache import stats_table
+    from ..output_cache import stats_table
 
     return [table_data(stats_table(report, name, fn, {"libraries": False})) for name, fn in stats_reports().items()]
 

@@ -29,11 +29,11 @@ def _start_agent() -> None:
 
 
 def _start_trial() -> None:
-    """A run of ``gpuscope try``: the fix's patches (experiment/inprocess.py), after the agent."""
+    """A run of ``gpuscope try``: the fix's patches (capture/trial.py), after the agent."""
     if not os.environ.get("GPUSCOPE_TRY"):
         return
     try:
-        from gpuscope.experiment import inprocess
+        from gpuscope.capture import trial as inprocess
 
         inprocess.start_from_env()
     except Exception as exc:  # noqa: BLE001

@@ -359,8 +359,8 @@ def start_from_env() -> Trial | None:
     os.environ.pop(TRY_ENV, None)  # the program's own child processes run as they are
     trial = Trial(json.loads(text))
     _trial = trial
-    from ..capture.process import agent as agent_mod
-    from ..capture.python import imports
+    from .process import agent as agent_mod
+    from .python import imports
 
     agent = agent_mod.current()
     ranges = agent.ranges if agent is not None else None

@@ -22,11 +22,11 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import sidecar
+from ..trace import sidecar
 
 if TYPE_CHECKING:
     from ..analysis.table import Table
-    from .report import Report
+    from ..trace.report import Report
 
 MIN_OPERATIONS = 1_000_000
 MAGIC = "gpuscope-output 1"
@@ -70,7 +70,7 @@ def _calibrations() -> list[list[Any]]:
 
 
 def _key(path: Path, command: str, options: dict[str, Any], laid_out: bool = True) -> dict[str, Any]:
-    from ..reporters.terminal import terminal_width
+    from .terminal import terminal_width
 
     return {"report": sidecar.report_key(path), "command": command, "options": options,
             "width": terminal_width() if laid_out else None, "code": _code_fingerprint(),
