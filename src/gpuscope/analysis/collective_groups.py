@@ -37,8 +37,9 @@ def process_steps(report: Report) -> pd.DataFrame:
     return step_windows(report, step_source(report))
 
 
-def _step_of(found: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """The step number of each call of ``found`` (:data:`OUTSIDE` for none), by its start."""
+def step_of(found: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """The step number of each call of ``found`` (``pid``, ``start_ns``) among ``steps`` (``pid``,
+    ``step``, ``start_ns``, ``end_ns``), by its start: :data:`OUTSIDE` for none."""
     step = np.full(len(found), OUTSIDE, dtype=np.int64)
     pids = found["pid"].to_numpy()
     t = found["start_ns"].to_numpy(np.int64)
@@ -65,7 +66,7 @@ def fill_by_position(found: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     found = found.copy()
     for column in _COLUMNS:
         found[column] = found[column].astype(object)
-    step_all = _step_of(found, steps)
+    step_all = step_of(found, steps)
     for _, part in found[kernel & (step_all != OUTSIDE)].groupby(["pid", "kind"]):
         part = part.sort_values("start_ns", kind="stable")
         step = step_all[found.index.get_indexer(part.index)]
@@ -99,7 +100,7 @@ def call_keys(found: pd.DataFrame, steps: pd.DataFrame, keys: list[str]) -> pd.S
     (``"-1.<n>"``: the *n*-th outside every step). A call whose group is unknown while the
     process's other calls of its kind have one belongs to one of several groups: it is paired with
     none (``"unmatched:<pid>.<n>"``). ``found`` sorted by process and start."""
-    step = _step_of(found, steps) if len(steps) else np.full(len(found), OUTSIDE, dtype=np.int64)
+    step = step_of(found, steps) if len(steps) else np.full(len(found), OUTSIDE, dtype=np.int64)
     n = found.assign(_step=step).groupby(["pid", *keys, "_step"]).cumcount().to_numpy()
     known = found["group"].notna()
     mixed = known.groupby([found["pid"], found["kind"]]).transform("any").to_numpy() & ~known.to_numpy()

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
+from ..collective_groups import OUTSIDE, step_of
 from ..rank_summaries import rank_steps, timed_collectives
 from ..ranks import label, rank_of
 from .context import data_dict, fmt_ns
@@ -102,15 +103,11 @@ def _caused(coll: pd.DataFrame, steady: pd.DataFrame) -> dict[int, dict[int, flo
     """For each process that arrived last at shared collectives of the steady steps: the mean wait
     per step it made each other process wait there (``{last: {waiting: ns per step}}``)."""
     out: dict[int, dict[int, float]] = {}
-    for pid, own in steady.groupby("pid"):
-        starts = own["start_ns"].to_numpy(np.int64)
-        ends = starts + own["duration_ns"].to_numpy(np.int64)
-        mine = coll[(coll["pid"] == pid) & (coll["ranks"] > 1) & (coll["last_pid"] != pid)]
-        t = mine["start_ns"].to_numpy(np.int64)
-        i = np.searchsorted(starts, t, "right") - 1
-        inside = (i >= 0) & (t < ends[np.maximum(i, 0)])
-        for last, w in mine[inside].groupby("last_pid")["wait_ns"].sum().items():
-            out.setdefault(int(last), {})[int(pid)] = float(w) / len(own)
+    waited = coll[(coll["ranks"] > 1) & (coll["last_pid"] != coll["pid"])]
+    waited = waited[step_of(waited, steady.assign(end_ns=steady["start_ns"] + steady["duration_ns"])) != OUTSIDE]
+    steps = steady.groupby("pid").size()
+    for (pid, last), w in waited.groupby(["pid", "last_pid"])["wait_ns"].sum().items():
+        out.setdefault(int(last), {})[int(pid)] = float(w) / int(steps[pid])
     return out
 
 
