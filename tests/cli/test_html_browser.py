@@ -20,15 +20,20 @@ from .test_html_report import urllib_text
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def adam(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _reported(tmp_path_factory: pytest.TempPathFactory, fixture: str) -> Path:
+    """A recorded fixture unpacked into a folder of its own, with the page ``gpuscope report`` made of it."""
     from conftest import unpack_fixture
 
-    d = tmp_path_factory.mktemp("adam-browser")
-    report = unpack_fixture("program_mlp_adam", d)
+    d = tmp_path_factory.mktemp(f"{fixture}-browser")
+    report = unpack_fixture(fixture, d)
     res = Gpuscope(d).run("report", report.name)
     assert res.returncode == 0, res.describe()
     return report
+
+
+@pytest.fixture(scope="module")
+def adam(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _reported(tmp_path_factory, "program_mlp_adam")
 
 
 def _wait_drawn(page: Any, updates: int = 1) -> None:
@@ -331,13 +336,7 @@ def test_a_newer_view_cancels_the_window_in_flight_and_buckets_keep_their_grid(b
 @pytest.fixture(scope="module")
 def gemms(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A recorded report whose kernels have FLOPs (its page draws a roofline)."""
-    from conftest import unpack_fixture
-
-    d = tmp_path_factory.mktemp("gemms-browser")
-    report = unpack_fixture("gemm_conv", d)
-    res = Gpuscope(d).run("report", report.name)
-    assert res.returncode == 0, res.describe()
-    return report
+    return _reported(tmp_path_factory, "gemm_conv")
 
 
 def test_the_roofline_axes_are_labelled_with_si_prefixes_at_powers_of_ten(browser: Any, gemms: Path) -> None:
