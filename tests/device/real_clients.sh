@@ -5,6 +5,11 @@
 #
 #     OUT=/tmp/out bash tests/device/real_clients.sh cost        # ~9 minutes on 4 GPUs
 #     OUT=/tmp/out bash tests/device/real_clients.sh diagnosis   # ~9 minutes on 4 GPUs
+#     OUT=/tmp/out bash tests/device/real_clients.sh ablation    # the default's parts, fresh processes
+#     OUT=/tmp/out bash tests/device/real_clients.sh where       # the same inside one process
+#
+# ablation: ABLATE (programs, one worker per GPU), ABLATE_MODES, ABLATE_ROUNDS, ABLATE_BUDGET_S.
+# where: WHERE ("program:rounds:steps ..."), on the GPU WHERE_GPU (default the last), beside the rest.
 #
 # Needs: python3 with a CUDA build of torch and the client libraries (transformers, torchvision,
 # lightning, jax, cupy, triton); cupti-python, nvtx, duckdb, msgspec, ijson as cp312 wheels in
@@ -35,6 +40,30 @@ if has cost; then
   python3 bench/real_cost.py --gpus "$GPUS" --cores-per-gpu "$CORES" "${prev[@]}" --scale 0.15 \
     --budget-s "${COST_BUDGET_S:-500}" --rounds 5 --out "$OUT/real_cost.json" --md "$OUT/real_cost.md" ${COST_ARGS:-}
 fi
+
+if has where; then
+  echo "=== where ($(date +%T)) on GPU ${WHERE_GPU:-$((GPUS - 1))}"
+  (
+    for spec in ${WHERE:-hf_bert_infer:12:30 hf_gpt2_generate:5:2}; do
+      IFS=: read -r name rounds steps <<< "$spec"
+      CUDA_VISIBLE_DEVICES=${WHERE_GPU:-$((GPUS - 1))} timeout 300 python3 -m gpuscope profile --no-overhead-probe \
+        -o "$OUT/where_$name" --force-overwrite python3 tests/device/where_cost.py --workload "client:$name" \
+        --rounds "$rounds" --steps "$steps" --warmup 5 --out "$OUT/where_$name.json" > "$OUT/where_$name.log" 2>&1
+      echo "where $name rc=$?"; grep -E "^client:" "$OUT/where_$name.log"; rm -f "$OUT/where_$name.gpuscope"
+    done
+  ) &
+  WHERE_PID=$!
+fi
+
+if has ablation; then
+  n=$(echo "${ABLATE:-hf_bert_infer,hf_gpt2_generate,jax_mlp}" | tr ',' '\n' | wc -l)
+  echo "=== ablation ($(date +%T)) on $n GPU(s)"
+  python3 bench/real_cost.py --gpus "$n" --cores-per-gpu "$CORES" --only "${ABLATE:-hf_bert_infer,hf_gpt2_generate,jax_mlp}" \
+    --modes "${ABLATE_MODES:-untraced,floor,default,driver-sites,no-sites,no-anchors,no-torch,no-samplers}" \
+    --scale "${ABLATE_SCALE:-0.3}" --rounds "${ABLATE_ROUNDS:-3}" --budget-s "${ABLATE_BUDGET_S:-400}" \
+    --out "$OUT/ablation.json" --md "$OUT/ablation.md"
+fi
+[ -n "${WHERE_PID:-}" ] && wait "$WHERE_PID"
 
 if has diagnosis; then
   echo "=== diagnosis ($(date +%T)), $GPUS GPU(s)"

@@ -5,7 +5,10 @@
 # step, default 0.10) from the hand-applied one fails the check; so does a fix gpuscope did not apply.
 #
 #     OUT=/tmp/out bash tests/device/try_check.sh        # ~15 minutes on one H100
+#     OUT=/tmp/out TRY_GPUS="2 3" TRY_ONLY=resnet bash tests/device/try_check.sh
 #
+# TRY_GPUS: the GPUs to deal the cases to (one at a time on each, in parallel across them; default
+# "0"); TRY_ONLY: run only the cases whose name matches this regular expression.
 # Needs: python3 with a CUDA build of torch, transformers and torchvision; PYTHONPATH set as for
 # real_clients.sh. ROUNDS (default 3): rounds of both measurements.
 set -u
@@ -27,11 +30,10 @@ $C/tv_resnet18_infer.py compile compiled
 $C/tv_resnet18_infer.py channels_last channels_last
 $C/nanogpt_compiled.py compile_reduce_overhead reduce_overhead
 "
-failed=0
-while read -r prog fix variant; do
-  [ -z "$prog" ] && continue
+check_case() {  # prog fix variant: exit status 0 when gpuscope's gain matches the hand-applied one
+  local prog=$1 fix=$2 variant=$3 name failed=0
   name=$(basename "$prog" .py)-$fix
-  echo "=== $name ($(date +%T))"
+  echo "=== $name ($(date +%T), GPU $CUDA_VISIBLE_DEVICES)"
   # by hand: the plain runs of the variant and of the program as written, interleaved, steady time per iteration
   for r in $(seq "$ROUNDS"); do
     python3 "$prog" --timing-out "$OUT/try/$name-hand-as_written-$r.json" >/dev/null || failed=1
@@ -48,11 +50,41 @@ def steady(v, r):
 hand = statistics.median(1 - steady(variant, r) / steady("as_written", r) for r in range(1, rounds + 1))
 g = json.load(open(f"{d}/{name}-gpuscope.json"))["fixes"][0]
 m = (g.get("measured_gain") or {}).get("median")
+ok = g["status"] == "measured" and m is not None and abs(m - hand) <= tol
 print(f"{name}: by hand {hand:+.1%}; gpuscope try {g['status']}, {'-' if m is None else f'{m:+.1%}'} "
       f"(interval {g['measured_gain'] and g['measured_gain']['low']} to {g['measured_gain'] and g['measured_gain']['high']}); "
-      f"estimate {g['estimated_gain']}; numbers {g['numerics'] and g['numerics']['agrees']}; dynamo {g['dynamo']}")
-sys.exit(0 if g["status"] == "measured" and abs(m - hand) <= tol else 1)
+      f"estimate {g['estimated_gain']}; numbers {g['numerics'] and g['numerics']['agrees']}; dynamo {g['dynamo']}; "
+      f"{'ok' if ok else 'MISMATCH'}")
+json.dump({"case": name, "hand": hand, "gpuscope": m, "status": g["status"], "estimate": g["estimated_gain"],
+           "ok": ok}, open(f"{d}/{name}-check.json", "w"))
+sys.exit(0 if ok else 1)
 PY
+  return $failed
+}
+
+gpus=(${TRY_GPUS:-0})
+lists=()
+i=0
+while read -r prog fix variant; do
+  [ -z "$prog" ] && continue
+  [[ -n "${TRY_ONLY:-}" && ! "$(basename "$prog" .py)-$fix" =~ $TRY_ONLY ]] && continue
+  k=$(( i % ${#gpus[@]} )); i=$((i + 1))
+  lists[$k]+="$prog $fix $variant;"
 done <<< "$CASES"
+pids=()
+for k in "${!gpus[@]}"; do
+  (
+    bad=0
+    IFS=';' read -ra mine <<< "${lists[$k]:-}"
+    for c in "${mine[@]}"; do
+      [ -z "$c" ] && continue
+      CUDA_VISIBLE_DEVICES=${gpus[$k]} check_case $c || bad=1
+    done
+    exit $bad
+  ) &
+  pids+=($!)
+done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
 echo "try_check: $([ $failed = 0 ] && echo PASS || echo FAIL)"
 exit $failed

@@ -17,6 +17,8 @@ Settings (each compared with ``as-is`` of the same round):
 - ``cupti-off-no-wrapper``: both;
 - ``sampler-off``: the Python sampler asleep (``--trace cpu``);
 - ``ops-off``: the operator recorder off (``torch-ops``/``torch-shapes``);
+- ``callbacks-off``: CUPTI's callbacks for synchronization sites and graph launches disabled (the
+  launch anchors' callback stays);
 - ``all-off``: everything above off (CUPTI's kinds, every hook passing through, the sampler, the
   operator recorder);
 - ``uninstalled``: as ``all-off``, and the PyTorch hooks taken out altogether (``TorchHooks.uninstall``:
@@ -25,7 +27,8 @@ Settings (each compared with ``as-is`` of the same round):
   thread and the flush thread.
 
 ``--workload sgd4`` is the CPU benchmark's small training loop (bench/workloads/cpu_train.py), for
-a machine without a GPU.
+a machine without a GPU. ``--workload client:NAME`` is one iteration of the real-client program
+``tests/workloads/clients/NAME.py`` as written (a Hugging Face model, say).
 
 Also runs untraced (no agent): then only ``as-is`` exists.
 
@@ -48,7 +51,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the sc
 sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
 
 MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cupti-off-no-wrapper", "sampler-off",
-         "ops-off", "all-off", "uninstalled"]
+         "ops-off", "callbacks-off", "all-off", "uninstalled"]
 
 
 def mlp_step(layers: int = 8, width: int = 1024, batch: int = 256) -> Callable[[], None]:
@@ -88,6 +91,28 @@ def gpt_step(compiled: bool = False) -> Callable[[], None]:
     return step
 
 
+def client_step(name: str) -> Callable[[], None]:
+    """One iteration of the real-client program ``name`` as written, ending with its own wait."""
+    import importlib.util  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    folder = os.path.join(os.path.dirname(__file__), "..", "workloads", "clients")
+    sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(f"client_{name}", os.path.join(folder, f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from harness import Setup, wait  # noqa: PLC0415
+
+    program, setup = module.PROGRAM, Setup(torch.device(DEV), quick=DEV == "cpu")
+    inner = program.build(program.as_written.name, setup)
+
+    def step() -> None:
+        wait(program, setup, inner())
+
+    return step
+
+
 def sgd4_step() -> Callable[[], None]:
     torch.set_num_threads(1)
     return mlp_step(layers=4, width=128, batch=32)
@@ -105,6 +130,7 @@ class Switches:
         self.sampler = self.agent.collector("sampler") if self.agent else None
         self.ops = self.agent.collector("torch-ops") if self.agent else None
         self.ops_recording = bool(getattr(self.ops, "recording", False))  # as the run left it
+        self.callbacks = self.agent.collector("cuda-callbacks") if self.agent else None
         self.uninstalled = False
         self.switch = sys.getswitchinterval()
         self.recorder = self.agent.ranges if self.agent else None
@@ -117,7 +143,8 @@ class Switches:
         hooks, cuda = self.hooks is not None, self.cuda is not None
         needs = {"full": hooks, "logged": hooks, "no-wrapper": hooks, "hooks-off": hooks, "cupti-off": cuda,
                  "cupti-off-no-wrapper": hooks and cuda, "sampler-off": self.sampler is not None,
-                 "ops-off": self.ops is not None, "all-off": hooks or cuda, "uninstalled": hooks}
+                 "ops-off": self.ops is not None, "callbacks-off": self.callbacks is not None,
+                 "all-off": hooks or cuda, "uninstalled": hooks}
         return [m for m in MODES if m == "as-is" or (self.agent is not None and needs[m])]
 
     def set(self, mode: str) -> None:
@@ -141,6 +168,8 @@ class Switches:
             self.sampler.set_collecting(mode not in ("sampler-off", "all-off"))
         if self.ops is not None:
             self.ops.set_collecting(self.ops_recording and mode not in ("ops-off", "all-off"))
+        if self.callbacks is not None:
+            self.callbacks.set_enabled(mode not in ("callbacks-off", "all-off"))
         if self.hooks is not None:
             self.recorder.anchor = None if mode == "logged" else self.anchor
             self.hooks.force_full = mode == "full"
@@ -221,16 +250,20 @@ def spy(args: argparse.Namespace, step: Callable[[], None], sw: Switches) -> dic
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--workload", choices=["mlp", "gpt", "sgd4"], default="mlp")
+    p.add_argument("--workload", default="mlp", help="mlp, gpt, sgd4 or client:NAME")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--steps", type=int, default=30, help="steps per block")
+    p.add_argument("--warmup", type=int, default=20, help="steps before the first block")
     p.add_argument("--spy", metavar="PY_SPY", help="also sample this process with this py-spy, as is")
     p.add_argument("--spy-seconds", type=float, default=8.0)
     args = p.parse_args()
-    step = {"mlp": mlp_step, "gpt": gpt_step, "sgd4": sgd4_step}[args.workload]()
+    if args.workload.startswith("client:"):
+        step = client_step(args.workload.partition(":")[2])
+    else:
+        step = {"mlp": mlp_step, "gpt": gpt_step, "sgd4": sgd4_step}[args.workload]()
     sw = Switches()
     modes = sw.modes()
-    for _ in range(20):
+    for _ in range(args.warmup):
         step()
     rounds: list[dict[str, dict[str, float]]] = []
     for r in range(args.rounds):

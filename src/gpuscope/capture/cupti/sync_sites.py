@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..collectors import Context
 
 SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites, nor graph launches (for measuring their cost)
+SYNC_LAYER_ENV = "GPUSCOPE_SYNC_LAYER"  # "driver": watch the driver API's synchronizing calls only
 
 SYNC_APIS = [
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
@@ -39,7 +40,10 @@ class SyncSites(TimedCalls):
 
     def __init__(self, hub: CallbackHub, stacks: StackTable, offset_ns: int) -> None:
         self.stacks = stacks
-        super().__init__(hub, SYNC_APIS, offset_ns)
+        names = SYNC_APIS
+        if os.environ.get(SYNC_LAYER_ENV) == "driver":
+            names = [n for n in SYNC_APIS if n.startswith("cu") and not n.startswith("cuda")]
+        super().__init__(hub, names, offset_ns)
 
     def context(self) -> tuple[Any, ...]:
         """The calling thread's Python stack, gpuscope's own frames left out."""
