@@ -199,11 +199,18 @@ def collectives(report: Report) -> pd.DataFrame:
     frames = []
     kernels = _from_kernels(report)
     if len(kernels):
-        parsed = [parse_kernel(n) for n in kernels["name"]]
-        keep = np.array([p is not None for p in parsed], bool)
-        kernels = kernels[keep].assign(kind=[p[0] for p in parsed if p], algorithm=[p[1] for p in parsed if p],
-                                       protocol=[p[2] for p in parsed if p], source="kernel", bytes=None,
-                                       group=None, group_desc=None, group_size=None)
+        # each distinct name parsed once: a long run launches the same few NCCL kernels millions of times
+        codes, names = pd.factorize(kernels["name"])
+        parsed = [parse_kernel(n) for n in names]
+        ok = np.array([p is not None for p in parsed], bool)
+        keep = ok[codes]
+        codes = codes[keep]
+
+        def field(i: int) -> np.ndarray:
+            return np.array([p[i] if p else None for p in parsed] or [None], dtype=object)[codes]
+
+        kernels = kernels[keep].assign(kind=field(0), algorithm=field(1), protocol=field(2), source="kernel",
+                                       bytes=None, group=None, group_desc=None, group_size=None)
         frames.append(kernels)
     ops = _from_ops(report)
     if len(ops):
@@ -358,25 +365,41 @@ def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def overlap_ns(coll: pd.DataFrame, compute: pd.DataFrame) -> np.ndarray:
+def overlap_ns(coll: pd.DataFrame, compute: pd.DataFrame | dict[int, Busy]) -> np.ndarray:
     """For each collective of ``coll`` (``pid``, ``start_ns``, ``end_ns``), the time it overlapped
-    ``compute`` intervals of its own process (``pid``, ``start_ns``, ``end_ns``; may overlap each other)."""
+    ``compute`` intervals of its own process (``pid``, ``start_ns``, ``end_ns``; may overlap each other),
+    or the union of them :func:`busy_union` made."""
+    union = busy_union(compute) if isinstance(compute, pd.DataFrame) else compute
     out = np.zeros(len(coll), dtype=np.int64)
     for pid, idx in coll.groupby("pid").indices.items():
-        own = compute[compute["pid"] == pid]
-        if not len(own):
+        own = union.get(int(pid))
+        if own is None:
             continue
-        s, e = _union(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
-        cum = np.concatenate([[0], np.cumsum(e - s)])
+        s, e, cum = own
         a = coll["start_ns"].to_numpy(np.int64)[idx]
         b = coll["end_ns"].to_numpy(np.int64)[idx]
         out[idx] = _covered(s, e, cum, b) - _covered(s, e, cum, a)
     return out
 
 
+Busy = tuple[np.ndarray, np.ndarray, np.ndarray]  # a union of intervals: starts, ends, length before each
+
+
+def busy_union(compute: pd.DataFrame) -> dict[int, Busy]:
+    """Per process, the union of its ``compute`` intervals (``pid``, ``start_ns``, ``end_ns``): disjoint
+    sorted starts and ends, and the total length of those before each (one more at the end)."""
+    out = {}
+    starts, ends = compute["start_ns"].to_numpy(np.int64), compute["end_ns"].to_numpy(np.int64)
+    for pid, idx in compute.groupby("pid").indices.items():
+        s, e = _union(starts[idx], ends[idx])
+        out[int(pid)] = (s, e, np.concatenate([[0], np.cumsum(e - s)]))
+    return out
+
+
 def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # mostly in start order already
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     new = np.concatenate([[True], s[1:] > reach[:-1]])
     starts = s[new]

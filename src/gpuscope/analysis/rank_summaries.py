@@ -4,11 +4,13 @@ and the time waiting for the slowest rank; and the ``gpuscope stats`` reports ma
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .collectives import arrivals, bus_bandwidth, collectives, overlap_ns
+from .collectives import arrivals, bus_bandwidth, busy_union, collectives, overlap_ns
 from .ranks import rank_table
 from .steps import step_source, step_windows
 from .table import Column, Table
@@ -17,18 +19,29 @@ STEP_COLUMNS = ["pid", "rank", "host", "step", "start_ns", "duration_ns", "warmu
                 "comm_ns", "overlap_ns", "wait_ns", "last"]
 
 
+_TIMED: weakref.WeakKeyDictionary[Report, pd.DataFrame] = weakref.WeakKeyDictionary()
+
+
 def timed_collectives(report: Report) -> pd.DataFrame:
     """The collectives of :func:`.collectives.collectives` with their arrival skew (:func:`.arrivals`)
     and ``overlap_ns``: for NCCL kernels, the time another kernel of the process ran beside them
     (communication hidden behind compute); 0 for CPU-side calls, whose end is not recorded. An NCCL
-    kernel's ``wait_ns`` keeps only the part of its wait that no other kernel of its process ran beside."""
+    kernel's ``wait_ns`` keeps only the part of its wait that no other kernel of its process ran beside.
+    Computed once per report (``stats`` and ``analyze`` ask for it several times); each caller gets
+    its own copy."""
+    if report not in _TIMED:
+        _TIMED[report] = _timed_collectives(report)
+    return _TIMED[report].copy()
+
+
+def _timed_collectives(report: Report) -> pd.DataFrame:
     coll = arrivals(collectives(report))
     coll["overlap_ns"] = np.zeros(len(coll), dtype=np.int64)
     gpu = coll["source"] == "kernel"
     if gpu.any():
-        compute = report.df(
+        compute = busy_union(report.df(
             """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
-               JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'""")
+               JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'"""))
         coll.loc[gpu, "overlap_ns"] = overlap_ns(coll[gpu].reset_index(drop=True), compute)
         # the wait that cost the rank time: the part of it no other kernel of the rank ran beside
         # (an all-gather prefetched on its own stream spins while the layer before it computes)
