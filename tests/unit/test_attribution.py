@@ -213,3 +213,11 @@ def test_launch_anchors_place_queued_work_in_the_range_that_launched_it(tmp_path
     got = {n: (r if isinstance(r, str) else None) for n, r in zip(names, inner["range_name"])}
     assert got == {"a1": "A", "memcpy": "A", "b1": "B", "late": None}
     assert (launch["a1"], launch["b1"], launch["late"]) == (1989, 2989, 5000)
+
+
+def test_op_ids_number_the_operations_in_launch_order(mlp_api: Report) -> None:
+    ops = mlp_api.df(f"SELECT op_id, pid, launch_ns, start_ns, kind FROM {attribution.ops_table(mlp_api)} ORDER BY op_id")
+    assert set(ops["kind"]) >= {"kernel", "memcpy", "memset"}
+    assert ops["op_id"].tolist() == list(range(1, len(ops) + 1))
+    ordered = ops.sort_values(["pid", "launch_ns", "start_ns", "kind"], kind="stable")
+    assert ordered["op_id"].tolist() == ops["op_id"].tolist()

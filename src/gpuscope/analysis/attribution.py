@@ -40,6 +40,7 @@ FOREVER = 9_223_372_036_854_775_807  # the end of a range that never ended
 ANY_THREAD = -1  # the thread key of a launch whose thread is unknown
 
 OPS = "gpuscope_op"
+OP_ORDER = "pid, launch_ns, start_ns, kind"  # the order of op_id
 RANGES = "gpuscope_range"
 
 
@@ -119,10 +120,11 @@ def ops_table(report: Report) -> str:
         FROM unplaced x {anchor_joins('x')}"""
     if not _exists(report, OPS):  # placed, joined, numbered: one at a time, they need less memory
         report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_placed AS {placed}")
-        report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_unnumbered AS {query}")
+        # stored in the order that numbers them (the connection keeps insertion order), then numbered by
+        # position: a row_number() window over ten million rows took twice the sort's time
+        report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_unnumbered AS {query} ORDER BY {OP_ORDER}")
         report.sql(f"DROP TABLE {OPS}_placed")
-        report.sql(f"CREATE TEMP TABLE {OPS} AS SELECT row_number() OVER (ORDER BY pid, launch_ns, start_ns, kind) "
-                   f"AS op_id, * FROM {OPS}_unnumbered")
+        report.sql(f"CREATE TEMP TABLE {OPS} AS SELECT rowid + 1 AS op_id, * FROM {OPS}_unnumbered")
         report.sql(f"DROP TABLE {OPS}_unnumbered")
     return OPS
 
