@@ -112,3 +112,41 @@ def test_dataloader_fix_fits_pytorchs_threads_to_the_cores_the_workers_leave(
     torch = FakeTorch(threads)
     assert inprocess._fit_threads(torch, workers) == ([said] if said else [])
     assert torch.threads == after
+
+
+HOLD_PROGRAM = """
+import json, sys
+import torch
+from gpuscope.capture import trial as inprocess
+t = inprocess.Trial.__new__(inprocess.Trial)
+t.patches, t.applied, t.held = set(sys.argv[1].split(",")), {}, {}
+inprocess._global_switches(t, torch)
+torch.backends.cuda.matmul.allow_tf32 = False      # the program's own settings, after the fix went in
+torch.backends.cudnn.benchmark = False
+torch.set_float32_matmul_precision("highest")
+inprocess._global_switches(t, torch)                # the fix applied again at the top module's first call
+print(json.dumps({"tf32": torch.backends.cuda.matmul.allow_tf32, "precision": torch.get_float32_matmul_precision(),
+                  "benchmark": torch.backends.cudnn.benchmark, "applied": t.applied, "held": t.held}))
+"""
+
+
+@pytest.mark.parametrize("patches", ["tf32,cudnn_benchmark", "cudnn_benchmark"])
+def test_a_switch_the_program_turns_back_off_is_held_on_and_said(tmp_path: Path, patches: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = tmp_path / "prog.py"
+    script.write_text(HOLD_PROGRAM)
+    out = subprocess.run([sys.executable, str(script), patches], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["benchmark"] is True
+    assert got["held"]["cudnn_benchmark"] == [1, "prog.py:9"]
+    assert got["applied"]["cudnn_benchmark"].endswith("held on: the program switched it back 1 time(s), first at prog.py:9")
+    if "tf32" in patches:
+        assert (got["tf32"], got["precision"]) == (True, "high")
+        assert got["held"]["tf32"] == [2, "prog.py:8"]  # allow_tf32 = False, then precision "highest"
+    else:  # a switch not tried is the program's to set
+        assert (got["tf32"], got["precision"], "tf32" in got["held"]) == (False, "highest", False)

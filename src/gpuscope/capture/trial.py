@@ -50,6 +50,7 @@ class Trial:
         self.marks: dict[str, list[int]] = {}
         self.losses: list[float] = []
         self.applied: dict[str, str] = {}  # patch -> what it did
+        self.held: dict[str, tuple[int, str]] = {}  # patch -> (times the program set it back, first line)
         self.errors: list[str] = []
         self.stopped: str | None = None
         self.top: Any = None
@@ -179,10 +180,70 @@ def _global_switches(trial: Trial, torch: Any) -> None:
         torch.set_float32_matmul_precision("high")
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        trial.applied["tf32"] = "float32 matmul precision 'high', cuDNN TF32 on"
+        trial.applied.setdefault("tf32", "float32 matmul precision 'high', cuDNN TF32 on")
+        _hold(trial, torch, "tf32", {"_set_cublas_allow_tf32": lambda v: True, "_set_cudnn_allow_tf32": lambda v: True,
+                                     "_set_float32_matmul_precision": lambda v: "high" if v == "highest" else v,
+                                     "_set_fp32_precision_setter": _tf32_precision})
     if "cudnn_benchmark" in trial.patches:
         torch.backends.cudnn.benchmark = True
-        trial.applied["cudnn_benchmark"] = "cudnn.benchmark = True"
+        trial.applied.setdefault("cudnn_benchmark", "cudnn.benchmark = True")
+        _hold(trial, torch, "cudnn_benchmark", {"_set_cudnn_benchmark": lambda v: True})
+
+
+def _tf32_precision(*args: Any) -> Any:
+    """``_set_fp32_precision_setter(backend, op, precision)`` with "ieee" held at "tf32"."""
+    return (*args[:-1], "tf32") if args and args[-1] == "ieee" else args
+
+
+def _hold(trial: Trial, torch: Any, patch: str, setters: dict[str, Callable[..., Any]]) -> None:
+    """Keep a switched-on setting on: each of torch's C setters named (what ``torch.backends`` and
+    ``torch.set_float32_matmul_precision`` call) is wrapped to turn the value the program asks for
+    into the fix's. A program that sets the switch back (``allow_tf32 = False`` in its step, say) is
+    said in the results, with the line that did it the first time, so the measured gain is the fix's."""
+    C = torch._C
+    for name, held in setters.items():
+        original = getattr(C, name, None)
+        if original is None or getattr(original, "_gpuscope_held", False):
+            continue
+
+        def setter(*args: Any, _original: Callable[..., Any] = original, _held: Callable[..., Any] = held,
+                   _name: str = name) -> Any:
+            if _name == "_set_fp32_precision_setter":
+                wanted = _held(*args)
+            else:
+                wanted = (_held(args[0]), *args[1:]) if args else args
+            if tuple(wanted) != tuple(args):
+                _note_held(trial, patch)
+            return _original(*wanted)
+
+        setter._gpuscope_held = True  # type: ignore[attr-defined]
+        setattr(C, name, setter)
+        # torch.backends.cudnn's switches are descriptors that kept the C setter itself
+        backends = getattr(getattr(torch, "backends", None), "cudnn", None)
+        for prop in vars(type(backends)).values() if backends is not None else ():
+            if getattr(prop, "setter", None) is original:
+                prop.setter = setter
+
+
+def _note_held(trial: Trial, patch: str) -> None:
+    """Count a program's attempt to turn ``patch``'s switch back, and name its first line."""
+    count = trial.held.get(patch, (0, ""))
+    where = count[1] or _program_line()
+    trial.held[patch] = (count[0] + 1, where)
+    base = trial.applied.get(patch, patch).split("; held on", 1)[0]
+    trial.applied[patch] = (f"{base}; held on: the program switched it back {count[0] + 1} time(s)"
+                            + (f", first at {where}" if where else ""))
+
+
+def _program_line() -> str:
+    """The innermost frame of the program's own code (not torch's, not gpuscope's), as file:line."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if f"{os.sep}torch{os.sep}" not in name and f"{os.sep}gpuscope{os.sep}" not in name:
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
 
 
 def _patch_dataloader(trial: Trial, torch: Any) -> None:
