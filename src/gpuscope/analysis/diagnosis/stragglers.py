@@ -111,14 +111,93 @@ def _caused(coll: pd.DataFrame, steady: pd.DataFrame) -> dict[int, dict[int, flo
     return out
 
 
+NOISE = 2.0  # a rank's extra work in a step counts when it is this many times the others' spread in that step
+# a rank finding of a GPU job under this share of the step is left out: under a profiler the ranks' host
+# times differ by about that much with nothing planted (its own cost is not the same on every rank)
+RANK_MIN_SHARE = 0.02
+
+
+@dataclass
+class Excess:
+    """Per process, the work per step beyond the other ranks' (see :mod:`.rank_work`), 0 where it is
+    within the noise: ``host`` (lead and DataLoader time), ``loader`` (of which DataLoader waits),
+    ``kernel`` (compute kernels, bounded by how much longer its collectives sat queued behind them);
+    ``turns``: the mean over the steps of the largest such excess of any rank in that step (the
+    ranks slowest in turn)."""
+
+    host: dict[int, float]
+    loader: dict[int, float]
+    kernel: dict[int, float]
+    turns: float
+
+    def of(self, pid: int) -> float:
+        return self.host.get(pid, 0.0) + self.kernel.get(pid, 0.0)
+
+
+def work_excess(steps: pd.DataFrame, work: pd.DataFrame) -> Excess:
+    """The :class:`Excess` of each process from its steady ``steps`` (``rank_steps`` rows) and their
+    ``work`` (:func:`.rank_work.rank_work`), step by step against the median of the others' same step."""
+    both = steps[["pid", "step", "start_ns"]].merge(work, on=["pid", "start_ns"])
+    if both["pid"].nunique() < 2:
+        return Excess({}, {}, {}, 0.0)
+    diffs = {c: _diffs(both, c) for c in ("host_ns", "loader_ns", "kernel_ns", "queue_ns")}
+    sig = {c: diffs[c].where(diffs[c] > NOISE * _spread(both, c), 0.0) for c in ("host_ns", "kernel_ns")}
+    # extra kernel time makes the others wait only as far as the GPU, not the host, was behind
+    kernel = np.minimum(sig["kernel_ns"], diffs["queue_ns"].clip(lower=0).fillna(0.0))
+    per_step = (sig["host_ns"].fillna(0.0) + kernel.fillna(0.0))
+
+    def med(frame: pd.DataFrame) -> dict[int, float]:
+        return {int(p): max(0.0, float(v)) for p, v in frame.median().fillna(0.0).items()}
+
+    host = med(sig["host_ns"])
+    loader = {p: min(v, host[p]) for p, v in med(diffs["loader_ns"]).items()}
+    return Excess(host, loader, med(kernel), float(per_step.max(axis=1).mean()))
+
+
+def _wide(both: pd.DataFrame, column: str) -> pd.DataFrame:
+    return both.pivot_table(index="step", columns="pid", values=column, aggfunc="sum")
+
+
+def _diffs(both: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per step (rows) and process (columns): its ``column`` minus the median of the other processes'."""
+    wide = _wide(both, column)
+    out = pd.DataFrame(index=wide.index, columns=wide.columns, dtype=float)
+    for p in wide.columns:
+        out[p] = wide[p] - wide.drop(columns=p).median(axis=1)
+    return out
+
+
+def _spread(both: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per step and process: how far the other processes' ``column`` lie from their median in that
+    step (their median absolute deviation; 0 with one other): the noise a difference must stand above."""
+    wide = _wide(both, column)
+    out = pd.DataFrame(index=wide.index, columns=wide.columns, dtype=float)
+    for p in wide.columns:
+        rest = wide.drop(columns=p)
+        out[p] = rest.sub(rest.median(axis=1), axis=0).abs().median(axis=1).fillna(0.0)
+    return out
+
+
+def _net_caused(waits: RankWaits) -> dict[int, float]:
+    """Per process, the mean wait per step it made each other rank wait, less what the other ranks
+    typically made the rest wait (the waits every rank causes in turn: launch lag, noise)."""
+    pids = list(waits.wait_ns)
+    made = {p: float(np.mean([waits.caused.get(p, {}).get(o, 0.0) for o in pids if o != p])) for p in pids}
+    return {p: made[p] - float(np.median([made[o] for o in pids if o != p])) for p in pids}
+
+
 def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str],
-                       min_share: float, prefix: str = "") -> list[Finding]:
+                       min_share: float, prefix: str = "", excess: Excess | None = None) -> list[Finding]:
     """The straggler finding (or, without one straggler, the imbalance finding) of a multi-rank report.
 
     ``means``: each process's mean steady step by part (a breakdown's ``mean_parts``); ``labels``:
-    the parts' names. The saving is the mean wait per step of the other ranks, its share of their step.
+    the parts' names. With ``excess`` (GPU jobs, :func:`work_excess`), a rank is the straggler only
+    for work of its own beyond the noise: the saving is the waits it makes the others wait net of
+    those every rank causes, at most its extra work per step. Without it (CPU jobs), the rank that
+    causes :data:`STRAGGLER_SHARE` of the waits, at most the excess of its longest part.
     """
-    ranks = waits.ranks
+    if excess is not None:
+        return _from_work(waits, means, labels, min_share, prefix, excess)
     if waits.straggler is None:
         return _imbalance(waits, min_share, prefix)
     s = waits.straggler
@@ -126,19 +205,64 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
     # what the others would stop losing: the waits it made them wait, not every wait they had
     made_wait = waits.caused.get(s, {})
     lost = float(np.mean([made_wait.get(p, 0.0) for p in others])) if others else 0.0
+    cause, fix, part, extra = _cause(s, others, means, labels)
+    if part is not None:
+        lost = min(lost, extra)
+    return _straggler(waits, s, lost, made_wait, means, labels, min_share, prefix, (cause, fix, part, extra))
+
+
+def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str], min_share: float,
+               prefix: str, excess: Excess) -> list[Finding]:
+    min_share = max(min_share, RANK_MIN_SHARE)
+    net = _net_caused(waits)
+    saving = {p: max(0.0, min(net[p], excess.of(p))) for p in net}
+    s = max(saving, key=lambda p: (saving[p], -p))
+    others = [p for p in waits.wait_ns if p != s]
+    step = float(np.mean([waits.step_ns[p] for p in others])) if others else 0.0
+    if step and saving[s] / step >= min_share:
+        host = excess.host.get(s, 0.0) >= excess.kernel.get(s, 0.0)
+        if host:
+            data_led = excess.loader.get(s, 0.0) >= 0.5 * excess.host.get(s, 0.0)
+            part = next((q for q in (("idle_data", "cpu_data") if data_led else ("idle_cpu", "cpu_other"))
+                         if q in labels), None)
+            found = _cause(s, others, means, labels, (part,) if part else ())
+            found = found if found[2] else (*CAUSES.get(part or "idle_cpu", ("", ""))[:2], part, excess.of(s))
+        else:
+            found = _cause(s, others, means, labels, tuple(q for q in labels if q.startswith("busy_")))
+        heavy = [p for p in others if not host and excess.kernel.get(p, 0.0) >= 0.5 * excess.kernel.get(s, 0.0)]
+        if heavy:
+            return _uneven(waits, [s, *heavy], saving[s], step, excess, prefix)
+        return _straggler(waits, s, saving[s], waits.caused.get(s, {}), means, labels, min_share, prefix, found,
+                          extra_ns=excess.of(s))
+    turns = min(float(np.mean(list(waits.wait_ns.values()))), excess.turns)
+    return _imbalance(waits, min_share, prefix, turns)
+
+
+def _straggler(waits: RankWaits, s: int, lost: float, made_wait: dict[int, float], means: dict[int, dict[str, float]],
+               labels: dict[str, str], min_share: float, prefix: str,
+               found: tuple[str, str, str | None, float], extra_ns: float | None = None) -> list[Finding]:
+    ranks = waits.ranks
+    others = [p for p in waits.wait_ns if p != s]
+    caused = float(np.mean([made_wait.get(p, 0.0) for p in others])) if others else 0.0
     step = float(np.mean([waits.step_ns[p] for p in others])) if others else 0.0
     share = lost / step if step else 0.0
     if share < min_share:
         return []
     evidence = [f"{label(s, ranks)} arrived last at {waits.last[s]} of {waits.shared} collectives of the steady "
                 f"steps; the other {len(others)} rank{'s' if len(others) > 1 else ''} wait{'' if len(others) > 1 else 's'}"
-                f" {fmt_ns(lost)} per step for it ({share:.0%} of their step of {fmt_ns(step)})"]
+                f" {fmt_ns(caused)} per step for it"]
     evidence += [f"{label(p, ranks)} waits {fmt_ns(made_wait.get(p, 0.0))} per step for it" for p in sorted(others)[:7]]
-    cause, fix, part, excess = _cause(s, others, means, labels)
+    if extra_ns is not None:
+        evidence.append(f"its own extra work is {fmt_ns(extra_ns)} per step beyond the other ranks' (host time before "
+                        f"its first launch and in its DataLoader, compute kernels); the saving, {fmt_ns(lost)} per step "
+                        f"({share:.0%} of their step of {fmt_ns(step)}), is the waits it causes beyond those every rank "
+                        "causes in turn, at most that")
+    cause, fix, part, extra = found
     if part is not None:
-        mine, theirs = means[s][part], float(np.mean([means[p][part] for p in others if p in means]))
+        mine = means.get(s, {}).get(part, 0.0)
+        theirs = float(np.mean([means[p].get(part, 0.0) for p in others if p in means] or [0.0]))
         evidence.append(f"why: {cause}: {labels.get(part, part)} takes {fmt_ns(mine)} per step on "
-                        f"{label(s, ranks)} against {fmt_ns(theirs)} on the others (+{fmt_ns(excess)})")
+                        f"{label(s, ranks)} against {fmt_ns(theirs)} on the others (+{fmt_ns(max(extra, mine - theirs))})")
         fix = f"{fix}. The others then stop waiting; this saves up to {fmt_ns(lost)} per step on every other rank."
     else:
         cause = "its own breakdown shows no part longer than the others' (steps not recorded on it)"
@@ -149,13 +273,29 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
                                    waits={str(p): made_wait.get(p, 0.0) for p in others}))]
 
 
+def _uneven(waits: RankWaits, heavy: list[int], lost: float, step: float, excess: Excess,
+            prefix: str) -> list[Finding]:
+    """Several ranks run longer compute than the rest (uneven shards): one imbalance finding naming them."""
+    ranks = waits.ranks
+    names = ", ".join(label(p, ranks) for p in sorted(heavy))
+    evidence = [f"{label(p, ranks)} runs {fmt_ns(excess.kernel[p])} more compute-kernel time per step than the other "
+                "ranks, and its collectives wait that long in its GPU's queue" for p in sorted(heavy)]
+    evidence.append(f"the others wait {fmt_ns(lost)} per step for it beyond the waits every rank causes in turn")
+    fix = ("Give every rank the same work: split tensor-parallel layers evenly (heads and hidden units divisible by "
+           "the group size), the same batch size and sequence lengths on every data-parallel rank.")
+    return [Finding(prefix + "load_imbalance", f"Uneven work: ranks {', '.join(str(ranks.get(p, p)) for p in sorted(heavy))} "
+                    "compute longer per step and the others wait", lost, lost / step if step else 0.0, evidence,
+                    names, fix, data=data_dict(heavy_ranks=[ranks.get(p) for p in sorted(heavy)], wait_ns=lost))]
+
+
 def _cause(s: int, others: list[int], means: dict[int, dict[str, float]],
-           labels: dict[str, str]) -> tuple[str, str, str | None, float]:
-    """The part of the straggler's step longest beyond the others' mean: (cause, fix, part, excess ns)."""
+           labels: dict[str, str], parts: tuple[str, ...] | None = None) -> tuple[str, str, str | None, float]:
+    """The part of the straggler's step longest beyond the others' mean (among ``parts``, default
+    all): (cause, fix, part, excess ns)."""
     if s not in means or not any(p in means for p in others):
         return "", "", None, 0.0
     best, excess = None, 0.0
-    for part in labels:
+    for part in (labels if parts is None else parts):
         if part not in means[s]:
             continue
         theirs = float(np.mean([means[p].get(part, 0.0) for p in others if p in means]))
@@ -168,8 +308,10 @@ def _cause(s: int, others: list[int], means: dict[int, dict[str, float]],
     return cause, fix, best, excess
 
 
-def _imbalance(waits: RankWaits, min_share: float, prefix: str) -> list[Finding]:
-    total = float(np.mean(list(waits.wait_ns.values())))
+def _imbalance(waits: RankWaits, min_share: float, prefix: str, bound: float | None = None) -> list[Finding]:
+    waited = total = float(np.mean(list(waits.wait_ns.values())))
+    if bound is not None:
+        total = min(total, bound)
     step = float(np.mean(list(waits.step_ns.values())))
     share = total / step if step else 0.0
     if share < min_share or not waits.shared:
@@ -178,7 +320,9 @@ def _imbalance(waits: RankWaits, min_share: float, prefix: str) -> list[Finding]
     spread = ", ".join(f"{label(p, ranks)} {waits.last[p] / waits.shared:.0%}"
                        for p in sorted(waits.last, key=lambda p: -waits.last[p])[:6])
     evidence = [f"the last rank to arrive at a collective changes: arrived last at {spread} of them",
-                f"each rank waits {fmt_ns(total)} per step on average ({share:.0%} of the step)"]
+                f"each rank waits {fmt_ns(waited)} per step on average"
+                + (f"; the extra work of the rank slowest in each step accounts for {fmt_ns(total)} of it "
+                   f"({share:.0%} of the step)" if bound is not None else f" ({share:.0%} of the step)")]
     fix = ("Balance the work per step across ranks: batches of equal size and sequence length (a length-grouped "
            "sampler), the same data pipeline speed everywhere; where the variation is inherent, fewer "
            "synchronizations per step (gradient accumulation with DDP's no_sync()) let it average out.")

@@ -8,7 +8,8 @@ from ..context import Context, data_dict, fmt_ns
 from ..finding import Finding
 from ..hung_ranks import hung_findings
 from ..rule import Rule
-from ..stragglers import cached_waits, skip_reason, straggler_findings
+from ..rank_work import rank_work
+from ..stragglers import cached_waits, skip_reason, straggler_findings, work_excess
 
 EXPOSED_MIN_SHARE = 0.05  # exposed communication under this share of the step is not worth a finding
 
@@ -29,7 +30,8 @@ class Straggler(Rule):
         means = {p.pid: p.breakdown.mean_parts() for p in ctx.processes}
         step = sum(waits.step_ns.values()) / len(waits.step_ns) if waits.step_ns else 0.0
         hung = hung_findings(ctx.report, waits.collectives, step)
-        return hung + straggler_findings(waits, means, LABELS, ctx.min_share)
+        excess = work_excess(waits.steps, rank_work(ctx.timelines, ctx.names))
+        return hung + straggler_findings(waits, means, LABELS, ctx.min_share, excess=excess)
 
 
 class ExposedComm(Rule):
