@@ -55,7 +55,7 @@ PARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "no-probe": (DEFAULT, {}, ["--no-overhead-probe"]),
     "no-sites": (DEFAULT, {"GPUSCOPE_SYNC_SITES": "0"}, []),  # nor graph launches
     "default-graphs": (DEFAULT + ",cuda-graph", {}, []),
-    "driver-sites": (DEFAULT, {"GPUSCOPE_SYNC_LAYER": "driver"}, []),
+    "both-sites": (DEFAULT, {"GPUSCOPE_SYNC_LAYER": "both"}, []),  # runtime and driver API watched
     "no-anchors": (DEFAULT, {"GPUSCOPE_ANCHORS": "0"}, []),
     "no-samplers": ("cuda,nvtx,torch,torch-shapes", {}, []),
 }

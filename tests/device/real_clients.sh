@@ -59,7 +59,7 @@ if has ablation; then
   n=$(echo "${ABLATE:-hf_bert_infer,hf_gpt2_generate,jax_mlp}" | tr ',' '\n' | wc -l)
   echo "=== ablation ($(date +%T)) on $n GPU(s)"
   python3 bench/real_cost.py --gpus "$n" --cores-per-gpu "$CORES" --only "${ABLATE:-hf_bert_infer,hf_gpt2_generate,jax_mlp}" \
-    --modes "${ABLATE_MODES:-untraced,floor,default,driver-sites,no-sites,no-anchors,no-torch,no-samplers}" \
+    --modes "${ABLATE_MODES:-untraced,floor,default,both-sites,no-sites,no-anchors,no-torch,no-samplers}" \
     --scale "${ABLATE_SCALE:-0.3}" --rounds "${ABLATE_ROUNDS:-3}" --budget-s "${ABLATE_BUDGET_S:-400}" \
     --out "$OUT/ablation.json" --md "$OUT/ablation.md"
 fi

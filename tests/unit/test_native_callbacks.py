@@ -85,7 +85,9 @@ def _hub(shim: ctypes.CDLL) -> tuple[CallbackHub, FakeLibcupti, list[str]]:
     return hub, lib, said
 
 
-def test_watched_calls_reach_their_handlers_through_the_c_subscriber(shim: ctypes.CDLL) -> None:
+def test_watched_calls_reach_their_handlers_through_the_c_subscriber(shim: ctypes.CDLL,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSCOPE_SYNC_LAYER", "both")  # the runtime call watched too: its driver call said once
     hub, lib, said = _hub(shim)
     sites = SyncSites(hub, StackTable(), offset_ns=0)
     sync = next(int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name == "cudaStreamSynchronize_v3020")

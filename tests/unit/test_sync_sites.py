@@ -57,7 +57,14 @@ def test_base_names() -> None:
     assert base_name("cuMemcpyDtoH_v2_ptds") == "cuMemcpyDtoH"
 
 
-def test_sites_carry_the_calling_line_and_skip_nested_driver_calls() -> None:
+@pytest.mark.parametrize("layer", ["driver", "both"])
+def test_sites_carry_the_calling_line_and_skip_nested_driver_calls(monkeypatch: pytest.MonkeyPatch, layer: str) -> None:
+    """By default only the driver's synchronizing calls are watched (the runtime's are carried out by
+    them); with both layers watched, the driver call inside a watched runtime call is not said again."""
+    if layer == "both":
+        monkeypatch.setenv("GPUSCOPE_SYNC_LAYER", "both")
+    else:
+        monkeypatch.delenv("GPUSCOPE_SYNC_LAYER", raising=False)
     fake = FakeCupti()
     hub = CallbackHub(fake, lambda level, msg: None)
     hub.start()
@@ -68,6 +75,8 @@ def test_sites_carry_the_calling_line_and_skip_nested_driver_calls() -> None:
     # only synchronizing calls are enabled: never a launch
     launch = int(fake.runtime_api_trace_cbid.cudaLaunchKernel_v7000)
     assert (int(rt), launch) not in fake.enabled
+    runtime_sync = int(fake.runtime_api_trace_cbid.cudaStreamSynchronize_v3020)
+    assert ((int(rt), runtime_sync) in fake.enabled) == (layer == "both")
 
     def item() -> None:  # stands for torch's C++ code of .item(): runtime call carried out by a driver call
         fake.call(rt, "cudaStreamSynchronize_v3020", 11,
@@ -77,7 +86,8 @@ def test_sites_carry_the_calling_line_and_skip_nested_driver_calls() -> None:
     item()
     fake.call(drv, "cuCtxSynchronize", 13)  # a driver call of its own (CuPy, Triton) is recorded
     rows = sites.take()
-    assert [(r[3], r[4]) for r in rows] == [("cudaStreamSynchronize", 11), ("cuCtxSynchronize", 13)]
+    said = ("cudaStreamSynchronize", 11) if layer == "both" else ("cuStreamSynchronize", 12)
+    assert [(r[3], r[4]) for r in rows] == [said, ("cuCtxSynchronize", 13)]
     start, end = rows[0][0], rows[0][1]
     assert 1_000 < start <= end
     defs = stacks.take()
@@ -87,9 +97,11 @@ def test_sites_carry_the_calling_line_and_skip_nested_driver_calls() -> None:
     while node:
         node, fid = parents[node]
         path.append(frames[fid])
-    # innermost first: the fake's call() stands where the C++ library would be, then item(), then this line
-    assert [f[2] for f in path[:3]] == ["call", "item", "test_sites_carry_the_calling_line_and_skip_nested_driver_calls"]
-    assert path[2][1] == line and path[2][0] == __file__
+    # innermost first: the fake's call()s stand where the C++ library would be, then item(), then this line
+    names = [f[2] for f in path]
+    i = names.index("item")
+    assert set(names[:i]) <= {"call", "<lambda>"} and names[i + 1] == "test_sites_carry_the_calling_line_and_skip_nested_driver_calls"
+    assert path[i + 1][1] == line and path[i + 1][0] == __file__
     hub.stop()
     fake.call(rt, "cudaDeviceSynchronize_v3020", 14)
     assert sites.take() == []

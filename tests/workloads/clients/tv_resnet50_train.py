@@ -10,7 +10,9 @@ Fixes:
 - ``bf16_autocast``: forward and loss under ``torch.autocast("cuda", torch.bfloat16)``;
 - ``channels_last_bf16``: both;
 - ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark = True``: cuDNN times its algorithms for each
-  shape once and keeps the fastest.
+  shape once and keeps the fastest;
+- ``compiled``: ``torch.compile(model)``: Inductor fuses the batch-norm and ReLU passes around the
+  convolutions (what the elementwise rule proposes).
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ def build(variant: str, setup: Setup) -> Step:
     data = [(torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=fmt),
              torch.randint(0, 1000, (batch,), device=dev)) for _ in range(4)]
     batches = itertools.cycle(data)
+    forward = torch.compile(model) if variant == "compiled" else model
 
     def step() -> torch.Tensor:
         torch.backends.cudnn.benchmark = benchmark
         x, y = next(batches)
         with torch.autocast(dev.type, torch.bfloat16, enabled=autocast):
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -67,6 +70,7 @@ PROGRAM = Program(
         Variant("channels_last_bf16", "channels_last and bf16 autocast", ("channels_last", "precision"),
                 samples=64),
         Variant("cudnn_benchmark", "torch.backends.cudnn.benchmark = True", ("below_roofline",), samples=64),
+        Variant("compiled", "torch.compile(model)", ("unfused_elementwise",), samples=64),
     ),
     build=build,
     iterations=120,

@@ -5,6 +5,13 @@ copies that block the host) the calling thread's Python stack is interned; at it
 ``sync_site`` records the host time the call took. In PyTorch these calls come from ``.item()``,
 ``.cpu()``, ``.tolist()``, ``nonzero``, printing a CUDA tensor, ``torch.cuda.synchronize()``.
 The stack is taken only at these calls, so a program pays nothing per kernel launch.
+
+Only the driver API's synchronizing calls are watched: every runtime call that waits is carried
+out by one of them on the same thread, under the same Python stack, and watching one layer halves
+the Python callbacks per wait (a runtime call watched too cost its driver call's callbacks twice,
+entry and exit each, before the nested one was dropped). The rows name the driver function
+(``cuStreamSynchronize`` for ``torch.cuda.current_stream().synchronize()`` and ``.item()``).
+``GPUSCOPE_SYNC_LAYER=both`` watches the runtime calls as well (named by the runtime then).
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ if TYPE_CHECKING:
     from ..collectors import Context
 
 SYNC_SITES_ENV = "GPUSCOPE_SYNC_SITES"  # "0": no synchronization sites, nor graph launches (for measuring their cost)
-SYNC_LAYER_ENV = "GPUSCOPE_SYNC_LAYER"  # "driver": watch the driver API's synchronizing calls only
+SYNC_LAYER_ENV = "GPUSCOPE_SYNC_LAYER"  # "both": the runtime API's synchronizing calls too (for measuring)
 
 SYNC_APIS = [
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaEventSynchronize",
     "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
     "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer",
+    "cuMemcpy2D", "cuMemcpy2DUnaligned", "cuMemcpy3D",
 ]
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -41,8 +49,8 @@ class SyncSites(TimedCalls):
     def __init__(self, hub: CallbackHub, stacks: StackTable, offset_ns: int) -> None:
         self.stacks = stacks
         names = SYNC_APIS
-        if os.environ.get(SYNC_LAYER_ENV) == "driver":
-            names = [n for n in SYNC_APIS if n.startswith("cu") and not n.startswith("cuda")]
+        if os.environ.get(SYNC_LAYER_ENV) != "both":
+            names = [n for n in SYNC_APIS if not n.startswith("cuda")]
         super().__init__(hub, names, offset_ns)
 
     def context(self) -> tuple[Any, ...]:
