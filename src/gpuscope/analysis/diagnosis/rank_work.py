@@ -44,6 +44,7 @@ def rank_work(timelines: Timelines, names: dict[int, str]) -> pd.DataFrame:
         cs, ce = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
         calls_s, calls_e = p.calls["start_ns"].to_numpy(np.int64), p.calls["end_ns"].to_numpy(np.int64)
         ls, le = p.loaders["start_ns"].to_numpy(np.int64), p.loaders["end_ns"].to_numpy(np.int64)
+        held = _held(launch, cs, ce, nccl)
         for start, end in zip(p.windows["start_ns"].to_numpy(np.int64), p.windows["end_ns"].to_numpy(np.int64)):
             i, j = np.searchsorted(launch, [start, end], "left")
             first = int(launch[i]) if j > i else int(end)
@@ -52,10 +53,23 @@ def rank_work(timelines: Timelines, names: dict[int, str]) -> pd.DataFrame:
             loader = _covered(ls, le, start, end)
             in_lead = _covered(ls, le, start, first)
             mine = np.flatnonzero(compute[i:j]) + i
-            comm = np.flatnonzero(nccl[i:j]) + i
-            queue = int(np.maximum(cs[comm] - launch[comm], 0).sum())
+            queue = int(held[np.flatnonzero(nccl[i:j]) + i].sum())
             rows.append((p.pid, int(start), lead + loader - in_lead, loader, _union_ns(cs[mine], ce[mine]), queue))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _held(launch: np.ndarray, start: np.ndarray, end: np.ndarray, nccl: np.ndarray) -> np.ndarray:
+    """Per operation (NCCL kernels only, else 0): how long it sat in the GPU's queue after its launch
+    and after the process's previous NCCL kernel ended (a collective queued behind another one that
+    waits for a peer is held by the peer, not by this rank's own work)."""
+    out = np.zeros(len(launch), dtype=np.int64)
+    idx = np.flatnonzero(nccl)
+    if not len(idx):
+        return out
+    idx = idx[np.argsort(start[idx], kind="stable")]
+    prev_end = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end[idx])[:-1]]
+    out[idx] = np.maximum(start[idx] - np.maximum(launch[idx], prev_end), 0)
+    return out
 
 
 def _covered(s: np.ndarray, e: np.ndarray, a: int, b: int) -> int:

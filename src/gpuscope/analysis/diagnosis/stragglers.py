@@ -117,17 +117,24 @@ NOISE = 2.0  # a rank's extra work in a step counts when it is this many times t
 RANK_MIN_SHARE = 0.02
 
 
+HEAVY_SHARE = 2 / 3  # a rank whose compute is beyond the others' in this share of its steps has more work
+
+
 @dataclass
 class Excess:
     """Per process, the work per step beyond the other ranks' (see :mod:`.rank_work`), 0 where it is
     within the noise: ``host`` (lead and DataLoader time), ``loader`` (of which DataLoader waits),
-    ``kernel`` (compute kernels, bounded by how much longer its collectives sat queued behind them);
-    ``turns``: the mean over the steps of the largest such excess of any rank in that step (the
-    ranks slowest in turn)."""
+    ``kernel`` (compute kernels, bounded by how much longer its collectives sat queued behind them).
+    ``heavy``: the ranks whose compute is longer in most steps (uneven shards or batches), and
+    ``heavy_ns``: the mean over the steps of the largest excess of theirs that held up a collective;
+    ``turns``: without them, the mean over the steps of the largest excess of any rank in that step,
+    where the rank holding it changes from step to step (0 when one rank holds it most of the time)."""
 
     host: dict[int, float]
     loader: dict[int, float]
     kernel: dict[int, float]
+    heavy: list[int]
+    heavy_ns: float
     turns: float
 
     def of(self, pid: int) -> float:
@@ -139,19 +146,25 @@ def work_excess(steps: pd.DataFrame, work: pd.DataFrame) -> Excess:
     ``work`` (:func:`.rank_work.rank_work`), step by step against the median of the others' same step."""
     both = steps[["pid", "step", "start_ns"]].merge(work, on=["pid", "start_ns"])
     if both["pid"].nunique() < 2:
-        return Excess({}, {}, {}, 0.0)
+        return Excess({}, {}, {}, [], 0.0, 0.0)
     diffs = {c: _diffs(both, c) for c in ("host_ns", "loader_ns", "kernel_ns", "queue_ns")}
     sig = {c: diffs[c].where(diffs[c] > NOISE * _spread(both, c), 0.0) for c in ("host_ns", "kernel_ns")}
     # extra kernel time makes the others wait only as far as the GPU, not the host, was behind
     kernel = np.minimum(sig["kernel_ns"], diffs["queue_ns"].clip(lower=0).fillna(0.0))
-    per_step = (sig["host_ns"].fillna(0.0) + kernel.fillna(0.0))
+    longer = (sig["kernel_ns"] > 0).where(sig["kernel_ns"].notna())
+    heavy = [int(p) for p, share in longer.mean().items() if share >= HEAVY_SHARE]
+    heavy_ns = float(kernel[heavy].max(axis=1).fillna(0.0).mean()) if heavy else 0.0
+    per_step = sig["host_ns"].fillna(0.0) + kernel.drop(columns=heavy).fillna(0.0)
+    top = per_step.max(axis=1)
+    holders = per_step.idxmax(axis=1)[top > 0]
+    rotates = holders.nunique() > 1 and holders.value_counts().max() <= STRAGGLER_SHARE * len(holders)
 
     def med(frame: pd.DataFrame) -> dict[int, float]:
         return {int(p): max(0.0, float(v)) for p, v in frame.median().fillna(0.0).items()}
 
     host = med(sig["host_ns"])
     loader = {p: min(v, host[p]) for p, v in med(diffs["loader_ns"]).items()}
-    return Excess(host, loader, med(kernel), float(per_step.max(axis=1).mean()))
+    return Excess(host, loader, med(kernel), heavy, heavy_ns, float(top.mean()) if rotates else 0.0)
 
 
 def _wide(both: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -220,20 +233,21 @@ def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dic
     others = [p for p in waits.wait_ns if p != s]
     step = float(np.mean([waits.step_ns[p] for p in others])) if others else 0.0
     if step and saving[s] / step >= min_share:
-        host = excess.host.get(s, 0.0) >= excess.kernel.get(s, 0.0)
-        if host:
+        if excess.host.get(s, 0.0) >= excess.kernel.get(s, 0.0):
             data_led = excess.loader.get(s, 0.0) >= 0.5 * excess.host.get(s, 0.0)
             part = next((q for q in (("idle_data", "cpu_data") if data_led else ("idle_cpu", "cpu_other"))
                          if q in labels), None)
             found = _cause(s, others, means, labels, (part,) if part else ())
-            found = found if found[2] else (*CAUSES.get(part or "idle_cpu", ("", ""))[:2], part, excess.of(s))
+            found = found if found[2] else (*CAUSES.get(part or "idle_cpu", ("", "")), part, excess.of(s))
+        elif len(excess.heavy) > 1 and s in excess.heavy:
+            return _uneven(waits, excess.heavy, saving[s], step, excess, prefix)
         else:
             found = _cause(s, others, means, labels, tuple(q for q in labels if q.startswith("busy_")))
-        heavy = [p for p in others if not host and excess.kernel.get(p, 0.0) >= 0.5 * excess.kernel.get(s, 0.0)]
-        if heavy:
-            return _uneven(waits, [s, *heavy], saving[s], step, excess, prefix)
         return _straggler(waits, s, saving[s], waits.caused.get(s, {}), means, labels, min_share, prefix, found,
                           extra_ns=excess.of(s))
+    mean_step = float(np.mean(list(waits.step_ns.values())))
+    if excess.heavy and mean_step and excess.heavy_ns / mean_step >= min_share:
+        return _uneven(waits, excess.heavy, excess.heavy_ns, mean_step, excess, prefix)
     turns = min(float(np.mean(list(waits.wait_ns.values()))), excess.turns)
     return _imbalance(waits, min_share, prefix, turns)
 
@@ -278,9 +292,10 @@ def _uneven(waits: RankWaits, heavy: list[int], lost: float, step: float, excess
     """Several ranks run longer compute than the rest (uneven shards): one imbalance finding naming them."""
     ranks = waits.ranks
     names = ", ".join(label(p, ranks) for p in sorted(heavy))
-    evidence = [f"{label(p, ranks)} runs {fmt_ns(excess.kernel[p])} more compute-kernel time per step than the other "
-                "ranks, and its collectives wait that long in its GPU's queue" for p in sorted(heavy)]
-    evidence.append(f"the others wait {fmt_ns(lost)} per step for it beyond the waits every rank causes in turn")
+    evidence = [f"{label(p, ranks)} runs compute kernels longer than the other ranks in most steps; where its "
+                f"collectives sat queued behind them, by {fmt_ns(excess.kernel.get(p, 0.0))} per step (median)"
+                for p in sorted(heavy)]
+    evidence.append(f"the other ranks wait {fmt_ns(lost)} per step for that extra compute")
     fix = ("Give every rank the same work: split tensor-parallel layers evenly (heads and hidden units divisible by "
            "the group size), the same batch size and sequence lengths on every data-parallel rank.")
     return [Finding(prefix + "load_imbalance", f"Uneven work: ranks {', '.join(str(ranks.get(p, p)) for p in sorted(heavy))} "
