@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Jobs on every GPU of one host (four where lent), profiled as users start them, and checked:
-#   bash tests/device/four_gpus.sh [SECTION...]      (sections: env fixtures truth cost; default all)
+#   bash tests/device/four_gpus.sh [SECTION...]
+#   (sections: env fixtures truth tree ops planted imbalance gpubound cost; default all)
 # fixtures: small reports of FSDP, 2 x 2 data + tensor parallel, a straggler and an imbalance;
 # truth:    the same jobs with their CUDA-event timings (tests/device/dist4_truth.py), a torch.profiler
 #           capture of each beside it, and an all-reduce forced onto NCCL's tree algorithm;
+# gpubound: the uneven MLP split made costly (32 x 1024 tokens per rank: the matmuls are most of the
+#           step), profiled at 8:8 and 15:1, its cost measured untraced, and what analyze says of it;
 # cost:     untraced, gpuscope's default and torch.profiler, fresh jobs interleaved, while BUDGET_S lasts.
 # Everything lands under $OUT (reports packed into one archive: the device returns few files).
 set -u
@@ -23,7 +26,7 @@ export PYTHONUNBUFFERED=1
 PY=python3
 N=$(nvidia-smi -L | wc -l)
 JOB="$PY -m torch.distributed.run --nproc_per_node=$N tests/device/workloads/dist4.py"
-SECTIONS=${*:-env fixtures truth tree ops planted imbalance cost}
+SECTIONS=${*:-env fixtures truth tree ops planted imbalance gpubound cost}
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 step() { echo; echo "=== $* ($(date +%T), $(left) s left)"; }
@@ -101,6 +104,31 @@ if has imbalance; then
     for split in 8:8 15:1; do
       tag=split_${split/:/_}_$r
       timeout 200 $JOB --mode tp --mlp-split $split --steps 30 --no-truth --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1
+      echo "$tag rc=$? $(means "$W/timing/$tag")"
+    done
+  done
+fi
+
+if has gpubound; then
+  # the imbalance where the GPU is the bottleneck: the larger shard's matmuls are what its peer waits for
+  HEAVY="--mode tp --batch 32 --seq 1024"
+  for split in 8:8 15:1; do
+    name=tp_heavy_split_${split/:/_}
+    step "fixture dist4_$name: $HEAVY --mlp-split $split, 12 steps, default collectors"
+    gs profile -o "$W/reports/dist4_$name" --force-overwrite $JOB $HEAVY --mlp-split $split --steps 12 --no-truth \
+      > "$W/logs/$name.log" 2>&1; echo "rc=$?"; tail -3 "$W/logs/$name.log"
+    gs analyze --format json "$W/reports/dist4_$name.gpuscope" > "$W/logs/analyze_$name.json" 2> "$W/logs/analyze_$name.err"
+    echo "analyze rc=$?"
+    $PY -c 'import json, sys; d = json.load(open(sys.argv[1]))
+for f in d["findings"]:
+    if f["rule"] in ("straggler", "load_imbalance"): print(f["rule"], f["title"], "%.2f ms" % (f["saving_ns"] / 1e6))' \
+      "$W/logs/analyze_$name.json" 2>&1 | head -5
+  done
+  step "the split's cost untraced, GPU-bound (per-rank mean step ms)"
+  for r in 1 2; do
+    for split in 8:8 15:1; do
+      tag=heavy_split_${split/:/_}_$r
+      timeout 200 $JOB $HEAVY --mlp-split $split --steps 30 --no-truth --timing-dir "$W/timing/$tag" > "$W/logs/$tag.log" 2>&1
       echo "$tag rc=$? $(means "$W/timing/$tag")"
     done
   done

@@ -1,7 +1,8 @@
 """A transformer trained on every GPU of the host: FSDP, or a 2 x 2 mix of data and tensor parallelism.
 
     torchrun --nproc_per_node=4 tests/device/workloads/dist4.py --mode fsdp|tp [--steps N]
-        [--slow-rank R] [--big-rank R] [--timing-dir DIR] [--torch-profiler DIR] [--no-truth]
+        [--slow-rank R] [--big-rank R] [--mlp-split A:B] [--batch B] [--seq T]
+        [--timing-dir DIR] [--torch-profiler DIR] [--no-truth]
 
 ``--mode fsdp``: FSDP2 (``fully_shard``) over each block and the model, every rank one shard.
 ``--mode tp``: ranks form a 2 x 2 grid; the two ranks of a tensor-parallel group split each block's
@@ -14,6 +15,10 @@ sleeps 5 ms per batch, a straggler; ``--big-rank R`` (tp only): rank R takes 3/4
 hidden units where its peer takes 1/4, an imbalance between tensor-parallel shards (so does the rank
 at R's place in every other pair, R's data-parallel replica, whose gradients must match R's);
 ``--mlp-split A:B`` sets the split (in units of the width: 15:1 against the balanced 8:8).
+``--batch B --seq T`` (default 8 x 512 tokens) size each rank's batch: the default step is
+launch-bound (its kernels are short, the GPU waits for the host), so an uneven split costs nothing
+measurable; ``--batch 32 --seq 1024`` with ``--mlp-split 8:8`` or ``15:1`` makes the MLP's matmuls
+most of the step (GPU-bound), so the larger shard's extra compute is what the other rank waits for.
 
 After the training loop (unless ``--no-truth``), what a profile is checked against, each timed with
 a CUDA event pair on the current stream, the launches queued behind a ``torch.cuda._sleep`` spin so
@@ -48,15 +53,15 @@ COLL_BYTES, TP_BYTES = 64 << 20, 16 << 20
 class Tokens(torch.utils.data.IterableDataset):
     """Random token batches; ``delay`` seconds of host work per batch (the planted straggler)."""
 
-    def __init__(self, seed: int, delay: float) -> None:
-        self.seed, self.delay = seed, delay
+    def __init__(self, seed: int, delay: float, batch: int = BATCH, seq: int = SEQ) -> None:
+        self.seed, self.delay, self.batch, self.seq = seed, delay, batch, seq
 
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed)
         while True:
             if self.delay:
                 time.sleep(self.delay)
-            yield torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+            yield torch.randint(0, VOCAB, (self.batch, self.seq + 1), generator=g)
 
 
 class ToTP(torch.autograd.Function):
@@ -171,6 +176,7 @@ def truth(dev, world: int, tp_group, tp_ranks, all_reduce_only: bool = False) ->
 
 
 def main() -> None:
+    global D, SEQ, VOCAB
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["fsdp", "tp"], default="fsdp")
     p.add_argument("--steps", type=int, default=30)
@@ -183,11 +189,12 @@ def main() -> None:
     p.add_argument("--no-truth", action="store_true")
     p.add_argument("--truth-all-reduce-only", action="store_true",
                    help="time only all-reduces after the loop (for NCCL_ALGO=Tree, which has no all-gather)")
+    p.add_argument("--batch", type=int, help=f"sequences per rank and step (default {BATCH})")
+    p.add_argument("--seq", type=int, help=f"tokens per sequence (default {SEQ}; --cpu: 32)")
     p.add_argument("--cpu", action="store_true", help="a small model on the CPU over gloo, to try the job out")
     args = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if args.cpu:
-        global D, SEQ, VOCAB
         D, SEQ, VOCAB = 64, 32, 256
         dev = torch.device("cpu")
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
@@ -225,7 +232,10 @@ def main() -> None:
             fully_shard(b)
         fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not args.cpu)
-    data = iter(torch.utils.data.DataLoader(Tokens(rank, 0.005 if rank == args.slow_rank else 0.0),
+    batch_size = BATCH if args.batch is None else args.batch
+    seq = SEQ if args.seq is None else args.seq
+    assert batch_size > 0 and seq > 0, "--batch and --seq must be positive"
+    data = iter(torch.utils.data.DataLoader(Tokens(rank, 0.005 if rank == args.slow_rank else 0.0, batch_size, seq),
                                             batch_size=None, num_workers=0, pin_memory=not args.cpu))
     sync = (lambda: None) if args.cpu else torch.cuda.synchronize
     prof = None
@@ -260,7 +270,8 @@ def main() -> None:
         prof.export_chrome_trace(str(Path(args.torch_profiler, f"rank{rank}.json")))
     steady = steps[5:] or steps
     doc = {"rank": rank, "world": world, "mode": args.mode, "tp_ranks": tp_ranks,
-           "slow_rank": args.slow_rank, "big_rank": args.big_rank,
+           "slow_rank": args.slow_rank, "big_rank": args.big_rank, "mlp_split": args.mlp_split,
+           "batch": batch_size, "seq": seq,
            "mean_step_ms": 1e3 * sum(steady) / len(steady), "step_ms": [1e3 * s for s in steps],
            "loss": float(loss.detach())}
     if not args.no_truth:
