@@ -33,13 +33,13 @@ def rank_work(timelines: Timelines, names: dict[int, str]) -> pd.DataFrame:
     """One row per process and step: ``pid``, ``start_ns`` (of the step), ``host_ns``, ``loader_ns`` (the DataLoader
     waits of the step), ``kernel_ns``, ``queue_ns`` (see the module docstring)."""
     rows = []
+    nccl_ids = [i for i, name in names.items() if name.startswith("nccl")]
     for p in timelines.processes:
         if not p.has_steps or not len(p.ops):
             continue
         ops = p.ops.sort_values("launch_ns", kind="stable")
         launch = ops["launch_ns"].to_numpy(np.int64)
-        nccl = np.array([names.get(int(n), "").startswith("nccl") if not pd.isna(n) else False
-                         for n in ops["name_id"]], dtype=bool)
+        nccl = ops["name_id"].isin(nccl_ids).to_numpy(bool)
         compute = ((ops["kind"] == "kernel").to_numpy() & ~nccl)
         cs, ce = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
         calls_s, calls_e = p.calls["start_ns"].to_numpy(np.int64), p.calls["end_ns"].to_numpy(np.int64)
