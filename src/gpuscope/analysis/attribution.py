@@ -40,7 +40,9 @@ FOREVER = 9_223_372_036_854_775_807  # the end of a range that never ended
 ANY_THREAD = -1  # the thread key of a launch whose thread is unknown
 
 OPS = "gpuscope_op"
-OP_ORDER = "pid, launch_ns, start_ns, kind"  # the order of op_id
+# the order of op_id; operations launched and started at once (on two streams) by their end, device,
+# stream and record, so that their ids do not depend on how the sort splits its work
+OP_ORDER = "pid, launch_ns, start_ns, kind, end_ns, device_id, stream_id, correlation_id"
 RANGES = "gpuscope_range"
 
 
@@ -63,7 +65,8 @@ def ops_table(report: Report) -> str:
     with ``--trace cuda-graph``), ``pid``, ``tid`` (the launching thread,
     NULL when unknown), ``launch_ns``, ``start_ns``, ``end_ns``, ``device_id``, ``name_id`` (the
     kernel's demangled name; NULL for memory operations), ``copy_kind`` (memcpy only), ``config_id``
-    (the kernel's ``kernel_config`` row; kernels only). A kernel
+    (the kernel's ``kernel_config`` row; kernels only), ``stream_id`` and ``correlation_id`` (of the
+    operation's own record). A kernel
     with neither an API call nor a queued time (CUPTI gives 0 when it has none) is placed at its
     GPU start between its anchors, like a memory operation (trace/launch.py).
     """
@@ -78,34 +81,36 @@ def ops_table(report: Report) -> str:
         kb AS NOT MATERIALIZED (
             SELECT k.pid, k.correlation_id, coalesce(a.tid, g.tid) AS tid,
                    coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0)) AS known,
-                   k.start_ns, k.end_ns, k.device_id, c.name_id, k.config_id
+                   k.start_ns, k.end_ns, k.device_id, c.name_id, k.config_id, k.stream_id
             FROM kernel k JOIN kernel_config c ON c.id = k.config_id
             LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
             LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id),
         cb AS NOT MATERIALIZED (
             SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id,
-                   m.copy_kind
+                   m.copy_kind, m.stream_id
             FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
         sb AS NOT MATERIALIZED (
-            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id
+            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id,
+                   m.stream_id
             FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id)"""
     query = f"""
         WITH {bases},
         ops AS (
             SELECT 'kernel' AS kind, b.pid, b.tid, coalesce(b.known, p.anchored) AS launch_ns,
-                   b.start_ns, b.end_ns, b.device_id, b.name_id, CAST(NULL AS VARCHAR) AS copy_kind, b.config_id
+                   b.start_ns, b.end_ns, b.device_id, b.name_id, CAST(NULL AS VARCHAR) AS copy_kind, b.config_id,
+                   b.stream_id, b.correlation_id
             FROM {joined('kb')}
             UNION ALL
             SELECT 'memcpy', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
-                   b.device_id, NULL, b.copy_kind, NULL
+                   b.device_id, NULL, b.copy_kind, NULL, b.stream_id, b.correlation_id
             FROM {joined('cb')}
             UNION ALL
             SELECT 'memset', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
-                   b.device_id, NULL, NULL, NULL
+                   b.device_id, NULL, NULL, NULL, b.stream_id, b.correlation_id
             FROM {joined('sb')}
             UNION ALL
             SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
-                   g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL
+                   g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL, g.stream_id, g.correlation_id
             FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
             LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
         SELECT * FROM ops"""

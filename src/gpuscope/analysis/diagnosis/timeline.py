@@ -35,28 +35,32 @@ HOST_MEMORY_COPIES = ("HtoD", "DtoH", "HtoH", "HtoA", "AtoH", "PtoP")
 COPY_APIS = ("cudaMemcpy", "cuMemcpy")
 
 
+_KINDS = "ENUM('kernel', 'memcpy', 'memset', 'graph')"
+_COPY_ATTRS = ("copy_kind", "src_kind", "dst_kind", "bytes", "is_async")  # of copies and memsets only
+
+
 def _ops_query(report: Report) -> str:
+    """Every GPU operation with the attributes all kinds have (:func:`..attribution.ops_table`'s own
+    columns). The kind comes as an enum: ten million strings, one object each, cost gigabytes on
+    their way into pandas."""
+    return f"""SELECT op_id, kind::{_KINDS} AS kind, pid, tid, launch_ns, start_ns, end_ns, device_id, name_id,
+                      stream_id, correlation_id, config_id FROM {ops_table(report)}"""
+
+
+def _copy_attrs_query(report: Report) -> str:
+    """The copies and memsets with :data:`_COPY_ATTRS`, from their records: a few rows, where a join
+    of every operation with its record cost more than the rest of the loading."""
     ops = ops_table(report)
     same = "x.pid = o.pid AND x.start_ns = o.start_ns AND x.end_ns = o.end_ns AND x.device_id IS NOT DISTINCT FROM o.device_id"
     return f"""
         WITH attrs AS (
-            SELECT o.op_id, x.stream_id, x.correlation_id, x.config_id, NULL::VARCHAR AS src_kind,
-                   NULL::VARCHAR AS dst_kind, NULL::BIGINT AS bytes, NULL::BOOLEAN AS is_async
-            FROM {ops} o JOIN kernel x ON o.kind = 'kernel' AND {same}
-            JOIN kernel_config c ON c.id = x.config_id AND c.name_id = o.name_id
-            UNION ALL
-            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, x.src_kind, x.dst_kind, x.bytes, x.is_async
+            SELECT o.op_id, x.src_kind, x.dst_kind, x.bytes, x.is_async
             FROM {ops} o JOIN memcpy x ON o.kind = 'memcpy' AND {same} AND x.copy_kind IS NOT DISTINCT FROM o.copy_kind
             UNION ALL
-            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, x.bytes, x.is_async
-            FROM {ops} o JOIN memset x ON o.kind = 'memset' AND {same}
-            UNION ALL
-            SELECT o.op_id, x.stream_id, x.correlation_id, NULL, NULL, NULL, NULL, NULL
-            FROM {ops} o JOIN graph_launch x ON o.kind = 'graph' AND {same})
-        SELECT o.op_id, o.kind::ENUM('kernel', 'memcpy', 'memset', 'graph') AS kind, o.pid, o.tid, o.launch_ns,
-               o.start_ns, o.end_ns, o.device_id, o.name_id, o.copy_kind, a.stream_id, a.correlation_id,
-               a.config_id, a.src_kind, a.dst_kind, a.bytes, a.is_async
-        FROM {ops} o LEFT JOIN attrs a USING (op_id)"""
+            SELECT o.op_id, NULL, NULL, x.bytes, x.is_async
+            FROM {ops} o JOIN memset x ON o.kind = 'memset' AND {same})
+        SELECT o.op_id, o.copy_kind, a.src_kind, a.dst_kind, a.bytes, a.is_async
+        FROM {ops} o LEFT JOIN attrs a USING (op_id) WHERE o.kind IN ('memcpy', 'memset')"""
 
 
 @dataclass
@@ -82,22 +86,47 @@ class Timelines:
 
 def load_ops(report: Report) -> pd.DataFrame:
     """Return every GPU operation with its launch point and attributes (see the module docstring)."""
-    ops = report.df(_ops_query(report))
-    # two records with the same times on one device are one operation's (never seen; kept safe); sorting
-    # here is faster than in the query
-    ops = ops.drop_duplicates("op_id")
-    order = np.lexsort((ops["op_id"].to_numpy(), ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(),
-                        ops["pid"].to_numpy()))
-    ops = ops.iloc[order].reset_index(drop=True)
-    # few values, compared and grouped often; the kind comes as one (an enum in the query: ten million
-    # strings, one object each, cost gigabytes on their way into pandas)
+    # sorted in the query: a sort in pandas afterwards copies every column once more
+    ops = report.df(_ops_query(report) + " ORDER BY pid, start_ns, end_ns, op_id")
+    _add_copy_attrs(ops, report.df(_copy_attrs_query(report)))
+    ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
+               "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
+    # few values, compared and grouped often
     ops["kind"] = ops["kind"].astype("category").cat.remove_unused_categories()
-    for col in ("copy_kind", "src_kind", "dst_kind"):
-        ops[col] = ops[col].astype("category")
     ops["transfer"] = (ops["kind"] == "memcpy") & ops["copy_kind"].isin(HOST_MEMORY_COPIES)
     ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
     ops["is_async"] = ops["is_async"].astype("boolean")
     return ops
+
+
+def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
+    """Give ``ops`` the columns of :data:`_COPY_ATTRS`, from ``attrs`` (one row per copy or memset;
+    two records with the same times on one device are one operation's: never seen, kept safe), NULL
+    for the other operations: texts as categories, the rest as nullable columns."""
+    attrs = attrs.drop_duplicates("op_id")
+    ids = ops["op_id"].to_numpy(np.int64)
+    sorter = np.argsort(ids, kind="stable")
+    at = sorter[np.searchsorted(ids, attrs["op_id"].to_numpy(np.int64), sorter=sorter)]
+    for col in _COPY_ATTRS:
+        values = attrs[col]
+        if len(attrs) == len(ops):  # every operation is a copy or memset: the column as it came
+            back = np.empty(len(at), dtype=np.int64)
+            back[at] = np.arange(len(at))
+            full = values.iloc[back].reset_index(drop=True)
+            ops[col] = full.astype("category") if col.endswith("kind") else full
+        elif col.endswith("kind"):
+            known = values.astype("category")
+            codes = np.full(len(ops), -1, dtype=known.cat.codes.dtype if len(known) else np.int8)
+            codes[at] = known.cat.codes.to_numpy()
+            ops[col] = pd.Categorical.from_codes(codes, dtype=known.dtype)
+        else:
+            dtype = "Int64" if col == "bytes" else "boolean"
+            data = np.zeros(len(ops), dtype=np.int64 if col == "bytes" else bool)
+            mask = np.ones(len(ops), dtype=bool)
+            present = values.notna().to_numpy()
+            data[at[present]] = values[present].to_numpy(data.dtype)
+            mask[at[present]] = False
+            ops[col] = pd.arrays.IntegerArray(data, mask) if dtype == "Int64" else pd.arrays.BooleanArray(data, mask)
 
 
 def _call_starts(ops: pd.DataFrame, blocking: pd.DataFrame) -> np.ndarray:
