@@ -244,7 +244,7 @@ def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dic
         else:
             found = _cause(s, others, means, labels, tuple(q for q in labels if q.startswith("busy_")))
         return _straggler(waits, s, saving[s], waits.caused.get(s, {}), means, labels, min_share, prefix, found,
-                          extra_ns=excess.of(s))
+                          own=(excess.host.get(s, 0.0), excess.kernel.get(s, 0.0)))
     mean_step = float(np.mean(list(waits.step_ns.values())))
     if excess.heavy and mean_step and excess.heavy_ns / mean_step >= min_share:
         return _uneven(waits, excess.heavy, excess.heavy_ns, mean_step, excess, prefix)
@@ -254,7 +254,7 @@ def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dic
 
 def _straggler(waits: RankWaits, s: int, lost: float, made_wait: dict[int, float], means: dict[int, dict[str, float]],
                labels: dict[str, str], min_share: float, prefix: str,
-               found: tuple[str, str, str | None, float], extra_ns: float | None = None) -> list[Finding]:
+               found: tuple[str, str, str | None, float], own: tuple[float, float] | None = None) -> list[Finding]:
     ranks = waits.ranks
     others = [p for p in waits.wait_ns if p != s]
     caused = float(np.mean([made_wait.get(p, 0.0) for p in others])) if others else 0.0
@@ -266,11 +266,13 @@ def _straggler(waits: RankWaits, s: int, lost: float, made_wait: dict[int, float
                 f"steps; the other {len(others)} rank{'s' if len(others) > 1 else ''} wait{'' if len(others) > 1 else 's'}"
                 f" {fmt_ns(caused)} per step for it"]
     evidence += [f"{label(p, ranks)} waits {fmt_ns(made_wait.get(p, 0.0))} per step for it" for p in sorted(others)[:7]]
-    if extra_ns is not None:
-        evidence.append(f"its own extra work is {fmt_ns(extra_ns)} per step beyond the other ranks' (host time before "
-                        f"its first launch and in its DataLoader, compute kernels); the saving, {fmt_ns(lost)} per step "
-                        f"({share:.0%} of their step of {fmt_ns(step)}), is the waits it causes beyond those every rank "
-                        "causes in turn, at most that")
+    if own is not None:
+        host, kernel = own
+        work = [f"{fmt_ns(host)} of host time before its first launch and in its DataLoader"] if host else []
+        work += [f"{fmt_ns(kernel)} of compute its collectives sat queued behind"] if kernel else []
+        evidence.append(f"its own work per step beyond the other ranks': {' and '.join(work)}; the saving, "
+                        f"{fmt_ns(lost)} per step ({share:.0%} of their step of {fmt_ns(step)}), is the waits it causes "
+                        "beyond those each other rank causes (launch lag, noise), at most that work")
     cause, fix, part, extra = found
     if part is not None:
         mine = means.get(s, {}).get(part, 0.0)
