@@ -121,11 +121,10 @@ def test_nothing_planted_gives_no_rank_finding(recorded: Callable[[str], Path], 
     assert not [f for f in diag.findings if f.rule in ("straggler", "load_imbalance")]
 
 
-def test_an_uneven_split_in_a_launch_bound_job_costs_little(recorded: Callable[[str], Path]) -> None:
-    """The 3:1 MLP split runs 0.9 ms more compute per step on ranks 1 and 3, but the job is launch-bound
-    (measured untraced: no cost), so no rank is called the straggler and what is said stays small."""
+def test_an_uneven_split_in_a_launch_bound_job_is_no_rank_finding(recorded: Callable[[str], Path]) -> None:
+    """The 3:1 MLP split runs 0.9 ms more compute per step on ranks 1 and 3, but the step is launch-bound
+    (measured untraced: no cost): their collectives seldom sat queued behind that compute, so what it
+    held up stays under the rank findings' threshold."""
     with Report.open(recorded("dist4_tp_big_rank")) as report:
         diag = diagnose(report)
-    ranked = [f for f in diag.findings if f.rule in ("straggler", "load_imbalance")]
-    assert not [f for f in ranked if f.rule == "straggler"]
-    assert all(f.share <= 0.05 for f in ranked)
+    assert not [f for f in diag.findings if f.rule in ("straggler", "load_imbalance")]
