@@ -157,3 +157,26 @@ def test_the_range_that_launched_most_operations_weighs_them_and_names_the_categ
         assert ctx.top_launch_range(ids(500, 41000)) is None  # before and after every range
         assert ctx.top_launch_range(ids(500, 22000)) == "SGD.step (optimizer)"
         assert ctx.top_launch_range([]) is None
+
+
+@pytest.mark.parametrize("name", ["diagnosis_sync_item", "diagnosis_pageable_copy"])
+def test_pieces_classified_in_batches_give_the_same_breakdown(name: str, recorded: Callable[[str], Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pieces of time are classified a batch at a time: batches of a few pieces give the parts,
+    idle pieces and operation times that one batch of all of them gives."""
+    import pandas as pd
+
+    from gpuscope.analysis.diagnosis import breakdown
+
+    def parts(chunk: int) -> list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]]:
+        monkeypatch.setattr(breakdown, "CHUNK", chunk)
+        with Report.open(path) as report:
+            return [(p.breakdown.steps, p.breakdown.idle, p.breakdown.ops) for p in Context(report, 0.01).processes]
+
+    path = recorded(name)
+    whole, batched = parts(1 << 30), parts(97)
+    assert len(whole) == len(batched) >= 1
+    assert len(whole[0][1]) > 97 * 3  # several batches of idle pieces
+    for one, many in zip(whole, batched):
+        for a, b in zip(one, many):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)

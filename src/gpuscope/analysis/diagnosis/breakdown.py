@@ -110,24 +110,34 @@ def _sorted_unique(values: np.ndarray) -> np.ndarray:
     return v[np.concatenate([[True], v[1:] != v[:-1]])] if len(v) else v
 
 
-def _covering(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """How many half-open intervals [start, end) contain each point."""
-    return (np.searchsorted(np.sort(starts), points, "right")
-            - np.searchsorted(np.sort(ends), points, "right"))
+def _covering_sorted(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """How many half-open intervals [start, end) contain each point (``starts`` and ``ends`` each sorted)."""
+    return np.searchsorted(starts, points, "right") - np.searchsorted(ends, points, "right")
 
 
 def latest_covering(starts: np.ndarray, ends: np.ndarray, points: np.ndarray, slack: int = 0) -> np.ndarray:
     """Per point, the index (in start order; ``starts`` sorted) of the interval that started at or
     before it and reaches furthest, if that one ends after ``point - slack``; else -1."""
-    if not len(starts):
-        return np.full(len(points), -1)
-    reach = np.maximum.accumulate(ends)
-    best = np.maximum.accumulate(np.where(ends >= reach, np.arange(len(ends)), 0))
-    i = np.searchsorted(starts, points, "right") - 1
-    ok = i >= 0
-    j = np.where(ok, best[np.maximum(i, 0)], -1)
-    ok &= ends[np.maximum(j, 0)] > points - slack
-    return np.where(ok, j, -1)
+    return _Latest(starts, ends).at(points, slack)
+
+
+class _Latest:
+    """:func:`latest_covering` of one set of intervals, prepared once for many batches of points."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.starts, self.ends = starts, ends
+        if len(starts):
+            reach = np.maximum.accumulate(ends)
+            self.best = np.maximum.accumulate(np.where(ends >= reach, np.arange(len(ends)), 0))
+
+    def at(self, points: np.ndarray, slack: int = 0) -> np.ndarray:
+        if not len(self.starts):
+            return np.full(len(points), -1)
+        i = np.searchsorted(self.starts, points, "right") - 1
+        ok = i >= 0
+        j = np.where(ok, self.best[np.maximum(i, 0)], -1)
+        ok &= self.ends[np.maximum(j, 0)] > points - slack
+        return np.where(ok, j, -1)
 
 
 def _in_windows(ws: np.ndarray, we: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -145,9 +155,24 @@ def _covered_before(ws: np.ndarray, we: np.ndarray, t: np.ndarray) -> np.ndarray
     return np.where(w >= 0, prefix[np.maximum(w, 0)] + inside, 0)
 
 
+# pieces of time handled at once: the arrays per piece (a few dozen) stay within tens of megabytes
+# however many operations the run has; the results do not depend on it
+CHUNK = 1 << 20
+CULPRITS = ("", "copy", "call", "loader")
+_COPY, _CALL, _LOADER = 1, 2, 3
+
+
+def _accumulate(acc: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None:
+    """Add ``weights`` into ``acc`` by ``index``, summing in the order one ``np.bincount`` of every
+    batch at once would (each bin's running sum first, then the batch's weights in order)."""
+    n = len(acc)
+    acc[:] = np.bincount(np.concatenate([np.arange(n), index]), weights=np.concatenate([acc, weights]), minlength=n)
+
+
 def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdown:
     """Split the steps of one process into parts; ``bound`` holds the class (one of :data:`BOUNDS`)
-    of each of its operations, in the order of ``tl.ops``."""
+    of each of its operations, in the order of ``tl.ops``. The pieces of time are classified
+    :data:`CHUNK` at a time, against lookups of the operations made once."""
     ops, calls, loaders, win = tl.ops, tl.calls, tl.loaders, tl.windows
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     launch = ops["launch_ns"].to_numpy(np.int64)
@@ -157,90 +182,117 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdow
     cs, ce = calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)
     ls, le = loaders["start_ns"].to_numpy(np.int64), loaders["end_ns"].to_numpy(np.int64)
 
+    op_times = _op_times(tl, ws, we, warm)  # first: its arrays are freed before the lookups below are made
     lo, hi = int(ws.min()), int(we.max())
     cuts = _sorted_unique(np.clip(np.concatenate([ws, we, s, e, cs, ce, ls, le]), lo, hi))
-    seg_s, seg_e = cuts[:-1], cuts[1:]
-    length = seg_e - seg_s
-    window = _in_windows(ws, we, seg_s)
 
-    busy_count = np.zeros(len(seg_s), np.int64)
+    # lookups of the operations, made once: busy work by bound class, transfers, ends, launches
     by_bound = []
     for b in BOUNDS:
         m = (~transfer) & (bound == b)
-        c = _covering(s[m], e[m], seg_s)
-        by_bound.append(c)
-        busy_count += c
-    busy = busy_count > 0
-    moving = ~busy & (_covering(s[transfer], e[transfer], seg_s) > 0)
-    idle = ~busy & ~moving
-
-    cause = np.full(len(seg_s), -1)
-    culprit = np.full(len(seg_s), "", dtype=object)
-    ref = np.full(len(seg_s), -1, dtype=np.int64)
-    call_ref = np.full(len(seg_s), -1, dtype=np.int64)
-
-    # transfers running
+        by_bound.append((np.sort(s[m]), np.sort(e[m])) if m.any() else None)
+    moving_ops = (np.sort(s[transfer]), np.sort(e[transfer]))
     t_idx = np.flatnonzero(transfer)
-    if len(t_idx):
-        order = t_idx[np.argsort(s[t_idx], kind="stable")]
-        j = latest_covering(s[order], e[order], seg_s)
-        pick = moving & (j >= 0)
-        cause[moving] = _TRANSFER
-        culprit[pick] = "copy"
-        ref[pick] = ops["op_id"].to_numpy()[order[j[pick]]]
-
-    # idle: the stretch it belongs to began when the last operation before it ended
+    order = t_idx[np.argsort(s[t_idx], kind="stable")]
+    copies = _Latest(s[order], e[order])
     end_order = np.argsort(e, kind="stable")
-    k = np.searchsorted(e[end_order], seg_s, "right") - 1
-    prev_op = np.where(k >= 0, end_order[np.maximum(k, 0)], -1)
-    gap_start = np.where(prev_op >= 0, e[np.maximum(prev_op, 0)], seg_s)
-    nxt = np.searchsorted(s, seg_s, "left")
-    has_next = nxt < len(s)
-    next_launch = np.where(has_next, launch[np.minimum(nxt, len(s) - 1)], np.iinfo(np.int64).max)
+    end_sorted = e[end_order]
     launch_sorted = np.sort(launch)
-    p = np.searchsorted(launch_sorted, next_launch, "left") - 1
-    prev_launch = np.where(p >= 0, launch_sorted[np.maximum(p, 0)], np.iinfo(np.int64).min // 2)
-    queued = has_next & (next_launch <= gap_start)
-    back_to_back = has_next & (next_launch - prev_launch <= LAUNCH_INTERVAL_NS)
-    cause[idle] = np.where((queued | back_to_back)[idle], _LAUNCH, _CPU)
+    in_calls, in_loaders = _Latest(cs, ce), _Latest(ls, le)
+    op_ids = ops["op_id"].to_numpy()
 
-    in_call = latest_covering(cs, ce, seg_s)
-    drained_by = latest_covering(cs, ce, gap_start + SLACK_NS, slack=2 * SLACK_NS)
-    drained = idle & (in_call < 0) & (drained_by >= 0)
-    blocked = idle & (in_call >= 0)
-    for mask, call in ((drained, drained_by), (blocked, in_call)):
-        cause[mask] = _SYNC
-        culprit[mask] = "call"
-        ref[mask] = call[mask]
-        call_ref[mask] = call[mask]
-    in_loader = latest_covering(ls, le, seg_s)
-    data = idle & (in_loader >= 0)
-    cause[data], culprit[data], ref[data] = _DATA, "loader", in_loader[data]
-    _charge_copies(tl, prev_op, cause, culprit, ref, (drained | blocked) & ~data)
-    cause[~busy & (window >= 0) & warm[np.maximum(window, 0)]] = _WARMUP
+    nw = len(ws)
+    sums = np.zeros((len(PARTS), nw))
+    busy_sum = np.zeros(nw)
+    pieces = []
+    for a in range(0, len(cuts) - 1, CHUNK):
+        seg_s = cuts[a:min(a + CHUNK, len(cuts) - 1)]
+        seg_e = cuts[a + 1:a + 1 + len(seg_s)]
+        length = seg_e - seg_s
+        window = _in_windows(ws, we, seg_s)
 
-    keep = window >= 0
-    parts = np.zeros((len(ws), len(PARTS)))
-    w = window[keep]
-    busy_k, len_k = busy[keep], length[keep]
-    total = np.maximum(busy_count[keep], 1)
-    for i, c in enumerate(by_bound):
-        parts[:, i] = np.bincount(w, weights=np.where(busy_k, len_k * c[keep] / total, 0.0), minlength=len(ws))
-    busy_ns = np.bincount(w, weights=np.where(busy_k, len_k, 0), minlength=len(ws)).astype(np.int64)
-    _round_rows(parts[:, :4], busy_ns)
-    for code in range(_CPU, _WARMUP + 1):
-        m = ~busy_k & (cause[keep] == code)
-        parts[:, code] = np.bincount(w[m], weights=len_k[m], minlength=len(ws))
+        busy_count = np.zeros(len(seg_s), np.int64)
+        counts = []
+        for sorted_ops in by_bound:
+            c = None if sorted_ops is None else _covering_sorted(*sorted_ops, seg_s)
+            counts.append(c)
+            if c is not None:
+                busy_count += c
+        busy = busy_count > 0
+        moving = ~busy & (_covering_sorted(*moving_ops, seg_s) > 0)
+        idle = ~busy & ~moving
 
+        cause = np.full(len(seg_s), -1, dtype=np.int8)
+        culprit = np.zeros(len(seg_s), dtype=np.int8)
+        ref = np.full(len(seg_s), -1, dtype=np.int64)
+        call_ref = np.full(len(seg_s), -1, dtype=np.int64)
+
+        # transfers running
+        if len(order):
+            j = copies.at(seg_s)
+            pick = moving & (j >= 0)
+            cause[moving] = _TRANSFER
+            culprit[pick] = _COPY
+            ref[pick] = op_ids[order[j[pick]]]
+
+        # idle: the stretch it belongs to began when the last operation before it ended
+        k = np.searchsorted(end_sorted, seg_s, "right") - 1
+        prev_op = np.where(k >= 0, end_order[np.maximum(k, 0)], -1)
+        gap_start = np.where(prev_op >= 0, e[np.maximum(prev_op, 0)], seg_s)
+        nxt = np.searchsorted(s, seg_s, "left")
+        has_next = nxt < len(s)
+        next_launch = np.where(has_next, launch[np.minimum(nxt, len(s) - 1)], np.iinfo(np.int64).max)
+        p = np.searchsorted(launch_sorted, next_launch, "left") - 1
+        prev_launch = np.where(p >= 0, launch_sorted[np.maximum(p, 0)], np.iinfo(np.int64).min // 2)
+        queued = has_next & (next_launch <= gap_start)
+        back_to_back = has_next & (next_launch - prev_launch <= LAUNCH_INTERVAL_NS)
+        cause[idle] = np.where((queued | back_to_back)[idle], _LAUNCH, _CPU)
+
+        in_call = in_calls.at(seg_s)
+        drained_by = in_calls.at(gap_start + SLACK_NS, slack=2 * SLACK_NS)
+        drained = idle & (in_call < 0) & (drained_by >= 0)
+        blocked = idle & (in_call >= 0)
+        for mask, call in ((drained, drained_by), (blocked, in_call)):
+            cause[mask] = _SYNC
+            culprit[mask] = _CALL
+            ref[mask] = call[mask]
+            call_ref[mask] = call[mask]
+        in_loader = in_loaders.at(seg_s)
+        data = idle & (in_loader >= 0)
+        cause[data], culprit[data], ref[data] = _DATA, _LOADER, in_loader[data]
+        _charge_copies(tl, prev_op, cause, culprit, ref, (drained | blocked) & ~data)
+        cause[~busy & (window >= 0) & warm[np.maximum(window, 0)]] = _WARMUP
+
+        keep = window >= 0
+        w = window[keep]
+        busy_k, len_k = busy[keep], length[keep]
+        total = np.maximum(busy_count[keep], 1)
+        for i, c in enumerate(counts):
+            if c is not None:
+                _accumulate(sums[i], w, np.where(busy_k, len_k * c[keep] / total, 0.0))
+        _accumulate(busy_sum, w, np.where(busy_k, len_k, 0))
+        for code in range(_CPU, _WARMUP + 1):
+            m = ~busy_k & (cause[keep] == code)
+            _accumulate(sums[code], w[m], len_k[m])
+        nonbusy = keep & ~busy
+        pieces.append((window[nonbusy], seg_s[nonbusy], seg_e[nonbusy], cause[nonbusy], culprit[nonbusy],
+                       ref[nonbusy], call_ref[nonbusy]))
+
+    parts = sums.T.copy()
+    _round_rows(parts[:, :4], busy_sum.astype(np.int64))
     steps = pd.DataFrame({"step": win["step"].to_numpy(), "start_ns": ws, "duration_ns": we - ws, "warmup": warm})
     for i, name in enumerate(PARTS):
         steps[name] = parts[:, i].round().astype(np.int64)
-    nonbusy = keep & ~busy
+    # one column at a time, each batch's part freed as it is joined
+    cols: list = [list(c) for c in zip(*pieces)] if pieces else [[np.zeros(0, np.int64)]] * 7
+    del pieces
+    for i in range(len(cols)):
+        cols[i] = np.concatenate(cols[i])
     idle_frame = pd.DataFrame({
-        "window": window[nonbusy], "start_ns": seg_s[nonbusy], "end_ns": seg_e[nonbusy],
-        "cause": np.array(PARTS, dtype=object)[cause[nonbusy]], "culprit": culprit[nonbusy], "ref": ref[nonbusy],
-        "call": call_ref[nonbusy]})
-    return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, _op_times(tl, ws, we, warm))
+        "window": cols[0], "start_ns": cols[1], "end_ns": cols[2],
+        "cause": np.array(PARTS, dtype=object)[cols[3].astype(np.int64)],
+        "culprit": np.array(CULPRITS, dtype=object)[cols[4].astype(np.int64)], "ref": cols[5], "call": cols[6]})
+    return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, op_times)
 
 
 def _charge_copies(tl: ProcessTimeline, prev_op: np.ndarray, cause: np.ndarray, culprit: np.ndarray,
@@ -269,7 +321,7 @@ def _charge_copies(tl: ProcessTimeline, prev_op: np.ndarray, cause: np.ndarray, 
             if op["kind"] == "memcpy" and (op["bytes"] or 0) >= SCALAR_BYTES:
                 copy = int(op["op_id"])
         if copy >= 0:
-            cause[i], culprit[i], ref[i] = _TRANSFER, "copy", copy
+            cause[i], culprit[i], ref[i] = _TRANSFER, _COPY, copy
 
 
 def _round_rows(parts: np.ndarray, totals: np.ndarray) -> None:
