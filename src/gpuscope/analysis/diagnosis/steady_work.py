@@ -59,11 +59,17 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
         out["critical"] = kern["critical"].fillna(False).to_numpy(bool)
         out["step"] = step
         work = _work(ctx)
-        joined = work.reindex(out["op_id"].to_numpy())
-        for col in WORK_COLUMNS:
-            out[col] = joined[col].to_numpy()
-        for col in ("flops", "matrix_flops", "bytes"):
-            out[col] = pd.to_numeric(out[col], errors="coerce").astype(np.float64)
+        numeric = ("flops", "matrix_flops", "bytes")
+        if not len(work) and all(work[c].dtype == object for c in WORK_COLUMNS):
+            # no work known (no operators recorded): the columns a reindex would give, made directly
+            for col in WORK_COLUMNS:
+                out[col] = np.full(len(out), np.nan, dtype=np.float64 if col in numeric else object)
+        else:
+            joined = work.reindex(out["op_id"].to_numpy())
+            for col in WORK_COLUMNS:
+                out[col] = joined[col].to_numpy()
+            for col in numeric:
+                out[col] = pd.to_numeric(out[col], errors="coerce").astype(np.float64)
         ctx.cache[key] = out.reset_index(drop=True)
     frame: pd.DataFrame = ctx.cache[key]
     return frame
