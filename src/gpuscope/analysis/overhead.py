@@ -147,11 +147,13 @@ def _estimate_cupti_in_calls(report: Report, out: CollectionOverhead) -> None:
     """Add CUPTI's estimated cost inside the CUDA calls that launched the recorded kernels, copies
     and sets: per process, its records times the cost per launch it measured (Triton's kernels at
     the driver's cost, the rest at the runtime's where measured), else the constant."""
-    names = """SELECT k.pid, coalesce(s.value, '') AS name FROM kernel k
+    # kernels counted per configuration first: the name is looked at once per configuration, not per kernel
+    names = """SELECT k.pid, coalesce(s.value, '') AS name, k.n
+               FROM (SELECT pid, config_id, count(*) AS n FROM kernel GROUP BY pid, config_id) k
                LEFT JOIN kernel_config c ON c.id = k.config_id LEFT JOIN string s ON s.id = c.name_id"""
-    union = " UNION ALL ".join([names, *(f"SELECT pid, '' FROM {t}" for t in CUPTI_RECORD_TABLES if t != "kernel")])
-    counts = report.sql(f"""SELECT pid, count(*) FILTER (WHERE starts_with(lower(name), '{TRITON_PREFIX}')),
-                                   count(*) FILTER (WHERE NOT starts_with(lower(name), '{TRITON_PREFIX}'))
+    union = " UNION ALL ".join([names, *(f"SELECT pid, '', 1 FROM {t}" for t in CUPTI_RECORD_TABLES if t != "kernel")])
+    counts = report.sql(f"""SELECT pid, coalesce(sum(n) FILTER (WHERE starts_with(lower(name), '{TRITON_PREFIX}')), 0),
+                                   coalesce(sum(n) FILTER (WHERE NOT starts_with(lower(name), '{TRITON_PREFIX}')), 0)
                             FROM ({union}) GROUP BY pid""")
     if not counts:
         return
