@@ -28,7 +28,7 @@ class FakeRuns:
         self.calls: list[tuple[int, str]] = []
 
     def __call__(self, program: Program, variant: str, round_: int, fix_list: list[Any], settings: list[Any],
-                 budget: Budget, workdir: Path, losses: int = 5) -> Outcome:
+                 budget: Budget, workdir: Path, losses: int = 5, warmup: int = 0) -> Outcome:
         self.calls.append((round_, variant))
         if variant in self.failing:
             code, line = self.failing[variant]
@@ -150,3 +150,43 @@ def test_a_switch_the_program_turns_back_off_is_held_on_and_said(tmp_path: Path,
         assert got["held"]["tf32"] == [2, "prog.py:8"]  # allow_tf32 = False, then precision "highest"
     else:  # a switch not tried is the program's to set
         assert (got["tf32"], got["precision"], "tf32" in got["held"]) == (False, "highest", False)
+
+
+def test_the_timed_window_waits_for_the_device_at_both_ends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A program that never waits for the device: its marks come as fast as it launches, and only the
+    window closed by a wait for the device holds the device's time of the steps."""
+    clock = iter(range(0, 10**12, 1000))
+    drained: list[int] = []
+
+    def drain() -> int:  # the device finishes its queue: 50 us more for each step queued ahead of it
+        drained.append(1)
+        return 5_000_000 + 50_000 * len(t.marks.get("module", []))
+
+    monkeypatch.setattr(inprocess, "_drained", drain)
+    t = inprocess.Trial({"steps": 8, "warmup": 2, "out": str(tmp_path / "r.json")})
+    with pytest.raises(SystemExit):
+        for _ in range(8):
+            t.step_mark("module", next(clock))
+    assert len(drained) == 2  # once after the warm-up, once at the end
+    assert t.window == {"source": "module", "first": 3, "start_ns": 5_150_000, "end_ns": 5_400_000, "steps": 5}
+    import json
+    results = json.loads((tmp_path / "r.json").read_text())
+    from gpuscope.experiment.runs import window_step
+    assert window_step(results) == 50_000
+    # the measure prefers the window to the marks' 1 us host intervals
+    o = Outcome("as_written", 1, 0, 1.0, [1000] * 7, "module", "steps", results=results)
+    assert measure.timed_step(o, 2) == 50_000
+    o.results = {}
+    assert measure.timed_step(o, 2) == 1000
+
+
+def test_a_better_source_of_marks_opens_the_window_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(inprocess, "_drained", lambda: 7)
+    t = inprocess.Trial({"steps": 0, "warmup": 1, "out": str(tmp_path / "r.json")})
+    for i in range(3):
+        t.step_mark("module", i)
+    assert t.window is not None and t.window["source"] == "module"
+    t.step_mark("torch", 10)  # the optimizer's first step: not yet past its warm-up
+    assert t.window["source"] == "module"
+    t.step_mark("torch", 11)
+    assert (t.window["source"], t.window["first"]) == ("torch", 2)

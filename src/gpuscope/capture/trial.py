@@ -43,6 +43,8 @@ class Trial:
         self.patches: dict[str, dict[str, Any]] = {p["patch"]: dict(p.get("settings") or {})
                                                    for p in settings.get("patches", [])}
         self.steps = int(settings.get("steps") or 0)
+        self.warmup = int(settings.get("warmup") or 0)
+        self.window: dict[str, Any] | None = None  # the timed window: its source, first mark's count, start
         self.time_budget_ns = int(float(settings.get("time_budget_s") or 0) * 1e9)
         self.max_losses = int(settings.get("losses", 5))
         self.out = str(settings["out"])
@@ -70,14 +72,23 @@ class Trial:
         if self.stopped is not None:
             return
         best = max(self.marks, key=lambda s: _RANK.get(s, -1))
-        if self.steps and len(self.marks[best]) >= self.steps:
+        count = len(self.marks[best])
+        if self.window is None or self.window["source"] != best:
+            if count == self.warmup + 1 or (self.window is not None and count > self.warmup):
+                self.window = {"source": best, "first": count, "start_ns": _drained()}
+        if self.steps and count >= self.steps:
             self.stop("steps")
         elif self.time_budget_ns and time.monotonic_ns() - self.began >= self.time_budget_ns:
             self.stop("time")
 
     def stop(self, reason: str) -> None:
-        """End the program at a budget: write the results, then exit as the program would."""
+        """End the program at a budget: close the timed window, write the results, then exit as the
+        program would."""
         self.stopped = reason
+        w = self.window
+        if w is not None:
+            w["end_ns"] = _drained()
+            w["steps"] = len(self.marks.get(w["source"], [])) - w["first"]
         self.write()
         raise SystemExit(0)
 
@@ -87,7 +98,8 @@ class Trial:
         if self._written:
             return
         self._written = True
-        data = {"marks": self.marks, "losses": self.losses, "applied": self.applied, "errors": self.errors,
+        data = {"marks": self.marks, "window": self.window, "losses": self.losses, "applied": self.applied,
+                "errors": self.errors,
                 "stopped": self.stopped, "top_module": self.top_name, "output": self._output_sample(),
                 "dynamo": _dynamo_counters()}
         tmp = self.out + ".part"
@@ -170,6 +182,17 @@ class Trial:
             self._in_top = False
         self.last_output = out
         return out
+
+
+def _drained() -> int:
+    """Wait for the device's queued work (where the program has started CUDA), then read the clock."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001  (a broken device shows in the program's own next call)
+        pass
+    return time.monotonic_ns()
 
 
 _RANK = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first (as the capture window)

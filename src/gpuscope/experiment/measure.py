@@ -20,7 +20,7 @@ from ..analysis.diagnosis.finding import Finding
 from .fixes import Planned
 from .interval import Gain, gain_from_ratios
 from .numerics import Agreement, compare
-from .runs import Budget, Outcome, Program, run
+from .runs import Budget, Outcome, Program, run, window_step
 
 AS_WRITTEN = "as_written"
 MIN_TIMED_STEPS = 2
@@ -85,11 +85,14 @@ class TryResult:
 
 
 def timed_step(outcome: Outcome, warmup: int) -> float | None:
-    """The median step of a run after its warm-up steps (None: too few steps, or the run failed)."""
+    """A run's step after its warm-up steps (None: too few steps, or the run failed): the mean over
+    the window that waited for the device at both ends where the run kept one, else the median of
+    the mark-to-mark times."""
     steps = outcome.steps_ns[warmup:]
     if outcome.failed or len(steps) < MIN_TIMED_STEPS:
         return None
-    return float(statistics.median(steps))
+    window = window_step(outcome.results)
+    return window if window is not None else float(statistics.median(steps))
 
 
 def measure(program: Program, planned: list[Planned], rounds: int, budget: Budget, warmup: int,
@@ -106,7 +109,7 @@ def measure(program: Program, planned: list[Planned], rounds: int, budget: Budge
                     continue  # a crash repeats: the time goes to the others
                 fixes = [p.fix] if p is not None else []
                 settings = [{"patch": p.fix.patch, "settings": p.settings}] if p is not None and p.fix.patch else []
-                o = run(program, name, r + 1, fixes, settings, budget, Path(tmp))
+                o = run(program, name, r + 1, fixes, settings, budget, Path(tmp), warmup=warmup)
                 outcomes[name].append(o)
                 on_run(o)
             if any(o.failed for o in outcomes[AS_WRITTEN]):

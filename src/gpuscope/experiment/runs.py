@@ -100,14 +100,17 @@ def environment(program: Program, spool: Path, fixes: list[Fix], settings: dict[
 
 
 def run(program: Program, variant: str, round_: int, fixes: list[Fix], settings: list[dict[str, Any]],
-        budget: Budget, workdir: Path, losses: int = 5) -> Outcome:
-    """Run the program once with ``fixes`` (none: as written); return what it did."""
+        budget: Budget, workdir: Path, losses: int = 5, warmup: int = 0) -> Outcome:
+    """Run the program once with ``fixes`` (none: as written); return what it did. After ``warmup``
+    steps the program waits for the device once, and again at the end of the run, so that the timed
+    window holds the device's work of its steps (see :func:`window_step`)."""
     tag = f"{variant}-{round_}"
     spool = workdir / f"spool-{tag}"
     spool.mkdir()
     out = workdir / f"{tag}.json"
     env = environment(program, spool, fixes, {"patches": settings, "steps": budget.steps,
-                                              "time_budget_s": budget.time_s, "losses": losses, "out": str(out)})
+                                              "time_budget_s": budget.time_s, "losses": losses, "out": str(out),
+                                              "warmup": warmup})
     began = time.monotonic()
     stopped = None
     with open(workdir / f"{tag}.stdout", "wb") as so, open(workdir / f"{tag}.stderr", "wb") as se:
@@ -134,6 +137,19 @@ def run(program: Program, variant: str, round_: int, fixes: list[Fix], settings:
                          "budget" if stopped == "killed" else last_line(workdir / f"{tag}.stderr")
                          or _exit_words(code))
     return outcome
+
+
+def window_step(results: dict[str, Any]) -> float | None:
+    """The mean step over the timed window, device work included: from the wait for the device after
+    the warm-up steps to the wait at the end of the run, over the steps between (None where the run
+    kept no window). Mark-to-mark times are the host's: a program that never waits for the device
+    queues its steps ahead of it, and those times are the launch time, not the step's."""
+    w = results.get("window")
+    try:
+        steps = int(w["steps"])
+        return (int(w["end_ns"]) - int(w["start_ns"])) / steps if steps > 0 else None
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def step_times(marks: dict[str, list[int]]) -> tuple[str, list[int]]:
