@@ -175,3 +175,22 @@ def test_idle_cores_counts_the_sampled_operators_per_recorded_step(ordinary: dic
     not spread over every step (measured: two threads 38% faster)."""
     top = _actionable(ordinary["one_thread_shapes"])[0]
     assert top.rule == "cpu_idle_cores" and 0.2 < top.share < 0.5
+
+
+def test_loading_that_waits_is_hidden_by_a_worker_even_on_a_busy_machine(tmp_path: Path) -> None:
+    """tests/workloads/cpu/try_dataloader.py, recorded on the 2-core machine with about one core busy
+    with other programs: its Dataset sleeps (a file read), so its DataLoader calls ran on a core a few
+    percent of their time, and one worker hides nearly all of the wait instead of taking turns with
+    the loop for the one free core (`gpuscope try` measured 52% saved there)."""
+    with Report.open(unpack_fixture("cpu_try_dataloader", tmp_path)) as report:
+        diag = diagnose(report)
+    top = _actionable(diag)[0]
+    assert top.rule == "cpu_data_loader" and top.data["other_cores"] > 0.5
+    assert top.data["loader_on_cpu"] < 0.2 and top.data["workers"] == 1
+    assert top.saving_ns >= 0.8 * top.data["wait_ns"]
+    assert any("ran on a core" in e and "without taking cores" in e for e in top.evidence)
+
+
+def test_recordings_without_the_loaders_cpu_time_count_the_wait_as_cpu_work(diagnoses: dict[str, CpuDiagnosis]) -> None:
+    top = _actionable(diagnoses["dataloader_starved"])[0]
+    assert top.data["loader_on_cpu"] is None and not any("ran on a core" in e for e in top.evidence)

@@ -104,6 +104,17 @@ def test_hidden_wait(wait: float, rest: float, workers: int, cores: int, loop_co
     assert hidden_wait(wait, rest, workers, cores, loop_cores) == pytest.approx(hidden)
 
 
+@pytest.mark.parametrize("load_cpu, hidden", [
+    (None, 0.0),  # loading that computes: one usable core runs the loop and the loading in turn
+    (20.0, 0.0),  # the same, said
+    (1.0, 19.0),  # loading that waits (files, sleeps): a worker waits beside the loop; its 1 of CPU takes the core
+    (10.0, 10.0),  # half of each: the core runs 30 + 10, the step becomes 40 instead of 50
+])
+def test_hidden_wait_counts_only_the_loadings_cpu_time_against_the_cores(load_cpu: float | None, hidden: float) -> None:
+    # 20 of loading, 30 of the loop's own work, one core usable (the other busy with other programs)
+    assert hidden_wait(20.0, 30.0, 1, 1.0, 1.0, load_cpu) == pytest.approx(hidden)
+
+
 def test_best_workers_on_two_cores() -> None:
     assert best_workers(8.0, 10.0, 2, 2.0, 1.0) == (1, pytest.approx(8.0))  # min(8, cores - 1) hides it all
     assert best_workers(30.0, 10.0, 2, 2.0, 1.0)[0] == 2  # loading dominates: the loop's core too

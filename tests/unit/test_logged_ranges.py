@@ -320,3 +320,39 @@ def test_outermost_calls_are_marked_until_the_program_marks_a_step(monkeypatch: 
     finally:
         hooks.uninstall()
     assert torch.nn.Module.__call__ is counting.__wrapped__
+
+
+class _Waits(torch.utils.data.Dataset):  # type: ignore[misc]
+    """Each sample waits (a file read) or computes for about 10 ms."""
+
+    def __init__(self, compute: bool) -> None:
+        self.compute = compute
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.compute:
+            end = time.thread_time() + 0.01
+            while time.thread_time() < end:
+                pass
+        else:
+            time.sleep(0.01)
+        return torch.zeros(1)
+
+
+@pytest.mark.parametrize("compute", [False, True])
+def test_dataloader_calls_count_their_cpu_time_against_their_wall_time(compute: bool) -> None:
+    """What the CPU diagnosis needs to tell loading that waits (workers hide it without taking a
+    core) from loading that computes (workers take turns with the loop for the cores)."""
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    hooks.install(torch)
+    try:
+        for _ in torch.utils.data.DataLoader(_Waits(compute), batch_size=2):
+            pass
+    finally:
+        hooks.uninstall()
+    wall, cpu = hooks.counts["dataloader_wall_ns"], hooks.counts["dataloader_cpu_ns"]
+    assert wall >= 8 * 10_000_000  # eight samples of 10 ms
+    assert (cpu / wall > 0.4) if compute else (cpu / wall < 0.2)  # wide: a busy machine stretches the wall
+    assert sum(r[8] == "dataloader" for r in hooks.r.take()) == 5  # four batches and the last, empty call

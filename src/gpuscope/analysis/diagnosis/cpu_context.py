@@ -4,6 +4,8 @@ once, on first use."""
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -139,6 +141,20 @@ class CpuContext:
                    SELECT max(cpu_ns) - min(cpu_ns) AS cpu, max(ts_ns) - min(ts_ns) AS wall FROM thread_time
                    WHERE pid = ? AND name LIKE 'gpuscope-%' GROUP BY tid)""", [pid])
         return float(row[0][0] or 0.0) if row else 0.0
+
+    def loader_cpu_share(self, pid: int) -> float | None:
+        """The share of its DataLoader calls' wall time that process ``pid``'s loading thread ran on a
+        core (the PyTorch hooks time each call both ways); None where no call was timed."""
+        for (detail,) in self.report.sql("SELECT detail FROM collector WHERE name = 'ranges' AND pid = ?", [pid]):
+            try:
+                counts = json.loads(detail or "{}")
+                wall = float(counts.get("dataloader_wall_ns") or 0)
+                cpu = float(counts.get("dataloader_cpu_ns") or 0)
+            except (ValueError, TypeError, AttributeError):
+                continue
+            if wall > 0:
+                return min(max(cpu / wall, 0.0), 1.0)
+        return None
 
     def host_load(self, p: CpuProcess) -> tuple[float, float] | None:
         """The mean cores busy in the process (gpuscope's own threads left out) and in other

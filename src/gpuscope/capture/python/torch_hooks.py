@@ -62,7 +62,7 @@ class TorchHooks:
         self.r = recorder
         self.diag = diag
         self.counts = {"reentrant_calls": 0, "modules_with_own_hooks": 0, "backward_closed_at_pass_end": 0,
-                       "hook_errors": 0}
+                       "hook_errors": 0, "dataloader_cpu_ns": 0, "dataloader_wall_ns": 0}
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._classes: set[tuple[str, str]] = set()  # (qualified name, class name) said already
         self._class_rows: collections.deque[tuple[str, str]] = collections.deque()  # to the report's module_class
@@ -189,13 +189,21 @@ class TorchHooks:
         """Wrap ``func`` so that each call is a range."""
         r = self.r
 
+        timed = category == "dataloader"  # its CPU time against its wall time: loading that computes or waits
+        counts = self.counts
+
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if self._is_compiling() or self._disabled or not self.collecting:  # compiling first: no guards
                 return func(*args, **kwargs)
             r.push(name(args), "", SOURCE, category)
+            if timed:
+                cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
             try:
                 return func(*args, **kwargs)
             finally:
+                if timed:
+                    counts["dataloader_cpu_ns"] += time.thread_time_ns() - cpu0
+                    counts["dataloader_wall_ns"] += time.monotonic_ns() - wall0
                 r.pop()
 
         wrapper.__wrapped__ = func  # type: ignore[attr-defined]

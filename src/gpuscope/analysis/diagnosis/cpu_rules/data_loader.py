@@ -13,27 +13,31 @@ MAX_WORKERS = 8
 IN_PROCESS = 0.5  # share of the wait's samples in the Dataset's fetcher that says it loads in the loop's process
 
 
-def hidden_wait(wait_ns: float, rest_ns: float, workers: int, cores: float = 0.0, loop_cores: float = 1.0) -> float:
+def hidden_wait(wait_ns: float, rest_ns: float, workers: int, cores: float = 0.0, loop_cores: float = 1.0,
+                load_cpu_ns: float | None = None) -> float:
     """The wait that ``workers`` processes loading batches beside the loop hide (at most the wait).
 
-    A batch takes ``wait_ns`` to load in the loop's process; the rest of the step takes
+    A batch takes ``wait_ns`` to load in the loop's process, ``load_cpu_ns`` of it on a core (None:
+    all of it; the rest waits for files, sleeps, the network); the rest of the step takes
     ``rest_ns`` with ``loop_cores`` cores busy (PyTorch's threads). With ``workers`` loading side by
-    side, a batch is ready every ``wait_ns / workers``; the loop keeps the cores the workers leave
-    it (at least one: PyTorch's threads cut to fit, as the fix says), so its work takes
+    side, a batch is ready every ``wait_ns / workers``; the loop keeps the cores the workers' loading
+    leaves it (at least one: PyTorch's threads cut to fit, as the fix says), so its work takes
     ``loop_cores * rest_ns / kept``; and the ``cores`` (0: as many as needed) must run the loop's
-    work and the loading together. The step becomes the longest of the three.
+    work and the loading's CPU time together. The step becomes the longest of the three.
     """
     if workers <= 0 or wait_ns <= 0:
         return 0.0
+    load_cpu = wait_ns if load_cpu_ns is None else min(max(load_cpu_ns, 0.0), wait_ns)
     work = loop_cores * rest_ns
-    kept = max(1.0, min(loop_cores, cores - workers)) if cores > 0 else loop_cores
+    kept = max(1.0, min(loop_cores, cores - workers * load_cpu / wait_ns)) if cores > 0 else loop_cores
     step = max(work / kept, wait_ns / workers)
     if cores > 0:
-        step = max(step, (work + wait_ns) / cores)
+        step = max(step, (work + load_cpu) / cores)
     return max(0.0, min(wait_ns, rest_ns + wait_ns - step))
 
 
-def best_workers(wait_ns: float, rest_ns: float, cores: int, usable: float, loop_cores: float) -> tuple[int, float]:
+def best_workers(wait_ns: float, rest_ns: float, cores: int, usable: float, loop_cores: float,
+                 load_cpu_ns: float | None = None) -> tuple[int, float]:
     """The fewest workers (up to ``min(8, cores)``) that hide the most of the wait, and that saving.
 
     ``min(8, cores - 1)`` workers leave the loop a core of its own; when loading takes longer than
@@ -41,7 +45,7 @@ def best_workers(wait_ns: float, rest_ns: float, cores: int, usable: float, loop
     """
     best, saving = 0, 0.0
     for w in range(1, max(1, min(MAX_WORKERS, cores)) + 1):
-        hidden = hidden_wait(wait_ns, rest_ns, w, usable, loop_cores)
+        hidden = hidden_wait(wait_ns, rest_ns, w, usable, loop_cores, load_cpu_ns)
         if hidden > saving * 1.02:
             best, saving = w, hidden
     return best, saving
@@ -70,10 +74,13 @@ class CpuDataLoader(CpuRule):
             load = ctx.host_load(p)
             own, other = load if load else (1.0, 0.0)
             usable = max(1.0, cores - other) if cores else 0.0
+            # the loading's time on a core: from the DataLoader calls' thread CPU time (None: not recorded)
+            on_cpu = ctx.loader_cpu_share(p.pid)
+            load_cpu = wait if on_cpu is None else wait * on_cpu
             # the cores the loop keeps busy outside the wait (it runs on one while it loads)
             loop_cores = 1.0
             if rest > 0:
-                loop_cores = min(max((own * mean["duration_ns"] - wait) / rest, 1.0), float(cores or 1))
+                loop_cores = min(max((own * mean["duration_ns"] - load_cpu) / rest, 1.0), float(cores or 1))
             evidence = [f"the loop waits {per_step_text(p, wait)} for the next batch"
                         + (f", over {len(p.breakdown.steady)} steady steps" if p.breakdown.has_steps else "")]
             if in_process:
@@ -82,7 +89,12 @@ class CpuDataLoader(CpuRule):
                                 f"{describe_lines(lines, fetch_ns)}")
             elif lines:
                 evidence.append(f"where the wait was sampled: {describe_lines(lines, sampled)}")
-            workers, saving = best_workers(wait, rest, cores or 2, usable, loop_cores) if in_process else (0, 0.0)
+            if on_cpu is not None:
+                evidence.append(f"the DataLoader's calls ran on a core {on_cpu:.0%} of their time"
+                                + ("; the rest they waited (files, sleeps, the network), which workers wait "
+                                   "for side by side without taking cores" if on_cpu < 0.9 else ""))
+            workers, saving = (best_workers(wait, rest, cores or 2, usable, loop_cores, load_cpu) if in_process
+                               else (0, 0.0))
             if workers:
                 machine = (f"{cores} cores, {other:.1f} of them busy with other programs" if cores
                            else "cores not recorded (2 assumed)")
@@ -114,5 +126,6 @@ class CpuDataLoader(CpuRule):
                                location, fix, pid=p.pid,
                                data=data_dict(wait_ns=wait, rest_ns=rest, workers=workers, in_process=in_process,
                                               cores=cores, other_cores=round(other, 2),
+                                              loader_on_cpu=None if on_cpu is None else round(on_cpu, 3),
                                               loop_cores=round(loop_cores, 2))))
         return out
