@@ -32,9 +32,6 @@ KNOWN_MISSES: dict[str, str] = {
     "eager_norm_chain": "the top finding names torch.compile (unfused_elementwise) but estimates 40% where it "
                         "measured 69%: the fusion model prices the elementwise and normalization chains at the "
                         "memory roof, not what compile also fuses around the matrix products",
-    "tv_resnet50_train": "unfused_elementwise (torch.compile) ranks first at 38%, and compile measured best (26%, "
-                         "channels_last 25%, an H100): the right fix, its estimate 1.46x what it measured; "
-                         "channels_last is estimated at 14%",
     "hf_bert_infer": "launch_bound ranks first at 59% and a CUDA graph through torch.compile(mode='reduce-overhead') "
                      "measured best (27%, an H100): the right fix, its estimate 2.2x: the overhead probe's "
                      "iterations with collection off took 8.95 ms against 4.93 ms untraced, so the step without "
@@ -42,7 +39,7 @@ KNOWN_MISSES: dict[str, str] = {
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, or not found
-RIGHT_FIX_AT = {"eager_norm_chain": "first", "tv_resnet50_train": "first", "hf_bert_infer": "first"}
+RIGHT_FIX_AT = {"eager_norm_chain": "first", "hf_bert_infer": "first"}
 
 compare_mod = load_bench("diagnosis_compare")
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 from diagnosis_sim import MAIN_TID, Sim
 from report_builder import add_torch_op
@@ -318,3 +319,17 @@ def test_launch_bound_is_capped_on_a_gpu_busy_nearly_all_the_step(tmp_path: Path
         assert any("capped" in e for e in f.evidence)
     else:
         assert f.share == pytest.approx(uncapped, rel=0.05)
+
+
+def test_a_training_batch_norm_keeps_its_second_pass_in_a_fused_chain() -> None:
+    from gpuscope.analysis.diagnosis.rules.fusion import _two_pass_bytes
+
+    names = np.array(["void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "void at::native::relu_kernel",
+                      "void cudnn::bn_bw_1C11_kernel_new<float>", "void cudnn::bn_fw_tr_1C11_singleread<float>",
+                      "void cudnn::bn_fw_inf_1C11_kernel_NCHW<float>"], object)
+    b = np.array([100.0, 80.0, 60.0, 40.0, 20.0])
+    w = np.array([50.0, 40.0, 20.0, 20.0, 10.0])
+    # first in its chain: read once more (50); further in: written out and read once more (2 x 40);
+    # single-read and inference norms make one pass
+    assert _two_pass_bytes(names, b, w) == 50.0 + 2 * 40.0
+    assert _two_pass_bytes(names[1:2], b[1:2], w[1:2]) == 0.0

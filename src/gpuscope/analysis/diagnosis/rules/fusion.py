@@ -25,6 +25,8 @@ attention chains (:mod:`.attention`, which counts those). Two models:
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -85,6 +87,25 @@ def _runs(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]
     return out
 
 
+# cuDNN's training-mode batch norms, forward and backward, that make both passes in one kernel
+# (PyTorch's own make them in two kernels, whose bytes the chain already counts; cuDNN's
+# "singleread" ones keep a channel on chip and read it once)
+_TWO_PASS_NORM = re.compile(r"\bbn_(fw_tr|bw)_")
+
+
+def _two_pass_bytes(names: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
+    """What a fused chain still moves for each training-mode batch norm in it: the statistics span
+    the whole batch, so the norm's input is read once for them and once more to normalize, and
+    inside a chain that input must first be written out (Inductor splits the chain there)."""
+    extra = 0.0
+    for m, name in enumerate(names):
+        text = str(name)
+        if _TWO_PASS_NORM.search(text) and "singleread" not in text:
+            reads = float(b[m] - w[m])
+            extra += reads * (2.0 if m else 1.0)
+    return extra
+
+
 class UnfusedElementwise(ProcessRule):
     name = "unfused_elementwise"
     description = ("Runs of memory-bound elementwise and normalization kernels back to back, each a full pass over "
@@ -123,6 +144,7 @@ class UnfusedElementwise(ProcessRule):
                 b = nbytes[i:j]
                 w = shares[i:j] * b
                 fused = max(float(b.sum() - 2 * w[:-1].sum()), float(b[0] - w[0] + w[-1]))
+                fused += _two_pass_bytes(names[i:j], b, w)
                 fused_ns = max(fused / bw * 1e9, float(dur[i:j].min()))
                 gain = float(dur[i:j].sum()) - fused_ns
                 if gain <= 0:
