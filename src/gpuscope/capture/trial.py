@@ -214,8 +214,11 @@ def _global_switches(trial: Trial, torch: Any) -> None:
 
 
 def _tf32_precision(*args: Any) -> Any:
-    """``_set_fp32_precision_setter(backend, op, precision)`` with "ieee" held at "tf32"."""
-    return (*args[:-1], "tf32") if args and args[-1] == "ieee" else args
+    """``_set_fp32_precision_setter(backend, op, precision)`` with "ieee" held at "tf32" for the CUDA
+    backends (the CPU's are left as the program sets them)."""
+    if len(args) == 3 and args[0] == "cuda" and args[2] == "ieee":
+        return (*args[:-1], "tf32")
+    return args
 
 
 def _hold(trial: Trial, torch: Any, patch: str, setters: dict[str, Callable[..., Any]]) -> None:
