@@ -391,12 +391,15 @@ def busy_union(compute: pd.DataFrame) -> dict[int, Busy]:
     out = {}
     starts, ends = compute["start_ns"].to_numpy(np.int64), compute["end_ns"].to_numpy(np.int64)
     for pid, idx in compute.groupby("pid").indices.items():
-        s, e = _union(starts[idx], ends[idx])
+        s, e = interval_union(starts[idx], ends[idx])
         out[int(pid)] = (s, e, np.concatenate([[0], np.cumsum(e - s)]))
     return out
 
 
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def interval_union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals [s, e) as disjoint intervals in start order."""
+    if not len(s):
+        return s, e
     if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # mostly in start order already
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]

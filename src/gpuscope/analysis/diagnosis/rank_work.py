@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..collectives import interval_union
 from .timeline import Timelines
 
 COLUMNS = ["pid", "start_ns", "host_ns", "loader_ns", "kernel_ns", "queue_ns"]
@@ -82,12 +83,5 @@ def _covered(s: np.ndarray, e: np.ndarray, a: int, b: int) -> int:
 
 def _union_ns(s: np.ndarray, e: np.ndarray) -> int:
     """The length of the union of the intervals (s, e)."""
-    if not len(s):
-        return 0
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > reach[:-1]]  # where a stretch of overlapping intervals begins
-    first = np.flatnonzero(new)
-    ends = np.r_[reach[first[1:] - 1], reach[-1]]
-    return int((ends - s[first]).sum())
+    starts, ends = interval_union(s, e)
+    return int((ends - starts).sum())
