@@ -44,6 +44,7 @@ from ...ceilings import for_report
 from ...work.matrix import causal_pairs
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
+from ..kernel_flags import name_codes, per_code
 from ..kernel_names import attention_backend, is_attention, is_elementwise, is_matmul
 from ..rule import Rule
 
@@ -62,21 +63,6 @@ _COPY = re.compile(r"copy", re.IGNORECASE)
 @lru_cache(maxsize=65536)  # asked once per kernel; a run has a few hundred names
 def _is_product(name: str) -> bool:
     return is_matmul(name) and not is_attention(name) and not re.search(r"conv|fprop|dgrad|wgrad", name, re.I)
-
-
-def _neighbour(names: list[str], i: int, step: np.ndarray, direction: int) -> int | None:
-    """The index of the matrix product next to kernel ``i`` (before it for -1, after it for +1),
-    with only elementwise kernels between, in the same step; None when there is none."""
-    j = i + direction
-    for _ in range(MAX_BETWEEN + 1):
-        if j < 0 or j >= len(names) or step[j] != step[i]:
-            return None
-        if _is_product(names[j]):
-            return j
-        if not is_elementwise(names[j]):
-            return None
-        j += direction
-    return None
 
 
 def _work(ctx: Context) -> dict[str, tuple[float, str | None]]:
@@ -103,25 +89,60 @@ def attention_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
 
 
 def _find_chains(ctx: Context, p: Process) -> list[tuple[int, int, int]]:
-    kern, step = ctx.steady_kernels(p)
-    names = kern["name"].astype(str).tolist()
-    softmax = {n for n in set(names) if _SOFTMAX.search(n)}
-    if not softmax:
+    return chains(*name_codes(ctx, p), ctx.steady_kernels(p)[1])
+
+
+def chains(codes: np.ndarray, texts: list[str], step: np.ndarray) -> list[tuple[int, int, int]]:
+    """The hand-written attention chains of kernels named ``texts[codes[i]]``, each in steady step
+    ``step[i]``: (first kernel, first product, second product), as :func:`attention_chains` gives
+    them. A softmax with a product on each side (only elementwise kernels between, in its step)
+    makes a chain, which takes the copies just before its first product; chains do not overlap."""
+    softmax = per_code(codes, texts, lambda n: bool(_SOFTMAX.search(n)))
+    if not softmax.any():
         return []
+    product = per_code(codes, texts, _is_product)
+    elementwise = per_code(codes, texts, is_elementwise)
+    copy = per_code(codes, texts, lambda n: bool(_COPY.search(n)) and is_elementwise(n))
+    at = np.flatnonzero(softmax)
+    before, after = _neighbours(at, step, product, elementwise, -1), _neighbours(at, step, product, elementwise, +1)
+    found = (before >= 0) & (after >= 0)
+    # how far each chain's first product reaches back over copies of its step (before the kernels
+    # taken by the chain before it, which only the walk below knows)
+    a_all = before[found]
+    reach = np.zeros(len(a_all), np.int64)
+    going = np.ones(len(a_all), bool)
+    for d in range(1, MAX_BETWEEN + 1):
+        x = a_all - d
+        going &= x >= 0
+        x = np.maximum(x, 0)
+        going &= (step[x] == step[a_all]) & copy[x]
+        reach += going
     out = []
     taken = -1
-    for i, name in enumerate(names):
-        if i <= taken or name not in softmax:
+    for i, a, b, r in zip(at[found].tolist(), a_all.tolist(), after[found].tolist(), reach.tolist()):
+        if i <= taken:
             continue
-        a, b = _neighbour(names, i, step, -1), _neighbour(names, i, step, +1)
-        if a is None or b is None:
-            continue
-        first = a
-        while first - 1 > taken and step[first - 1] == step[a] and _COPY.search(names[first - 1]) \
-                and is_elementwise(names[first - 1]) and a - first < MAX_BETWEEN:
-            first -= 1
-        out.append((first, a, b))
+        out.append((max(a - r, min(a, taken + 1)), a, b))
         taken = b
+    return out
+
+
+def _neighbours(at: np.ndarray, step: np.ndarray, product: np.ndarray, elementwise: np.ndarray,
+                direction: int) -> np.ndarray:
+    """Per kernel of ``at``, the index of the matrix product next to it (before it for -1, after it
+    for +1) with only elementwise kernels between, in the same step; -1 where there is none (in numpy, for
+    every kernel at once)."""
+    out = np.full(len(at), -1, np.int64)
+    going = np.ones(len(at), bool)
+    n = len(step)
+    for d in range(1, MAX_BETWEEN + 2):
+        j = at + direction * d
+        going &= (j >= 0) & (j < n)
+        jj = np.clip(j, 0, max(n - 1, 0))
+        going &= step[jj] == step[at]
+        hit = going & product[jj]
+        out[hit] = j[hit]
+        going &= ~product[jj] & elementwise[jj]
     return out
 
 
@@ -147,7 +168,7 @@ class FusedAttention(Rule):
             if not found:
                 continue
             kern, _ = ctx.steady_kernels(p)
-            names = kern["name"].astype(str).tolist()
+            codes, texts = name_codes(ctx, p)
             dur = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.int64)
             if work is None:
                 work = _work(ctx)
@@ -157,7 +178,7 @@ class FusedAttention(Rule):
             for first, a, b in found:
                 chain_ns = float(dur[first:b + 1].sum())
                 fused_ns = float(dur[a] + dur[b])
-                wa, wb = work.get(names[a]), work.get(names[b])
+                wa, wb = work.get(texts[codes[a]]), work.get(texts[codes[b]])
                 if wa and wb:
                     peak = peaks.peak(wa[1] or "bf16", tensor=True)
                     if peak:
@@ -247,9 +268,15 @@ class SdpaBackend(Rule):
             calls = [c for c in (_sdpa_call(n, s, d, sc) for n, s, d, sc in calls_named(ctx, p.pid, tuple(SDPA_OPS)))
                      if c is not None]
             k = steady_work(ctx, p)
-            names = k["name"].tolist()
-            ran = [b for b in (attention_backend(n) for n in names) if b is not None]
-            kernels_backend = max(set(ran), key=ran.count) if ran else None
+            codes, texts = name_codes(ctx, p)
+            # launches per backend, counted by name (a run has millions of kernels and a few hundred names)
+            launches = np.bincount(codes, minlength=len(texts)) if len(codes) else np.zeros(len(texts), np.int64)
+            ran: dict[str, int] = {}
+            for text, n in zip(texts, launches.tolist()):
+                b = attention_backend(text)
+                if b is not None and n:
+                    ran[b] = ran.get(b, 0) + n
+            kernels_backend = max(set(ran), key=ran.__getitem__) if ran else None
             for c in calls:
                 if c["backend"] == "kernels":
                     c["backend"] = kernels_backend
@@ -261,8 +288,7 @@ class SdpaBackend(Rule):
             half = [c for c in masked if c["dtype"] in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")]
             if not half:
                 continue  # float32 attention takes no flash kernel whatever the mask: the precision rule's
-            by_name = {n: attention_backend(n) == backend for n in set(names)}
-            mine = np.array([by_name[n] for n in names], bool)
+            mine = per_code(codes, texts, lambda n: attention_backend(n) == backend)
             if backend == "efficient":
                 mine |= k["op_name"].isin(EFFICIENT_OPS).to_numpy(bool)
             if not mine.any():

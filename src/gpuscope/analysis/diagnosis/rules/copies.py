@@ -28,7 +28,9 @@ def copy_claims(p: Process) -> pd.DataFrame:
     """The steady idle pieces charged to copies, with the copy's attributes and ``running``."""
     idle = p.steady_idle
     mine = idle[idle["culprit"] == "copy"]
-    ops = p.timeline.ops.set_index("op_id")
+    ops = p.timeline.ops
+    # only the operations the pieces name: an index of every operation copied all of them (millions)
+    ops = ops[ops["op_id"].isin(mine["ref"]).to_numpy(bool)].set_index("op_id")
     attrs = ops[["start_ns", "end_ns", "copy_kind", "bytes", "pageable", "is_async", "stream_id"]]
     mine = mine.join(attrs.rename(columns={"start_ns": "start_ns_op", "end_ns": "end_ns_op"}), on="ref")
     mine["running"] = (mine["start_ns"] >= mine["start_ns_op"]) & (mine["end_ns"] <= mine["end_ns_op"])
@@ -177,7 +179,8 @@ class StreamOverlap(Rule):
             claims = copy_claims(p)
             mine = claims[~claims["pageable"].astype(bool) & claims["running"]]
             ops = p.timeline.ops
-            kernel_streams = set(ops.loc[ops["kind"] == "kernel", "stream_id"].dropna().astype(int))
+            # distinct first: one Python integer per kernel cost seconds on a long run
+            kernel_streams = set(pd.unique(ops.loc[ops["kind"] == "kernel", "stream_id"].dropna().astype(int)).tolist())
             mine = mine[mine["stream_id"].isin(kernel_streams)]
             busy = p.breakdown.mean_parts()
             busy_ns = sum(v for k, v in busy.items() if k.startswith("busy_"))

@@ -34,6 +34,7 @@ from ...work.call import Call
 from ...work.model import op_work
 from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
+from ..kernel_flags import name_flags
 from ..kernel_names import is_elementwise, is_normalization
 from ..rule import ProcessRule
 from ..steady_work import ceilings, op_calls, steady_work
@@ -71,20 +72,20 @@ def _write_shares(ctx: Context, k: pd.DataFrame) -> np.ndarray:
 
 
 def _runs(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]:
-    """The runs [i, j) of consecutive ``ok`` kernels within one step, at least ``least`` long."""
-    out = []
-    i = 0
-    while i < len(ok):
-        if not ok[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(ok) and ok[j] and step[j] == step[i]:
-            j += 1
-        if j - i >= least:
-            out.append((i, j))
-        i = j
-    return out
+    """The runs [i, j) of consecutive ``ok`` kernels within one step, at least ``least`` long
+    (found in numpy: a run has millions of kernels)."""
+    ok = np.asarray(ok, bool)
+    if not ok.any():
+        return []
+    step = np.asarray(step)
+    same = np.zeros(len(ok), bool)  # kernel i continues the run of kernel i - 1
+    same[1:] = ok[1:] & ok[:-1] & (step[1:] == step[:-1])
+    starts = np.flatnonzero(ok & ~same)
+    # a run ends at the first kernel after its start that does not continue it (or at the end)
+    breaks = np.append(np.flatnonzero(~same), len(ok))
+    ends = breaks[np.searchsorted(breaks, starts, "right")]
+    long = ends - starts >= least
+    return list(zip(starts[long].tolist(), ends[long].tolist()))
 
 
 # cuDNN's training-mode batch norms, forward and backward, that make both passes in one kernel
@@ -122,14 +123,11 @@ class UnfusedElementwise(ProcessRule):
         free = np.ones(len(k), bool)  # not part of a hand-written attention chain
         for first, _, last in attention_chains(ctx, p):
             free[first:last + 1] = False
-        elementwise = {n: is_elementwise(n) for n in set(names.tolist())}
-        by_name = np.array([elementwise[n] for n in names], bool)
-        # by bytes
-        kinds = k["work_kind"].astype(object).to_numpy()
-        fusable = np.array([(isinstance(w, str) and w in FUSABLE_KINDS) for w in kinds], bool)
         # names repeat: each is matched once (a search of a long templated name costs tens of µs)
-        normalization = {n: is_normalization(str(n)) for n in elementwise}
-        fusable |= np.array([normalization[n] for n in names], bool) | by_name
+        by_name = name_flags(ctx, p, is_elementwise)
+        # by bytes
+        fusable = k["work_kind"].astype(object).isin(FUSABLE_KINDS).to_numpy(bool)  # texts only: NaN and None are not in it
+        fusable = fusable | name_flags(ctx, p, is_normalization) | by_name
         nbytes = k["bytes"].to_numpy(np.float64)
         known = np.isfinite(nbytes) & (nbytes > 0)
         byte_runs = _runs(fusable & known & critical & free, step, MIN_BYTES_CHAIN) if known.any() else []

@@ -25,10 +25,17 @@ import numpy as np
 
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
+from ..kernel_flags import name_flags
 from ..kernel_names import is_layout_conversion, is_nchw_convolution, is_nchw_norm
 from ..rule import ProcessRule
 from ..steady_work import ceilings, op_calls, roof_ns, steady_work
 from .kernels import TARGET_EFFICIENCY
+
+
+def _layout_kind(name: str) -> str:
+    """``conversion``, ``conv`` (NCHW), ``norm`` (NCHW) or "" by the kernel's name."""
+    return ("conversion" if is_layout_conversion(name) else "conv" if is_nchw_convolution(name)
+            else "norm" if is_nchw_norm(name) else "")
 
 
 class ChannelsLast(ProcessRule):
@@ -40,10 +47,7 @@ class ChannelsLast(ProcessRule):
         k = steady_work(ctx, p)
         if not len(k):
             return None
-        names = k["name"].tolist()
-        kinds = {n: ("conversion" if is_layout_conversion(n) else "conv" if is_nchw_convolution(n)
-                     else "norm" if is_nchw_norm(n) else "") for n in set(names)}
-        kind = np.array([kinds[n] for n in names], dtype=object)
+        kind = name_flags(ctx, p, _layout_kind, object)
         if not ((kind == "conversion") | (kind == "conv")).any():
             return None  # NCHW batch norm alone (a BatchNorm1d, no convolution): nothing to convert
         c = ceilings(ctx)

@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
+from ..kernel_flags import name_flags
 from ..kernel_names import float32_without_tensor_cores, is_attention, is_tf32_matmul
 from ..rule import Rule
 from ..steady_work import ceilings, roofs_ns, steady_work
@@ -44,13 +45,16 @@ LARGE_SHARE = 0.25  # float32/TF32 matmul kernels under this share of the step: 
 MATRIX_KINDS = ("matmul", "conv", "attention")
 
 
-def _classes(k: pd.DataFrame) -> np.ndarray:
+def _name_class(name: str) -> str:
+    """``fp32``, ``tf32`` or "" by the kernel's name alone."""
+    return "fp32" if float32_without_tensor_cores(name) else "tf32" if is_tf32_matmul(name) else ""
+
+
+def _classes(k: pd.DataFrame, by_name: np.ndarray) -> np.ndarray:
     """Per kernel: ``fp32`` (float32 on CUDA cores), ``tf32``, or "" (neither): from its operator's
-    precision where known, else from its name."""
-    names = k["name"].tolist()
-    by_name = {n: ("fp32" if float32_without_tensor_cores(n) else "tf32" if is_tf32_matmul(n) else "")
-               for n in set(names)}
-    out = np.array([by_name[n] for n in names], dtype=object)
+    precision where known, else from its name (``by_name``: :func:`_name_class` of each kernel's
+    name)."""
+    out = by_name.copy()
     kind = k["work_kind"].astype(object).to_numpy()
     prec = k["precision"].astype(object).to_numpy()
     state = k["tensor_cores"].astype(object).to_numpy()
@@ -84,7 +88,7 @@ class Precision(Rule):
         k = steady_work(ctx, p)
         if not len(k):
             return None
-        cls = _classes(k)
+        cls = _classes(k, name_flags(ctx, p, _name_class, object))
         looped = loop_op_ids(ctx, p)
         mine = (cls != "") & ~k["op_id"].isin(looped).to_numpy(bool)
         total = p.per_step(float(k.loc[mine, "dur_ns"].sum()))
@@ -97,9 +101,8 @@ class Precision(Rule):
         rows = np.flatnonzero(mine & k["critical"].to_numpy(bool))
         t = k["dur_ns"].to_numpy(np.float64)[rows]
         plain = cls[rows] == "fp32"
-        names = k["name"].to_numpy(object)[rows]
         attention = (k["work_kind"].astype(object).to_numpy()[rows] == "attention")
-        attention |= np.array([is_attention(n) for n in names], bool) if len(rows) else np.zeros(0, bool)
+        attention |= name_flags(ctx, p, is_attention)[rows]
         flops, matrix, nbytes = (k[col].to_numpy(np.float64)[rows] for col in ("flops", "matrix_flops", "bytes"))
         now = np.where(plain, roofs_ns(c, flops, matrix, nbytes, "fp32", tensor=False),
                        roofs_ns(c, flops, matrix, nbytes, "tf32", tensor=True))
