@@ -104,9 +104,16 @@ class ProcessBreakdown:
         return {k: float(s[k].mean() if self.has_steps else s[k].sum()) for k in ("duration_ns", *PARTS)}
 
 
+def _sorted(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted. Times come mostly in order (operations by start, their ends, launches), and
+    a merge sort of runs already in order (timsort, numpy's stable sort) takes a few passes where
+    quicksort takes its whole time: 10 M starts, 0.8 s -> 0.2 s. The values are the same either way."""
+    return np.sort(values, kind="stable")
+
+
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted (a sort is faster than np.unique's hashing on large time arrays)."""
-    v = np.sort(values)
+    v = _sorted(values)
     return v[np.concatenate([[True], v[1:] != v[:-1]])] if len(v) else v
 
 
@@ -190,14 +197,14 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdow
     by_bound = []
     for b in BOUNDS:
         m = (~transfer) & (bound == b)
-        by_bound.append((np.sort(s[m]), np.sort(e[m])) if m.any() else None)
-    moving_ops = (np.sort(s[transfer]), np.sort(e[transfer]))
+        by_bound.append((_sorted(s[m]), _sorted(e[m])) if m.any() else None)
+    moving_ops = (_sorted(s[transfer]), _sorted(e[transfer]))
     t_idx = np.flatnonzero(transfer)
     order = t_idx[np.argsort(s[t_idx], kind="stable")]
     copies = _Latest(s[order], e[order])
     end_order = np.argsort(e, kind="stable")
     end_sorted = e[end_order]
-    launch_sorted = np.sort(launch)
+    launch_sorted = _sorted(launch)
     in_calls, in_loaders = _Latest(cs, ce), _Latest(ls, le)
     op_ids = ops["op_id"].to_numpy()
 

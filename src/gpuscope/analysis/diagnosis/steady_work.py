@@ -62,8 +62,10 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
         numeric = ("flops", "matrix_flops", "bytes")
         if not len(work) and all(work[c].dtype == object for c in WORK_COLUMNS):
             # no work known (no operators recorded): the columns a reindex would give, made directly
+            # (as object Series: a bare object array is scanned, value by value, for a type to infer)
             for col in WORK_COLUMNS:
-                out[col] = np.full(len(out), np.nan, dtype=np.float64 if col in numeric else object)
+                out[col] = (np.full(len(out), np.nan) if col in numeric else
+                            pd.Series(np.full(len(out), np.nan, dtype=object), index=out.index, dtype=object, copy=False))
         else:
             joined = work.reindex(out["op_id"].to_numpy())
             for col in WORK_COLUMNS:

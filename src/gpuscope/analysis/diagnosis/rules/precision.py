@@ -56,9 +56,11 @@ def _classes(k: pd.DataFrame, by_name: np.ndarray) -> np.ndarray:
     name)."""
     out = by_name.copy()
     kind = k["work_kind"].astype(object).to_numpy()
+    known = pd.Series(kind).isin(MATRIX_KINDS).to_numpy(bool)
+    if not known.any():  # no operator says (none recorded): the names say, and the rest changes nothing
+        return out
     prec = k["precision"].astype(object).to_numpy()
     state = k["tensor_cores"].astype(object).to_numpy()
-    known = pd.Series(kind).isin(MATRIX_KINDS).to_numpy(bool)
     fp32_name = out == "fp32"
     fp32 = (state == "eligible-unused") | (kind == "attention") | fp32_name
     out[known] = ""  # bf16, fp16 ... by its dtypes, whatever the name says

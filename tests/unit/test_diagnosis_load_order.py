@@ -1,0 +1,77 @@
+"""The operations of the diagnosis put in start order in numpy, and the breakdown's sorts of mostly
+ordered times: each the same as the one-shot way it replaced (DuckDB's ORDER BY, a quicksort)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscope.analysis.diagnosis.breakdown import _sorted, _sorted_unique
+from gpuscope.analysis.diagnosis.context import Context
+from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
+from gpuscope.analysis.diagnosis.timeline import _START_ORDER, _by_start, _ops_query, load_ops
+from gpuscope.trace.report import Report
+
+
+def _frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    start = np.sort(rng.integers(0, 50, n))  # ties on start and end, which op_id settles
+    return pd.DataFrame({"op_id": rng.permutation(n) + 1, "pid": rng.integers(1, 3, n), "start_ns": start,
+                         "end_ns": start + rng.integers(0, 3, n), "name": [f"k{i}" for i in range(n)]})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_start_order_is_the_sorted_frame(seed: int) -> None:
+    frame = _frame(np.random.default_rng(seed), 500)
+    want = frame.sort_values(["pid", "start_ns", "end_ns", "op_id"]).reset_index(drop=True)
+    got = _by_start(frame)
+    assert got is not None
+    pd.testing.assert_frame_equal(got, want)
+    assert _by_start(want) is want  # in order already: the frame as it came, no copy
+
+
+def test_start_order_leaves_nulls_to_the_query() -> None:
+    frame = _frame(np.random.default_rng(0), 20)
+    frame["end_ns"] = frame["end_ns"].astype("Int64")
+    frame.loc[3, "end_ns"] = pd.NA
+    assert _by_start(frame) is None
+
+
+# reports whose operations come from the table out of start order (copies, several streams and
+# processes), and one in order
+@pytest.mark.parametrize("name", ["diagnosis_sync_item", "dist4_fsdp", "mlp_api"])
+def test_loaded_operations_match_the_ordered_query(recorded: Callable[[str], Path], name: str) -> None:
+    with Report.open(recorded(name)) as report:
+        ops = load_ops(report)
+        want = report.df(_ops_query(report) + f" ORDER BY {_START_ORDER}")
+    assert len(ops) == len(want) > 0
+    for col in want.columns:
+        if col == "kind":
+            assert ops[col].astype(str).tolist() == want[col].astype(str).tolist()
+        else:
+            pd.testing.assert_series_equal(ops[col], want[col], check_names=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sorts_of_mostly_ordered_times_give_the_same_values(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 10**9, 20_000))
+    ends = starts + rng.integers(0, 10**5, len(starts))  # mostly, not quite, in order
+    for values in (starts, ends, np.concatenate([starts, ends]), rng.permutation(ends)):
+        assert np.array_equal(_sorted(values), np.sort(values))
+        assert np.array_equal(_sorted_unique(values), np.unique(values))
+
+
+def test_steady_work_without_operators_has_empty_work_columns(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("mlp_default")) as report:
+        assert not report.count("torch_op")
+        ctx = Context(report)
+        (p, *_) = ctx.processes
+        k = steady_work(ctx, p)
+    assert len(k)
+    for col in WORK_COLUMNS:
+        assert k[col].isna().all()
+        assert k[col].dtype == (np.float64 if col in ("flops", "matrix_flops", "bytes") else object)
