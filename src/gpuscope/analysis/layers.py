@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..trace.report import Report
 from .attribution import innermost_table, ops_table, ranges_table, temp_table
 from .enclosed import union_gpu_time
+from .module_steps import module_steps, ranged_ops_sql
 from .steps import StepSource, op_steps_table, step_source
 from .table import Column, Table
 
@@ -48,7 +49,7 @@ def _owned(report: Report, source: StepSource) -> str:
     table = temp_table(report, f"gpuscope_owned_{source.kind or 'none'}", lambda: _owned_query(report, source))
     report.sql(f"DROP TABLE IF EXISTS {OWNER_RID}")  # the first join's rows, in the table now
     return f"""
-            SELECT w.op_id, w.kind, w.name_id, w.d, w.in_step, w.category,
+            SELECT w.op_id, w.kind, w.name_id, w.d, w.in_step, w.ranged, w.category,
                    CASE WHEN w.owner_rid IS NULL THEN '{OUTSIDE}' ELSE n.value END AS row_name,
                    w.row_kind, w.owner_rid, w.pid, w.start_ns, w.end_ns
             FROM {table} w LEFT JOIN string n ON n.id = w.owner_name_id"""
@@ -62,8 +63,11 @@ def _owned_query(report: Report, source: StepSource) -> str:
         SELECT o.op_id, o.kind, o.name_id, o.pid, o.start_ns, o.end_ns, coalesce(a.rid, b.rid) AS rid
         FROM {ops} o LEFT JOIN {own} a ON a.op_id = o.op_id LEFT JOIN {backward_call} b ON b.op_id = o.op_id""")
     in_step = f"x.op_id IN (SELECT op_id FROM {op_steps_table(report, source)})" if source.kind else "TRUE"
+    ranged_ops = ranged_ops_sql(report, source)
+    ranged = f"x.op_id IN ({ranged_ops})" if ranged_ops else "TRUE"
     return f"""
-        SELECT x.op_id, x.kind, x.name_id, x.end_ns - x.start_ns AS d, {in_step} AS in_step, r.category,
+        SELECT x.op_id, x.kind, x.name_id, x.end_ns - x.start_ns AS d, {in_step} AS in_step, {ranged} AS ranged,
+               r.category,
                r.name_id AS owner_name_id,
                CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END AS row_kind,
                r.rid AS owner_rid, x.pid, x.start_ns, x.end_ns
@@ -73,7 +77,8 @@ def _owned_query(report: Report, source: StepSource) -> str:
 def op_owners_sql(report: Report) -> str:
     """SQL: every GPU operation with the PyTorch range that owns it, as ``layer_sum`` counts it.
 
-    Columns: ``op_id, kind, name_id, d`` (duration), ``in_step``, ``category`` (of the owning
+    Columns: ``op_id, kind, name_id, d`` (duration), ``in_step``, ``ranged`` (launched in a step with
+    module ranges, or TRUE where every step has them: analysis/module_steps.py), ``category`` (of the owning
     range), ``row_name`` (its name, or ``(not in a module)``), ``row_kind`` (``module``,
     ``optimizer``, ``autograd``, ...; NULL outside every range) and ``owner_rid`` (the owning
     range's ``rid`` in :func:`.attribution.ranges_table`; NULL outside every range), then the
@@ -125,7 +130,7 @@ def layer_sum(report: Report) -> Table:
     source = step_source(report)
     rows = report.sql(
         f"""
-        WITH owned AS ({_owned(report, source)}),
+        WITH owned AS (SELECT * FROM ({_owned(report, source)}) WHERE ranged),
         self AS (
             SELECT row_kind, row_name, sum(d) AS gpu, sum(d) FILTER (WHERE in_step) AS step_gpu,
                    count(*) FILTER (WHERE kind = 'kernel') AS kernels,
@@ -175,6 +180,9 @@ def layer_sum(report: Report) -> Table:
             f"over all rows it adds up to the GPU time of all operations. Share: of GPU time {share}."
         ),
     ]
+    said = module_steps(report)
+    if said is not None and said.sampled and source.kind:
+        notes.append(f"Steps: {said.describe()}; the GPU columns count the operations of those steps only.")
     hint = report.not_recorded().get("torch_backward")
     if hint:
         notes.append(f"Not recorded: {hint}; the kernels of the backward pass count to the backward() call.")

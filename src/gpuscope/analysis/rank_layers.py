@@ -36,7 +36,7 @@ def layer_times(report: Report) -> pd.DataFrame:
         frames.append(report.df(f"""SELECT o.pid, w.row_name AS name, w.row_kind AS kind, 'gpu' AS time,
                                            sum(w.d) AS total
                                     FROM ({op_owners_sql(report)}) w JOIN {ops} o USING (op_id)
-                                    WHERE w.in_step GROUP BY ALL"""))
+                                    WHERE w.in_step AND w.ranged GROUP BY ALL"""))
     frame = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
     frame = frame[frame["pid"].isin(ranks["pid"])]
     if not len(frame):

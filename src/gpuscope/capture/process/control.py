@@ -93,7 +93,11 @@ class CaptureControl:
     def _step_mark(self, source: str, t: int) -> None:
         """A step mark: to the capture window, then, where step_sum counts it, to the operator samples."""
         window = self.window
+        before = (window.step_source, window.steps)
         window.step_mark(source, t)
+        hooks = self.agent.collector("torch")
+        if hooks is not None and (window.step_source, window.steps) != before:  # a step the window counted
+            hooks.step_ended(window.steps)  # whether the next step records module ranges
         ops = self.agent.collector("torch-ops")
         # the outermost module calls (a program that marks no steps) count for the overhead probe only:
         # the operator samples keep their own windows for such programs (until the operators repeat)

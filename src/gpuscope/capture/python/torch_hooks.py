@@ -35,6 +35,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .imports import when_imported
+from .module_steps import DEFAULT, StepGate, from_env
 from .ranges import RangeRecorder
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class TorchHooks:
         self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
         self._skipping = False  # torch.compile runs gpuscope's frames as they are (_not_compiled_alone)
         self.fast = False  # forward ranges go to the thread's log (see _refresh)
+        self.gate = StepGate(DEFAULT)  # which steps record module ranges (module_steps.py)
+        self.modules_on = True  # this step records module ranges
         self._refresh()
 
     # -- installation ----------------------------------------------------------------------
@@ -98,8 +101,19 @@ class TorchHooks:
 
     def _refresh(self) -> None:
         """Decide, once per change of state, whether module calls take the logged path."""
-        self.fast = self.collecting and not self._disabled and self.logged
+        self.fast = self.collecting and not self._disabled and self.logged and self.modules_on
+        # module calls go straight to PyTorch: collection off, or a step without module ranges
+        self.passing = not self.collecting or self._disabled or (self.logged and not self.modules_on)
         self.fast_steps = self.collecting and not self._disabled and self.r.watch is None
+
+    def step_ended(self, count: int) -> None:
+        """A step ended, ``count`` steps counted now (the capture window's count): decide whether the
+        next one records module ranges (module_steps.py)."""
+        on = self.gate.step_ended(count)
+        self.counts.update(self.gate.counts())
+        if on != self.modules_on:
+            self.modules_on = on
+            self._refresh()
 
     def take_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """The class of each module named since the last call (``module_class`` rows: name, class);
@@ -247,7 +261,7 @@ class TorchHooks:
             if is_compiling():
                 return call(module, *args, **kwargs)
             if not self.fast:
-                if not self.collecting or self._disabled:  # outside a capture window: one frame, no more
+                if self.passing:  # outside a capture window or a step with module ranges: one frame
                     return call(module, *args, **kwargs)
                 return full(module, *args, **kwargs)
             try:
@@ -280,10 +294,10 @@ class TorchHooks:
             if is_compiling():  # first, as above
                 return call(module, *args, **kwargs)
             if r.step_marked or get_ident() != main:
-                return __call__(module, *args, **kwargs)
+                return call(module, *args, **kwargs) if self.passing else __call__(module, *args, **kwargs)
             self._depth += 1
             try:
-                return __call__(module, *args, **kwargs)
+                return call(module, *args, **kwargs) if self.passing else __call__(module, *args, **kwargs)
             finally:
                 self._depth -= 1
                 if not self._depth and not self._disabled:
@@ -591,5 +605,6 @@ def start(ctx: Context, torch: Any = None) -> TorchHooks:
     """Install the PyTorch hooks in the imported ``torch``, recording into the process's range
     recorder (module backward ranges with ``torch-backward``); return them."""
     hooks = TorchHooks(ctx.collector("ranges"), ctx.diag, backward="torch-backward" in ctx.trace)
+    hooks.gate = StepGate(from_env(ctx.diag))
     hooks.install(torch)
     return hooks

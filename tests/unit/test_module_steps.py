@@ -1,0 +1,130 @@
+"""Module ranges in some steps only (capture/python/module_steps.py): the policy, the gate the
+PyTorch hooks follow at each step's end, and the layer table reading only the steps that have them
+(analysis/module_steps.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_builder import ReportBuilder
+
+from gpuscope.analysis.layers import layer_sum
+from gpuscope.analysis.module_steps import module_steps
+from gpuscope.capture.python.module_steps import DEFAULT, ModuleSteps, StepGate, from_env
+from gpuscope.capture.python.ranges import RangeRecorder
+from gpuscope.capture.python.torch_hooks import TorchHooks
+
+torch = pytest.importorskip("torch")
+
+
+def test_the_policy_records_the_first_steps_then_one_in_every() -> None:
+    p = ModuleSteps(first=3, every=4)
+    assert [n for n in range(16) if p.records(n)] == [0, 1, 2, 3, 7, 11, 15]
+    assert all(DEFAULT.records(n) for n in range(50)) and DEFAULT.all
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("all", ModuleSteps(0, 1)), ("sample", ModuleSteps(20, 10)), ("first=5,every=3", ModuleSteps(5, 3)),
+    ("every=7", ModuleSteps(20, 7)), (" FIRST=2 ", ModuleSteps(2, 10)), ("every=0", ModuleSteps(20, 1)),
+])
+def test_the_policy_is_read_from_its_text(text: str, expected: ModuleSteps) -> None:
+    assert ModuleSteps.parse(text) == expected
+
+
+def test_a_wrong_setting_is_said_and_the_default_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[tuple[str, str]] = []
+    monkeypatch.setenv("GPUSCOPE_MODULE_STEPS", "every=often")
+    assert from_env(lambda level, message: said.append((level, message))) == DEFAULT
+    assert said and said[0][0] == "warning" and "GPUSCOPE_MODULE_STEPS" in said[0][1]
+    monkeypatch.setenv("GPUSCOPE_MODULE_STEPS", "first=1,every=2")
+    assert from_env(lambda level, message: None) == ModuleSteps(1, 2)
+
+
+def test_the_gate_counts_the_steps_that_recorded() -> None:
+    gate = StepGate(ModuleSteps(first=2, every=3))
+    ons = [gate.step_ended(n) for n in range(1, 9)]  # after steps 0..7: does step n record?
+    assert ons == [True, True, False, False, True, False, False, True]  # steps 1, 2, 5 and 8 record
+    assert gate.counts()["module_steps"] == 8 and gate.counts()["module_steps_recorded"] == 4  # steps 0, 1, 2, 5
+    gate.step_ended(1)  # a better step source starts the count again: its first steps record
+    assert gate.on
+
+
+def _hooked(monkeypatch: pytest.MonkeyPatch, policy: ModuleSteps) -> TorchHooks:
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    hooks._torch = torch
+    hooks.gate = StepGate(policy)
+    hooks.r.step_marked = True
+    monkeypatch.setattr(torch.nn.Module, "__call__", hooks._module_call(torch.nn.Module.__call__))
+    return hooks
+
+
+def _forward_ranges(hooks: TorchHooks) -> list[Any]:
+    return [row for row in hooks.r.take() if row[6] == "range" and row[8] == "forward"]
+
+
+def test_module_calls_pass_straight_through_in_steps_without_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks = _hooked(monkeypatch, ModuleSteps(first=1, every=3))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    per_step = []
+    for n in range(7):
+        model(torch.ones(2, 4))
+        per_step.append(len(_forward_ranges(hooks)))
+        hooks.step_ended(n + 1)
+    assert per_step == [3, 3, 0, 0, 3, 0, 0]  # steps 0, 1 and 4: the model and its two layers
+    assert hooks.counts["module_steps"] == 7 and hooks.counts["module_steps_recorded"] == 3
+
+
+def test_a_call_open_when_the_gate_closes_still_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step mark inside a module call (gpuscope.step() in a forward) closes the gate: the calls
+    already open end their ranges, the ones started after it pass through."""
+    hooks = _hooked(monkeypatch, ModuleSteps(first=1, every=5))
+
+    class Marks(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.before, self.after = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+        def forward(self, x: Any) -> Any:
+            x = self.before(x)
+            hooks.step_ended(2)  # step 2 records nothing
+            return self.after(x)
+
+    Marks()(torch.ones(2))
+    rows = _forward_ranges(hooks)
+    assert sorted(row[5] for row in rows) == ["Marks", "Marks.before"] and all(row[1] is not None for row in rows)
+
+
+def _sampled_run(path: Path, recorded: int, steps: int) -> Any:
+    """Three steps (marks at 1000, 2000, 3000): module ranges in the first and the third only."""
+    b = ReportBuilder(path)
+    b.range("M", 100, 400, 1, category="forward")
+    b.kernel("a", 500, 800, tid=1, launch=200)
+    b.mark("step", 1000, 1)
+    b.kernel("b", 1500, 1900, tid=1, launch=1200)  # a step without module ranges
+    b.mark("step", 2000, 1)
+    b.range("M", 2100, 2400, 1, category="forward")
+    b.kernel("c", 2500, 2600, tid=1, launch=2200)
+    b.mark("step", 3000, 1)
+    counts = {"module_steps": steps, "module_steps_recorded": recorded, "module_steps_first": 1,
+              "module_steps_every": 2}
+    b.writer.con.execute("INSERT INTO collector VALUES (100, 'ranges', 2, 0, 0, 0, ?)", [json.dumps(counts)])
+    return b.open()
+
+
+def test_the_layer_table_reads_the_steps_with_module_ranges(tmp_path: Path) -> None:
+    with _sampled_run(tmp_path / "s.gpuscope", recorded=2, steps=3) as report:
+        said = module_steps(report)
+        table = layer_sum(report)
+    assert said is not None and said.sampled and (said.recorded, said.steps) == (2, 3)
+    rows = {r["Name"]: r for r in table.records()}
+    assert set(rows) == {"M"} and rows["M"]["GPU Self"] == 300 + 100 and rows["M"]["Share"] == pytest.approx(100.0)
+    assert any("recorded in 2 of 3 steps" in note for note in table.notes)
+
+
+def test_where_every_step_recorded_every_operation_counts(tmp_path: Path) -> None:
+    with _sampled_run(tmp_path / "a.gpuscope", recorded=3, steps=3) as report:
+        rows = {r["Name"]: r for r in layer_sum(report).records()}
+    assert rows["(not in a module)"]["GPU Self"] == 400 and rows["M"]["GPU Self"] == 400
