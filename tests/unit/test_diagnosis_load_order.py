@@ -1,4 +1,4 @@
-"""The operations of the diagnosis put in start order in numpy, and the breakdown's sorts of mostly
+"""The operations of the diagnosis and the step tokens put in start order in numpy, and the breakdown's sorts of mostly
 ordered times: each the same as the one-shot way it replaced (DuckDB's ORDER BY, a quicksort)."""
 
 from __future__ import annotations
@@ -13,8 +13,24 @@ import pytest
 from gpuscope.analysis.diagnosis.breakdown import _sorted, _sorted_unique
 from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
-from gpuscope.analysis.diagnosis.timeline import _START_ORDER, _by_start, _ops_query, load_ops
+from gpuscope.analysis.attribution import ops_table, ordered_frame
+from gpuscope.analysis.steps import _gpu_tokens
+from gpuscope.analysis.diagnosis.timeline import _START_ORDER, _ops_query, load_ops
 from gpuscope.trace.report import Report
+
+
+class _Report:
+    """A report's ``df`` over one frame: the query is the frame, ``ORDER BY`` sorts it."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame, self.ordered = frame, 0
+
+    def df(self, query: str) -> pd.DataFrame:
+        if " ORDER BY " not in query:
+            return self.frame
+        self.ordered += 1
+        keys = [k.strip() for k in query.split(" ORDER BY ")[1].split(",")]
+        return self.frame.sort_values(keys, na_position="last").reset_index(drop=True)
 
 
 def _frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
@@ -26,18 +42,29 @@ def _frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", range(4))
 def test_start_order_is_the_sorted_frame(seed: int) -> None:
     frame = _frame(np.random.default_rng(seed), 500)
-    want = frame.sort_values(["pid", "start_ns", "end_ns", "op_id"]).reset_index(drop=True)
-    got = _by_start(frame)
-    assert got is not None
-    pd.testing.assert_frame_equal(got, want)
-    assert _by_start(want) is want  # in order already: the frame as it came, no copy
+    want = frame.sort_values(list(_START_ORDER)).reset_index(drop=True)
+    report = _Report(frame)
+    pd.testing.assert_frame_equal(ordered_frame(report, "q", _START_ORDER), want)  # type: ignore[arg-type]
+    assert report.ordered == 0  # sorted in numpy
+    in_order = _Report(want)
+    assert ordered_frame(in_order, "q", _START_ORDER) is want  # type: ignore[arg-type]  # as it came, no copy
 
 
 def test_start_order_leaves_nulls_to_the_query() -> None:
     frame = _frame(np.random.default_rng(0), 20)
     frame["end_ns"] = frame["end_ns"].astype("Int64")
     frame.loc[3, "end_ns"] = pd.NA
-    assert _by_start(frame) is None
+    report = _Report(frame)
+    got = ordered_frame(report, "q", _START_ORDER)  # type: ignore[arg-type]
+    assert report.ordered == 1  # DuckDB's order, NULLs and all
+    assert sorted(got["op_id"]) == sorted(frame["op_id"])
+
+
+# the tokens' query as it was, sorted by DuckDB
+_TOKENS = """SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind WHEN 'HtoD' THEN -2 WHEN 'DtoH' THEN -3
+                 WHEN 'DtoD' THEN -4 WHEN 'HtoH' THEN -5 WHEN 'PtoP' THEN -6 ELSE -7 END
+                 WHEN 'memset' THEN -10 WHEN 'graph' THEN -11 ELSE coalesce(name_id, -1) END::BIGINT AS token,
+                 launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact FROM {ops} ORDER BY pid, start_ns, op_id"""
 
 
 # reports whose operations come from the table out of start order (copies, several streams and
@@ -46,7 +73,10 @@ def test_start_order_leaves_nulls_to_the_query() -> None:
 def test_loaded_operations_match_the_ordered_query(recorded: Callable[[str], Path], name: str) -> None:
     with Report.open(recorded(name)) as report:
         ops = load_ops(report)
-        want = report.df(_ops_query(report) + f" ORDER BY {_START_ORDER}")
+        want = report.df(_ops_query(report) + f" ORDER BY {', '.join(_START_ORDER)}")
+        tokens = _gpu_tokens(report)
+        want_tokens = report.df(_TOKENS.format(ops=ops_table(report)))
+    pd.testing.assert_frame_equal(tokens, want_tokens)
     assert len(ops) == len(want) > 0
     for col in want.columns:
         if col == "kind":

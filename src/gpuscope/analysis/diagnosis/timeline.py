@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from ..attribution import ops_table
+from ..attribution import ops_table, ordered_frame
 from ..steps import StepSource, step_source, step_windows
 from ..sync import sync_site_frame
 
@@ -35,7 +35,7 @@ HOST_MEMORY_COPIES = ("HtoD", "DtoH", "HtoH", "HtoA", "AtoH", "PtoP")
 COPY_APIS = ("cudaMemcpy", "cuMemcpy")
 
 
-_START_ORDER = "pid, start_ns, end_ns, op_id"
+_START_ORDER = ("pid", "start_ns", "end_ns", "op_id")
 _KINDS = "ENUM('kernel', 'memcpy', 'memset', 'graph')"
 _COPY_ATTRS = ("copy_kind", "src_kind", "dst_kind", "bytes", "is_async")  # of copies and memsets only
 
@@ -87,9 +87,7 @@ class Timelines:
 
 def load_ops(report: Report) -> pd.DataFrame:
     """Return every GPU operation with its launch point and attributes (see the module docstring)."""
-    ops = _by_start(report.df(_ops_query(report)))
-    if ops is None:  # a key column with NULLs: DuckDB's order (NULLs last) it is
-        ops = report.df(_ops_query(report) + f" ORDER BY {_START_ORDER}")
+    ops = ordered_frame(report, _ops_query(report), _START_ORDER)
     _add_copy_attrs(ops, report.df(_copy_attrs_query(report)))
     ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
                "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
@@ -99,21 +97,6 @@ def load_ops(report: Report) -> pd.DataFrame:
     ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
     ops["is_async"] = ops["is_async"].astype("boolean")
     return ops
-
-
-def _by_start(ops: pd.DataFrame) -> pd.DataFrame | None:
-    """``ops`` in the order :data:`_START_ORDER` (``op_id`` is unique: one order only); None when a
-    key column has NULLs. The operation table comes in launch order, mostly the start order already:
-    the order is found in numpy (a merge of runs in order), and the rows are moved only when it is
-    not theirs; sorted in DuckDB, ten million rows took twice as long to arrive."""
-    keys = ("op_id", "end_ns", "start_ns", "pid")
-    if any(not (isinstance(ops[k].dtype, np.dtype) and ops[k].dtype.kind in "iu") for k in keys):
-        return None
-    order = np.lexsort((ops["op_id"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64),
-                        ops["start_ns"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64)))
-    if np.array_equal(order, np.arange(len(ops))):
-        return ops
-    return ops.take(order).reset_index(drop=True)
 
 
 def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
