@@ -2,12 +2,16 @@
 (``tests/workloads/clients/``).
 
 ``clients.measured.json`` holds every candidate fix of each client program timed untraced
-(interleaved rounds in one process, on an H200); ``client_*`` fixtures are those programs as
-written, recorded there with the default collectors and Python samples. A program passes when the
-top finding names the fix that measured the largest gain and estimates it within ±30%
-(bench/diagnosis_compare.py). The ones the analysis still gets wrong are listed with the reason,
-so that a change that fixes or breaks one shows here. Programs measured without a fixture kept
-are checked for their measurement only.
+(interleaved rounds in one process; the device per program); ``client_*`` fixtures are those
+programs as written, recorded there with the default collectors, operator shapes and Python
+samples (the larger recordings cut to a few dozen steady steps, with the first steps' operators,
+after checking that the cut keeps analyze's ranking and its shares within a point). A program
+passes when the top finding names the fix that measured the largest gain and estimates it within
+±30% (bench/diagnosis_compare.py); where no fix measured more than 5%, when no finding of the main
+ranking is above 5%. The ones the analysis still gets wrong are listed with the reason, so that a
+change that fixes or breaks one shows here. Programs measured without a fixture kept are checked
+for their measurement only. Programs measured with medians only (no per-round times kept) are
+compared by the recorded gain.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench_module import load_bench
@@ -36,10 +41,39 @@ KNOWN_MISSES: dict[str, str] = {
                      "measured best (27%, an H100): the right fix, its estimate 2.2x: the overhead probe's "
                      "iterations with collection off took 8.95 ms against 4.93 ms untraced, so the step without "
                      "the profiler is taken as 10.4 ms",
+    "cupy_elementwise": "fusing the time step into one kernel measured 87%, but CuPy's elementwise kernels are not "
+                        "recognised as an elementwise chain (unfused_elementwise finds nothing); launch_bound "
+                        "ranks first at 2%",
+    "hf_gpt2_generate": "launch_bound ranks first at 85% for the static cache, which measured 35%: the finding "
+                        "prices a CUDA graph of the whole decode step; a static cache alone removes only the "
+                        "cache's own launches and copies",
+    "torch_transformer_lm_fp32": "no_tensor_cores ranks first at 54% and TF32 measured 5% (no fix more): the float32 GEMMs' "
+                                 "time on the GPU is not what bounds the step untraced (23.3 ms a step, the host "
+                                 "issuing 450 kernels of eager training), so making them faster saves little",
+    "tv_resnet18_infer": "torch.compile measured 55% and channels_last 33%; channels_last ranks first (30%, its "
+                         "size right) and unfused_elementwise prices compile at 3%: what compile gains on a "
+                         "float16 NCHW inference (its own layout and convolution choices, batch norm folded into "
+                         "the convolutions) is not modelled",
+    "tv_resnet50_amp": "launch_bound ranks first at 26% with no CUDA graph measured; channels_last measured 20% "
+                       "and is estimated at 14% (third); the GradScaler's sync each step drains the GPU, and the "
+                       "launch gaps after it may be what launch_bound counts (not yet checked)",
+}
+# misses seen on recordings too large to keep here (diagnosed on the full recordings; the results
+# table in bench/results/diagnosis_clients.md has them): program -> why
+UNKEPT_MISSES: dict[str, str] = {
+    "compiled_graph_break": "no fix measured a gain (the one candidate, the guard on the GPU, 40% slower), yet "
+                            "launch_bound proposes a CUDA graph at about 69%: no graph variant was measured, and the "
+                            "step's .item() syncs split it into pieces a whole-step graph cannot hold",
+    "jax_mlp": "launch_bound ranks first, the rule scan over 8 steps names, but at 15% where it measured 28% "
+               "(cause not yet read from the recording)",
+    "lightning_mlp": "no fix measured more than 5% (bf16-mixed 52% slower; the 4x batch 7%, ranked apart), yet "
+                     "data_loader ranks first at 33% (cause not yet read from the recording)",
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
-# below another, or not found
-RIGHT_FIX_AT = {"eager_norm_chain": "first", "hf_bert_infer": "first"}
+# below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%
+RIGHT_FIX_AT = {"eager_norm_chain": "first", "hf_bert_infer": "first", "cupy_elementwise": "not found",
+                "hf_gpt2_generate": "first", "torch_transformer_lm_fp32": "nothing measured",
+                "tv_resnet18_infer": "below", "tv_resnet50_amp": "below"}
 
 compare_mod = load_bench("diagnosis_compare")
 
@@ -49,31 +83,65 @@ def _row(f) -> dict:  # type: ignore[no-untyped-def]
             "work_changing": f.work_changing}
 
 
+def _variants(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The variants as the comparison reads them: per-round times where they were kept, else one round
+    made from the recorded gain per sample (the medians-only programs)."""
+    out = {}
+    for name, v in info["variants"].items():
+        if v.get("round_s"):
+            out[name] = v
+        elif v.get("as_written"):
+            out[name] = {**v, "round_s": [1.0], "samples_per_iteration": 1}
+        else:
+            out[name] = {**v, "round_s": [(1 - v["gain"]) * v.get("samples_per_iteration", 1)]}
+    return out
+
+
+def _gains(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {fx["name"]: fx for fx in compare_mod.fix_gains(_variants(info))}
+
+
+def _nothing_measured(info: dict[str, Any]) -> bool:
+    """Whether no fix ranked with the others measured more than 5% (then nothing above 5% is the target)."""
+    ranked = [fx["gain"] for fx in _gains(info).values() if not fx["work_changing"]]
+    return not ranked or max(ranked) <= compare_mod.NOTHING
+
+
 @pytest.mark.parametrize("program", RECORDED)
 def test_top_finding_is_the_fix_that_measured_most(program: str, recorded: Callable[[str], Path]) -> None:
     info = MEASURED[program]
     with Report.open(recorded(f"client_{program}")) as report:
         diag = diagnose(report)
     findings = [_row(f) for f in diag.findings]
-    verdict = compare_mod.compare(info["variants"], findings, info["nothing_to_fix"], info["one_time"])
+    nothing = info["nothing_to_fix"] or _nothing_measured(info)
+    verdict = compare_mod.compare(_variants(info), findings, nothing, info["one_time"])
     if program in KNOWN_MISSES:
         assert not verdict.get("pass"), f"{program} now passes: take it off KNOWN_MISSES ({verdict.get('why')})"
-        variants = info["variants"]
-        best = min((v for n, v in variants.items() if n != "as_written" and v.get("median_s")), key=lambda v: v["median_s"])
-        at = [i for i, f in enumerate(findings) if f["rule"] in best["rules"]]
-        where = "first" if at and at[0] == 0 else "below" if at else "not found"
-        assert where == RIGHT_FIX_AT[program]
+        if verdict.get("expect_nothing"):
+            where = "nothing measured"
+        else:
+            best = max((fx for fx in _gains(info).values() if not fx["work_changing"]), key=lambda fx: fx["gain"])
+            at = [i for i, f in enumerate(compare_mod.main_ranking(findings, info["one_time"])) if f["rule"] in best["rules"]]
+            where = "first" if at and at[0] == 0 else "below" if at else "not found"
+        assert where == RIGHT_FIX_AT[program], verdict.get("why")
     else:
         assert verdict.get("pass"), f"{program}: {verdict.get('why')}"
     steady = [f for f in diag.findings if not (f.one_time or f.advisory or f.work_changing)]
     assert sum(f.share for f in steady) <= 1.0 + 1e-9
 
 
+def test_known_misses_are_recorded_programs() -> None:
+    """A miss named here is checked above: its program is measured and its recording kept."""
+    assert set(KNOWN_MISSES) == set(RIGHT_FIX_AT)
+    assert set(KNOWN_MISSES) <= set(RECORDED)
+    assert set(UNKEPT_MISSES) <= set(MEASURED) - set(RECORDED)  # with a recording kept, they move to KNOWN_MISSES
+
+
 @pytest.mark.parametrize("program", sorted(MEASURED))
 def test_each_measured_program_has_a_fix_that_saves_something(program: str) -> None:
     """The measurements themselves: every client program kept here has a fix that measured a gain
-    of at least 10% (the table in bench/RESULTS.md quotes them)."""
-    variants = MEASURED[program]["variants"]
-    base = variants["as_written"]["median_s"]
-    gains = {name: 1 - v["median_s"] / base for name, v in variants.items() if name != "as_written" and v.get("median_s")}
-    assert max(gains.values()) >= 0.10, gains
+    of at least 10%, or none above 5% (then the diagnosis is to find nothing above 5%; the table in
+    bench/results/diagnosis_clients.md quotes them)."""
+    gains = {name: fx["gain"] for name, fx in _gains(MEASURED[program]).items()}
+    assert gains
+    assert max(gains.values()) >= 0.10 or _nothing_measured(MEASURED[program]), gains
