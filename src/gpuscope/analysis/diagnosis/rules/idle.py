@@ -196,7 +196,11 @@ class LaunchBound(Rule):
             kernel = inside & (ops["kind"] == "kernel").to_numpy(bool)
             n_kernels = int(kernel.sum())
             per_step = n_kernels / p.n_steps
-            removed = max(0.0, idle - per_step * GRAPH_GAP_NS)
+            # a kernel a graph already replays keeps its gap in the recording: only the kernels launched
+            # one by one gain a graph's gap in place of their launch
+            single = max(0.0, per_step - _graphed_kernels(ctx, p) / p.n_steps)
+            removed = max(0.0, idle - single * GRAPH_GAP_NS)
+            graphed = single < per_step / 2  # most of the step's kernels already run in graphs
             ns = p.gpu_gain(removed)
             busy_ns = sum(v for k, v in p.breakdown.mean_parts().items() if k.startswith("busy_"))
             untraced = _untraced_step(ctx, p)
@@ -213,29 +217,46 @@ class LaunchBound(Rule):
             where = ctx.top_launch_range(ops["op_id"].to_numpy(np.int64)[kernel])
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                title=f"Launch-bound: capture the step in a CUDA graph; {per_step:.0f} kernels per step, GPU idle "
-                      f"between launches {per_step_text(p, recorded)}",
+                title=(f"Launch-bound between CUDA graph replays: launch the loop as fewer, larger graphs; "
+                       if graphed else "Launch-bound: capture the step in a CUDA graph; ")
+                      + f"{per_step:.0f} kernels per step, GPU idle between launches {per_step_text(p, recorded)}",
                 evidence=[
                     f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
                     f"launches {fmt_ns(interval)}",
                     f"GPU busy {busy_share:.0%} of the step; back-to-back launch gaps {fmt_ns(launch_idle)} and "
                     f"PyTorch's own code between launches (dispatch, autograd, optimizer) {fmt_ns(framework)} per step",
                     f"estimate: a graph replay keeps the GPU work plus about {fmt_ns(GRAPH_GAP_NS)} per kernel and "
-                    "removes both",
+                    "removes both" + (f" ({per_step - single:.0f} of the step's kernels already run in CUDA graphs: "
+                                      "their gaps are kept as recorded, and the gaps between replays go)"
+                                      if per_step - single >= 1 else ""),
                 ] + [t for t in (p.own_text(recorded), p.power_text(removed)) if t] + (
                     [f"the GPU is busy {busy_ns / untraced:.0%} of the step without the profiler ({fmt_ns(untraced)}"
                      f"{'' if p.profiling_ns else ', less the collection overhead estimated for it'}): the launch gaps "
                      "of a GPU this busy are mostly where collection delayed the host, so the saving is capped at "
                      f"{BUSY_GPU_MAX_SHARE:.0%} of the step"] if capped else []),
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
-                fix=("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
-                     "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
-                     "small kernels with torch.compile; a larger batch gives each launch more work."),
+                fix=(("The step's kernels already run in CUDA graphs (XLA's command buffers, a captured graph): "
+                      "the GPU waits between replays, for the host to dispatch the next call. Run several steps "
+                      "per call (jax.lax.scan or a Python loop inside one jitted function, one graph over "
+                      "several steps), or give each call more work (a larger batch).") if graphed else
+                     ("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
+                      "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
+                      "small kernels with torch.compile; a larger batch gives each launch more work.")),
                 data=data_dict(launch_idle_ns=launch_idle, framework_idle_ns=framework, kernels_per_step=per_step,
                                median_kernel_ns=duration,
                                median_launch_interval_ns=interval),
             ))
         return out
+
+
+def _graphed_kernels(ctx: Context, p: Process) -> int:
+    """The kernels of the steady steps that a CUDA graph launched (``graph_id`` set): XLA's command
+    buffers, torch.compile's reduce-overhead, a captured step."""
+    w = p.steady_windows
+    (n,) = ctx.report.sql("SELECT count(*) FROM kernel WHERE pid = ? AND coalesce(graph_id, 0) <> 0 "
+                          "AND start_ns >= ? AND start_ns < ?",
+                          [int(p.pid), int(w["start_ns"].min()), int(w["end_ns"].max())])[0]
+    return int(n)
 
 
 def _untraced_step(ctx: Context, p: Process) -> float:
