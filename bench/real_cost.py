@@ -58,6 +58,7 @@ PARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "both-sites": (DEFAULT, {"GPUSCOPE_SYNC_LAYER": "both"}, []),  # runtime and driver API watched
     "no-anchors": (DEFAULT, {"GPUSCOPE_ANCHORS": "0"}, []),
     "no-samplers": ("cuda,nvtx,torch,torch-shapes", {}, []),
+    "module-steps": (DEFAULT, {"GPUSCOPE_MODULE_STEPS": "sample"}, []),  # module ranges in some steps only
 }
 NOT_PROGRAMS = {"nanogpt_model", "triton_kernels"}  # modules the programs import
 

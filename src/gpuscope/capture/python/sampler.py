@@ -150,7 +150,7 @@ class Sampler:
     def _sample(self, me: int) -> None:
         now = time.monotonic_ns()
         frames = sys._current_frames()
-        seen: dict[int, tuple[Any, int, int]] = {}
+        seen: dict[int, tuple[Any, int, int, Any, int]] = {}
         rows = []
         for ident, frame in frames.items():
             if ident == me:
@@ -165,17 +165,22 @@ class Sampler:
             self._last[ident] = now
             rows.append((now + self.offset, info[0], self._node(frame, seen), now - prev))
         del frames
-        self._prev = seen  # frames of this sample only: older ones are released
+        self._prev = seen  # this sample's frames, by id: their code and callers, never the frames themselves
         with self._lock:
             self._rows["cpu_sample"] += rows
         self.samples += 1
 
-    def _node(self, frame: Any, seen: dict[int, tuple[Any, int, int]]) -> int:
+    def _node(self, frame: Any, seen: dict[int, tuple[Any, int, int, Any, int]]) -> int:
         """Return the stack node of ``frame``, adding to ``seen`` every frame of its stack.
 
         A frame that was on a stack at the previous sample, at the same instruction, keeps the node it
         had (its callers are suspended, so its whole stack is unchanged): usually only the top
-        few frames are new, and the walk stops below them.
+        few frames are new, and the walk stops below them. The frames themselves are not kept from
+        one sample to the next: a frame holds its locals, and a frame kept after its function
+        returned would keep them alive (tensors that the program, or torch.compile's CUDA-graph trees,
+        count on being freed). A frame is known again by its id with its code, instruction, and its
+        caller's id and code; a new frame that took a dead one's id matches only where it runs the
+        same code at the same place under a caller of the same id and code.
         """
         prev = self._prev
         fresh: list[Any] = []
@@ -183,11 +188,11 @@ class Sampler:
         f = frame
         while f is not None and len(fresh) < MAX_DEPTH:
             hit = prev.get(id(f))
-            if hit is not None and hit[0] is f and hit[1] == f.f_lasti:
-                base = hit[2]
+            if hit is not None and _same(hit, f) and hit[1] == f.f_lasti:
+                base = hit[4]
                 while f is not None:  # carry the unchanged callers over to this sample
                     kept = prev.get(id(f))
-                    if kept is None or kept[0] is not f:
+                    if kept is None or not _same(kept, f):
                         break
                     seen[id(f)] = kept
                     f = f.f_back
@@ -198,7 +203,8 @@ class Sampler:
         stacks = self.stacks
         for f in reversed(fresh):
             node = stacks.child(node, stacks.frame_of(f))
-            seen[id(f)] = (f, f.f_lasti, node)
+            back = f.f_back
+            seen[id(f)] = (f.f_code, f.f_lasti, id(back), back.f_code if back is not None else None, node)
         return node
 
     def _refresh_threads(self) -> None:
@@ -237,3 +243,10 @@ def start(ctx: Context, module: Any = None) -> Sampler:
     sampler = Sampler(1.0 / max(hz, 1.0), ctx.clock_offset_ns, ctx.stacks)
     sampler.start()
     return sampler
+
+
+def _same(kept: tuple[Any, int, int, Any, int], f: Any) -> bool:
+    """Whether ``f`` is the frame ``kept`` describes: same code, same caller (by id and code)."""
+    back = f.f_back
+    return (kept[0] is f.f_code and kept[2] == id(back)
+            and kept[3] is (back.f_code if back is not None else None))
