@@ -190,3 +190,24 @@ def test_a_better_source_of_marks_opens_the_window_again(monkeypatch: pytest.Mon
     assert t.window["source"] == "module"
     t.step_mark("torch", 11)
     assert (t.window["source"], t.window["first"]) == ("torch", 2)
+
+
+def test_the_compiled_top_module_is_called_whatever_its_truth() -> None:
+    """torch.compile's wrapper answers bool() with len() of the model, which a model without
+    __len__ raises on (seen with a GPT recompiled with mode='reduce-overhead' on a GPU)."""
+    from gpuscope.capture.trial import Trial
+
+    class NoLen:
+        calls = 0
+
+        def __len__(self) -> int:
+            raise TypeError("GPT does not support len()")
+
+        def __call__(self, x: int) -> int:
+            NoLen.calls += 1
+            return x + 1
+
+    trial = Trial({"out": "unused"})
+    trial._target = NoLen()
+    assert trial.call_top(None, lambda module, x: -1, object(), (1,), {}) == 2 and NoLen.calls == 1
+    assert trial.last_output == 2

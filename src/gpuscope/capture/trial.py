@@ -175,9 +175,9 @@ class Trial:
             target = self._target
             if self._autocast is not None:
                 with torch.autocast(self._autocast, dtype=torch.bfloat16):
-                    out = target(*args, **kwargs) if target else inner(module, *args, **kwargs)
-            else:
-                out = target(*args, **kwargs) if target else inner(module, *args, **kwargs)
+                    out = target(*args, **kwargs) if target is not None else inner(module, *args, **kwargs)
+            else:  # never the truth of target: a compiled wrapper's is len() of the model, which most lack
+                out = target(*args, **kwargs) if target is not None else inner(module, *args, **kwargs)
         finally:
             self._in_top = False
         self.last_output = out
