@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rank_reports import add_rank
 from report_builder import ReportBuilder
 
 from gpuscope.analysis.layers import layer_sum
-from gpuscope.analysis.module_steps import module_steps
+from gpuscope.analysis.module_steps import module_steps, ranged_step_counts
+from gpuscope.analysis.rank_layers import layer_times
+from gpuscope.analysis.steps import step_source
 from gpuscope.capture.python.module_steps import DEFAULT, ModuleSteps, StepGate, from_env
 from gpuscope.capture.python.ranges import RangeRecorder
 from gpuscope.capture.python.torch_hooks import TorchHooks
@@ -128,3 +131,29 @@ def test_where_every_step_recorded_every_operation_counts(tmp_path: Path) -> Non
     with _sampled_run(tmp_path / "a.gpuscope", recorded=3, steps=3) as report:
         rows = {r["Name"]: r for r in layer_sum(report).records()}
     assert rows["(not in a module)"]["GPU Self"] == 400 and rows["M"]["GPU Self"] == 400
+
+
+def test_per_step_layer_times_of_ranks_divide_by_the_steps_with_module_ranges(tmp_path: Path) -> None:
+    """Two ranks, four steps of 1000 ns each; module ranges (and the 300 ns kernel in them) in steps 0
+    and 2 only, an optimizer range in every step: the module's time per step is over the two steps
+    that recorded it, the optimizer's CPU time over all four."""
+    b = ReportBuilder(tmp_path / "r.gpuscope")
+    for rank, pid in enumerate((100, 101)):
+        add_rank(b, pid, rank, 2)
+        for step in range(4):
+            t = step * 1000
+            if step in (0, 2):
+                b.range("M", t + 100, t + 400, 1, category="forward", pid=pid)
+                b.kernel("k", t + 500, t + 800, tid=1, launch=t + 200, pid=pid)
+            b.range("SGD.step", t + 850, t + 900, 1, category="optimizer", pid=pid)
+            b.range("step", t + 1000, t + 1000, 1, category="step", kind="mark", pid=pid)
+        counts = {"module_steps": 4, "module_steps_recorded": 2, "module_steps_first": 1, "module_steps_every": 2}
+        b.writer.con.execute("INSERT INTO collector VALUES (?, 'ranges', 2, 0, 0, 0, ?)", [pid, json.dumps(counts)])
+    with b.open() as report:
+        counted = ranged_step_counts(report, step_source(report))
+        times = layer_times(report)
+    assert counted is not None and counted.to_dict() == {100: 2, 101: 2}
+    got = {(r.rank, r.name, r.time): r.time_ns for r in times.itertuples()}
+    assert got[(0, "M", "gpu")] == pytest.approx(300) and got[(1, "M", "cpu")] == pytest.approx(300)
+    assert got[(0, "SGD.step", "cpu")] == pytest.approx(50)
+

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import pandas as pd
+
 from ..trace.report import Report
 from .attribution import ranges_table, temp_table
 from .steps import StepSource, op_steps_table, steps_table
@@ -68,3 +70,17 @@ def ranged_ops_sql(report: Report, source: StepSource) -> str | None:
             WHERE r.source = 'torch' AND r.category = 'forward' AND r.start_ns < s.stop_ns)
         SELECT o.op_id FROM {op_steps_table(report, source)} o JOIN ranged USING (pid, step)"""
     return f"SELECT op_id FROM {temp_table(report, f'{RANGED_OPS}_{source.kind}', query)}"
+
+
+def ranged_step_counts(report: Report, source: StepSource) -> pd.Series | None:
+    """Per ``pid``, the number of steps that have a module range, where module ranges were sampled and
+    steps are known; None where every step has them."""
+    said = module_steps(report)
+    if source.kind is None or said is None or not said.sampled:
+        return None
+    steps, ranges = steps_table(report, source), ranges_table(report)
+    frame = report.df(f"""
+        SELECT s.pid, count(DISTINCT s.step) AS n
+        FROM {ranges} r ASOF JOIN {steps} s ON s.pid = r.pid AND r.start_ns >= s.start_ns
+        WHERE r.source = 'torch' AND r.category = 'forward' AND r.start_ns < s.stop_ns GROUP BY s.pid""")
+    return frame.set_index("pid")["n"]

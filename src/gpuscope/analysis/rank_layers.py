@@ -9,6 +9,7 @@ import pandas as pd
 from ..trace.report import Report
 from .attribution import ops_table, ranges_table
 from .layers import OUTSIDE, op_owners_sql
+from .module_steps import ranged_step_counts
 from .ranks import rank_table
 from .steps import step_source, step_windows
 from .table import Column, Table
@@ -41,8 +42,13 @@ def layer_times(report: Report) -> pd.DataFrame:
     frame = frame[frame["pid"].isin(ranks["pid"])]
     if not len(frame):
         return pd.DataFrame(columns=columns)
-    steps = step_windows(report, step_source(report)).groupby("pid").size()
+    source = step_source(report)
+    steps = step_windows(report, source).groupby("pid").size()
     per = frame["pid"].map(steps).fillna(1).clip(lower=1)
+    ranged = ranged_step_counts(report, source)
+    if ranged is not None:  # module ranges in some steps only: those steps' GPU time, and their modules' CPU time
+        some = (frame["time"] == "gpu") | (frame["kind"] == "module")
+        per = per.where(~some, frame["pid"].map(ranged).fillna(1).clip(lower=1))
     frame = frame.assign(time_ns=frame["total"].astype(float) / per.to_numpy(float),
                          rank=frame["pid"].map(ranks.set_index("pid")["rank"]).astype(int),
                          name=frame["name"].fillna(OUTSIDE))
