@@ -16,8 +16,8 @@ many steps had them.
 
 ``GPUSCOPE_MODULE_STEPS``: ``all`` (the default for now) records every step; ``sample`` records the
 first 20 steps and then one in 10; ``first=N,every=M`` sets both. The diagnosis still reads every
-step's module ranges (the launch-bound rule tells PyTorch's own code from the program's by them),
-which is why sampling is not the default yet. Standard library only; nothing here raises into the
+step's module ranges (the launch-bound rule tells PyTorch's own code from the program's by them,
+and the CPU breakdown counts the forward time in them), which is why sampling is not the default yet. Standard library only; nothing here raises into the
 program.
 """
 
