@@ -105,3 +105,17 @@ def test_steady_work_without_operators_has_empty_work_columns(recorded: Callable
     for col in WORK_COLUMNS:
         assert k[col].isna().all()
         assert k[col].dtype == (np.float64 if col in ("flops", "matrix_flops", "bytes") else object)
+
+
+@pytest.mark.parametrize("name", ["program_bmm_loop", "diagnosis_first_compile", "dist4_fsdp"])
+def test_steady_kernels_are_the_sorted_selection(recorded: Callable[[str], Path], name: str) -> None:
+    with Report.open(recorded(name)) as report:
+        ctx = Context(report)
+        for p in ctx.processes:
+            ops = ctx.ops(p)
+            want = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            kern, step = ctx.steady_kernels(p)
+            assert len(kern) > 0
+            pd.testing.assert_frame_equal(kern.reset_index(drop=True), want.reset_index(drop=True))
+            assert np.array_equal(kern.index.to_numpy(), want.index.to_numpy())
+            assert len(step) == len(kern)

@@ -310,7 +310,13 @@ class Context:
         key = ("steady_kernels", p.pid)
         if key not in self.cache:
             ops = self.ops(p)
-            kern = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            mine = ((ops["kind"] == "kernel") & (ops["steady_ns"] > 0)).to_numpy(bool)
+            # a run of only steady kernels in strict start order (the operations are in start order)
+            # is the frame as it is: a copy of every column of millions of rows changes nothing
+            kern = ops if mine.all() else ops[mine]
+            start = kern["start_ns"].to_numpy(np.int64)
+            if not (start[1:] > start[:-1]).all():
+                kern = kern.sort_values("start_ns")
             step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
                                    kern["start_ns"].to_numpy(np.int64), "right")
             self.cache[key] = (kern, step)

@@ -53,7 +53,7 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
     key = ("steady_work", p.pid)
     if key not in ctx.cache:
         kern, step = ctx.steady_kernels(p)
-        out = kern[["op_id", "name", "start_ns", "end_ns", "launch_ns"]].copy()
+        out = kern[["op_id", "name", "start_ns", "end_ns", "launch_ns"]]  # copied on write
         out["name"] = out["name"].astype(str)
         out["dur_ns"] = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.float64)
         out["critical"] = kern["critical"].fillna(False).to_numpy(bool)
@@ -62,10 +62,12 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
         numeric = ("flops", "matrix_flops", "bytes")
         if not len(work) and all(work[c].dtype == object for c in WORK_COLUMNS):
             # no work known (no operators recorded): the columns a reindex would give, made directly
-            # (as object Series: a bare object array is scanned, value by value, for a type to infer)
+            # (one array of each type for all their columns, copied on write; given as an object Series:
+            # a bare object array is scanned, value by value, for a type to infer)
+            nan = np.full(len(out), np.nan)
+            none = pd.Series(np.full(len(out), np.nan, dtype=object), index=out.index, dtype=object, copy=False)
             for col in WORK_COLUMNS:
-                out[col] = (np.full(len(out), np.nan) if col in numeric else
-                            pd.Series(np.full(len(out), np.nan, dtype=object), index=out.index, dtype=object, copy=False))
+                out[col] = nan if col in numeric else none
         else:
             joined = work.reindex(out["op_id"].to_numpy())
             for col in WORK_COLUMNS:

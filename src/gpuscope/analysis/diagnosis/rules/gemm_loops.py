@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
+from ..kernel_flags import codes_of, per_code
 from ..kernel_names import is_matmul
 from ..rule import Rule
 
@@ -69,14 +69,17 @@ def gemm_loops(ctx: Context, p: Process) -> list[GemmLoop]:
 
 def _find(ctx: Context, p: Process) -> list[GemmLoop]:
     ops = ctx.ops(p)
-    kern = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)]
-    kern = kern[kern["name"].isin([n for n in kern["name"].unique() if is_matmul(n)])]
-    if not len(kern):
+    # one selection of the steady matmul kernels, each name matched once: a copy of every steady
+    # kernel first took seconds on a long run
+    matmul = per_code(*codes_of(ops["name"]), is_matmul)
+    rows = np.flatnonzero(((ops["kind"] == "kernel") & (ops["steady_ns"] > 0)).to_numpy(bool) & matmul)
+    if not len(rows):
         return []
+    # the columns used, with each kernel's row among the operations (op_id is unique: its position)
+    kern = ops.iloc[rows][["name", "config_id", "device_id", "op_id", "start_ns", "end_ns"]].assign(position=rows)
     configs = dict(ctx.report.sql(
         "SELECT id, coalesce(grid_x, 1) * coalesce(grid_y, 1) * coalesce(grid_z, 1) FROM kernel_config"))
     sms = dict(ctx.report.sql("SELECT id, max(sm_count) FROM device GROUP BY id"))
-    position = pd.Index(ops["op_id"])
     out = []
     rates = _flops_and_rate(ctx)
     for (name, config, device), group in kern.groupby(["name", "config_id", "device_id"], dropna=False, observed=True):
@@ -84,7 +87,7 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
         sm_count = int(sms.get(device) or 0)
         if len(group) < MIN_LOOP or not blocks or not sm_count:
             continue
-        idx = position.get_indexer(group["op_id"])
+        idx = group["position"].to_numpy(np.int64)
         starts = group["start_ns"].to_numpy(np.int64)
         splits = np.flatnonzero((np.diff(idx) > MAX_BETWEEN + 1) | (np.diff(starts) > MAX_GAP_NS)) + 1
         # the runs between the splits, those long enough only (a group of millions splits into many)

@@ -55,10 +55,10 @@ def _classes(k: pd.DataFrame, by_name: np.ndarray) -> np.ndarray:
     precision where known, else from its name (``by_name``: :func:`_name_class` of each kernel's
     name)."""
     out = by_name.copy()
+    if not k["work_kind"].notna().any():  # no operator says (none recorded): the names say
+        return out
     kind = k["work_kind"].astype(object).to_numpy()
     known = pd.Series(kind).isin(MATRIX_KINDS).to_numpy(bool)
-    if not known.any():  # no operator says (none recorded): the names say, and the rest changes nothing
-        return out
     prec = k["precision"].astype(object).to_numpy()
     state = k["tensor_cores"].astype(object).to_numpy()
     fp32_name = out == "fp32"
