@@ -41,9 +41,6 @@ KNOWN_MISSES: dict[str, str] = {
                      "measured best (27%, an H100): the right fix, its estimate 2.2x: the overhead probe's "
                      "iterations with collection off took 8.95 ms against 4.93 ms untraced, so the step without "
                      "the profiler is taken as 10.4 ms",
-    "cupy_elementwise": "fusing the time step into one kernel measured 87%, but CuPy's elementwise kernels are not "
-                        "recognised as an elementwise chain (unfused_elementwise finds nothing); launch_bound "
-                        "ranks first at 2%",
     "hf_gpt2_generate": "launch_bound ranks first at 85% for the static cache, which measured 35%: the finding "
                         "prices a CUDA graph of the whole decode step; a static cache alone removes only the "
                         "cache's own launches and copies",
@@ -71,8 +68,8 @@ UNKEPT_MISSES: dict[str, str] = {
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%
-RIGHT_FIX_AT = {"eager_norm_chain": "first", "hf_bert_infer": "first", "cupy_elementwise": "not found",
-                "hf_gpt2_generate": "first", "torch_transformer_lm_fp32": "nothing measured",
+RIGHT_FIX_AT = {"eager_norm_chain": "first", "hf_bert_infer": "first", "hf_gpt2_generate": "first",
+                "torch_transformer_lm_fp32": "nothing measured",
                 "tv_resnet18_infer": "below", "tv_resnet50_amp": "below"}
 
 compare_mod = load_bench("diagnosis_compare")

@@ -9,6 +9,7 @@ from gpuscope.analysis.diagnosis.kernel_names import (
     float32_without_tensor_cores,
     is_attention,
     is_attention_backward,
+    is_elementwise,
     is_layout_conversion,
     is_matmul,
     is_nchw_convolution,
@@ -121,3 +122,15 @@ def test_tf32_matmuls(name: str, tf32: bool) -> None:
 def test_attention_backends(name: str, backend: str | None, backward: bool) -> None:
     assert attention_backend(name) == backend
     assert is_attention_backward(name) == backward
+
+
+@pytest.mark.parametrize(("name", "elementwise"), [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>", True),
+    ("cupy_multiply__float32_float32_float32", True),  # CuPy's ufunc kernels, from a recorded run
+    ("cupy_multiply__float_float32_float32", True),  # a Python scalar operand
+    ("cupy_negative__float32_float32", True),
+    ("cupy_sum", False),  # a reduction's name carries no operand types
+    ("triton_poi_fused_add_0", False),
+])
+def test_elementwise_kernels(name: str, elementwise: bool) -> None:
+    assert is_elementwise(name) is elementwise

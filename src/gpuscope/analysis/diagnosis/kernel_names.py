@@ -54,13 +54,16 @@ def is_attention(name: str) -> bool:
 
 _ELEMENTWISE = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise|vectorized_elementwise",
                           re.IGNORECASE)
+# CuPy's ufunc kernels: ``cupy_<ufunc>__<operand types>`` (``cupy_multiply__float32_float32_float32``;
+# ``float``, ``int``, ``bool`` for Python scalars), one pass over their arrays each
+_CUPY_UFUNC = re.compile(r"^cupy_[a-z0-9_]+?__(?:(?:float|int|uint|bool|complex)\d*_?)+$")
 
 
 @lru_cache(maxsize=_NAMES)
 def is_elementwise(name: str) -> bool:
     """Return whether ``name`` is one of PyTorch's elementwise kernels (one pass over its tensors:
-    arithmetic, activations, casts, copies)."""
-    return bool(_ELEMENTWISE.search(name))
+    arithmetic, activations, casts, copies), or one of CuPy's ufunc kernels."""
+    return bool(_ELEMENTWISE.search(name) or _CUPY_UFUNC.match(name))
 
 
 # -- memory layout ---------------------------------------------------------------------------------
