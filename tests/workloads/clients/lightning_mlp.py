@@ -15,7 +15,9 @@ which a fit per iteration would add each time.
 Fixes:
 
 - ``batch_4x``: batch 2048: Lightning's per-step work spread over 4x the samples;
-- ``bf16_mixed``: ``Trainer(precision="bf16-mixed")``: forward and loss under bfloat16 autocast.
+- ``bf16_mixed``: ``Trainer(precision="bf16-mixed")``: forward and loss under bfloat16 autocast;
+- ``workers``: ``DataLoader(num_workers=4, pin_memory=True, persistent_workers=True)``: the batches
+  (512 ``TensorDataset`` lookups and a collate each) made in worker processes, ahead of the loop.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ def build(variant: str, setup: Setup) -> Step:
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(samples, d_in), torch.randint(0, 10, (samples,)))
-    loader = DataLoader(data, batch_size=batch, shuffle=True)
+    workers = variant == "workers" and setup.cuda
+    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=4 if workers else 0, pin_memory=workers,
+                        persistent_workers=workers)
     pace = Pace()
     trainer = pl.Trainer(accelerator="gpu" if setup.cuda else "cpu", devices=1, max_steps=10**9,
                          precision="bf16-mixed" if variant == "bf16_mixed" else "32-true", logger=False,
@@ -126,6 +130,8 @@ PROGRAM = Program(
         Variant("batch_4x", "DataLoader batch 2048", ("gpu_memory",), work_changing=True,
                 samples=4 * BATCH * STEPS),
         Variant("bf16_mixed", 'Trainer(precision="bf16-mixed")', ("precision",), samples=BATCH * STEPS),
+        Variant("workers", "DataLoader(num_workers=4, pin_memory=True, persistent_workers=True)", ("data_loader",),
+                samples=BATCH * STEPS),
     ),
     build=build,
     iterations=150,
