@@ -21,7 +21,7 @@ from typing import Any
 
 from ..capture.capture_range import CAPTURE_ENV, CaptureSpec
 from ..capture.process import launch as launcher
-from ..capture.process.agent import LAUNCHER_ENV
+from ..capture.process.launcher_watch import LAUNCHER_ENV
 from ..errors import GpuscopeError
 from .fixes import Fix
 from ..capture.trial import TRY_ENV

@@ -28,12 +28,12 @@ from ..python import imports
 from ..python.stacks import StackTable
 from . import tracebacks
 from .control import CaptureControl
+from .launcher_watch import Launcher
 
 if TYPE_CHECKING:
     from ..python.ranges import RangeRecorder
 
 TRACE_ENV = "GPUSCOPE_TRACE"
-LAUNCHER_ENV = "GPUSCOPE_LAUNCHER"  # the pid of the launcher that reads the spool
 # Signals whose default action ends the process: the agent delivers everything first (if the program
 # left them to their default), and while it delivers, a second one waits (SIGINT is ignored).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -67,7 +67,7 @@ class Agent:
         self._on_signal: Callable[[int, Any], None] | None = None  # the agent's own handler, once hooked
         self._said_ending = False
         self.flush_thread_ns = 0  # the flush thread's CPU time, read after each flush
-        self._launcher = _Launcher.from_env()
+        self._launcher = Launcher.from_env()
         self._pid = os.getpid()
         self._capture_started = False
         self.capture = CaptureControl(self, capture or CaptureSpec())
@@ -389,40 +389,6 @@ def _release_sigint(previous: Any) -> None:
             signal.signal(signal.SIGINT, previous)
         except (ValueError, OSError):
             pass
-
-
-class _Launcher:
-    """Tells whether the launcher that reads this process's spool is still alive (by a pidfd where
-    the kernel has them, so a reused pid is not mistaken for it)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.fd: int | None = None
-        try:
-            self.fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.fd = None
-
-    @classmethod
-    def from_env(cls) -> _Launcher | None:
-        value = os.environ.get(LAUNCHER_ENV, "")
-        return cls(int(value)) if value.isdigit() else None
-
-    def gone(self) -> bool:
-        """Return whether the launcher has ended."""
-        if self.fd is not None:
-            import select  # noqa: PLC0415
-
-            poller = select.poll()
-            poller.register(self.fd, select.POLLIN)
-            return bool(poller.poll(0))
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False
-        return False
 
 
 def _offset(cupti_now: Any) -> int:

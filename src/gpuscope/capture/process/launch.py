@@ -23,7 +23,8 @@ from typing import Callable
 
 from ...errors import GpuscopeError
 from ...spool import SPOOL_ENV
-from .agent import LAUNCHER_ENV, TRACE_ENV
+from .agent import TRACE_ENV
+from .launcher_watch import LAUNCHER_ENV
 
 # How long a signal sent to the launcher waits before it is passed on to the program: sent to the
 # whole process group (a supervisor, systemd, Slurm), the program got it already, and by then it says
