@@ -41,6 +41,7 @@ from .ranges import RangeRecorder
 if TYPE_CHECKING:
     from ..collectors import Context
 
+
 class TorchHooks(BackwardRanges):
     """Records PyTorch ranges in a RangeRecorder (module backward ranges: :class:`.backward_ranges.BackwardRanges`)."""
 
