@@ -222,10 +222,29 @@ def test_integer_work_has_bytes_but_no_flops() -> None:
     assert w.by_precision() == {}
 
 
-@pytest.mark.parametrize("name", ["aten::linear", "aten::matmul", "aten::scaled_dot_product_attention",
-                                  "aten::layer_norm", "aten::nonzero"])
+@pytest.mark.parametrize("name", ["aten::matmul", "aten::scaled_dot_product_attention", "aten::nonzero"])
 def test_composite_and_unknown_operators_have_no_model(name: str) -> None:
     assert op_work(name, [[4, 4], [4, 4]], [F32, F32], [[4, 4]]) is None
+
+
+def test_composites_seen_under_inference_mode_carry_their_decompositions_work() -> None:
+    """Under torch.inference_mode() the recorder sees linear, layer_norm and batch_norm themselves
+    (recorded so from a bf16 and an fp16 program): they carry the work of addmm and the native norms."""
+    x = [8, 2048, 1024]
+    w = op_work("aten::linear", [x, [1024, 1024], [1024]], [BF, BF, BF], [x])
+    m = 8 * 2048
+    assert w is not None and w.kind == "matmul" and w.matrix_flops == 2 * m * 1024 * 1024
+    assert w.flops == 2 * m * 1024 * 1024 + m * 1024  # the bias: one add per output element
+    assert w.bytes == (2 * m * 1024 + 1024 * 1024 + 1024) * 2
+    assert op_work("aten::linear", [x, [1024, 1024], None], [BF, BF, None], [x]).flops == 2 * m * 1024 * 1024
+    w = op_work("aten::layer_norm", [x, None, [1024], [1024]], [BF, None, BF, BF], [x],
+                {"normalized_shape": [1024]})
+    native = op_work("aten::native_layer_norm", [x, None, [1024], [1024]], [BF, None, BF, BF], [x])
+    assert w is not None and w == native and w.flops == m * 1024 * 7
+    shapes = [[256, 64, 56, 56], [64], [64], [64], [64], None, None, None, None]
+    dtypes = [F16, F32, F32, F32, F32, None, None, None, None]
+    w = op_work("aten::batch_norm", shapes, dtypes, [[256, 64, 56, 56]], {"training": False})
+    assert w is not None and w.kind == "norm" and w.flops == 256 * 64 * 56 * 56 * 4  # inference: 4 per element
 
 
 def test_malformed_arguments_give_no_model_rather_than_an_error() -> None:

@@ -27,9 +27,13 @@ Conventions (one place to read them; the tests check each formula by hand):
 - Normalization: layer norm 5 per element plus 1 for each of weight and bias; RMS norm 3 plus 1
   for the weight; batch norm 7 while training (statistics, normalization, affine) and 4 in
   inference; a backward pass counts twice its forward.
-- Composite operators that PyTorch decomposes before they reach a backend (``linear``,
-  ``matmul``, ``scaled_dot_product_attention``, ``layer_norm``) have no model: the operators they
-  decompose into carry their work.
+- Composite operators that PyTorch decomposes before they reach a backend (``matmul``,
+  ``scaled_dot_product_attention``) have no model: the operators they decompose into carry their
+  work. Under ``torch.inference_mode()`` autograd's keys are off, and the recorder's dispatch mode
+  sees ``linear``, ``layer_norm``, ``group_norm``, ``rms_norm`` and ``batch_norm`` themselves (their
+  decompositions then run inside them, unseen): these carry the work of what they decompose into
+  (``linear`` that of ``addmm``: ``2·M·N·K`` plus ``M·N`` for a bias; the norms that of their
+  ``native_`` forms).
 
 Inputs are the ``torch_op`` columns (docs/report-format.md): ``shapes`` and ``dtypes`` have one
 entry per argument (None for a non-tensor, a list for a list of tensors), ``out_shapes`` one per
@@ -114,7 +118,20 @@ _NORMS = {  # name: (input position, weight position, bias position) of the affi
                      "_batch_norm_no_update"), (0, 1, 2)),
     **dict.fromkeys(("native_batch_norm_backward", "cudnn_batch_norm_backward", "batch_norm_backward",
                      "miopen_batch_norm_backward"), (1, 2, None)),
+    # the composites, seen as themselves under inference_mode (arguments as their native forms')
+    "layer_norm": (0, 2, 3), "group_norm": (0, 2, 3), "rms_norm": (0, 2, None), "batch_norm": (0, 1, 2),
 }  # fmt: skip
+
+
+def _linear(c: Call) -> Work | None:
+    """``linear(input [..., K], weight [N, K], bias [N])``: the product of ``addmm``."""
+    x, w, bias = c.arg(0), c.arg(1), c.arg(2)
+    if x is None or w is None or len(w) != 2 or not x:
+        return None
+    k, n = x[-1], w[0]
+    m = numel(x) // k if k else 0
+    matrix = 2.0 * m * n * k
+    return c.work("matmul", matrix + (float(m * n) if bias is not None else 0.0), matrix)
 
 
 def _norm(c: Call) -> Work | None:
@@ -236,6 +253,8 @@ def op_work(name: str, shapes: Sequence[Any], dtypes: Sequence[Any], out_shapes:
             return attention_work(c)
         if base in _NORMS:
             return _norm(c)
+        if base == "linear":
+            return _linear(c)
         if base in _SOFTMAX:
             return _softmax(c)
         if base in _EMBEDDING:
