@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.diagnosis.breakdown import _sorted, _sorted_unique
+from gpuscope.analysis.diagnosis.breakdown import PARTS, _sorted, _sorted_unique
 from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
 from gpuscope.analysis.attribution import ops_table, ordered_frame
@@ -119,3 +119,20 @@ def test_steady_kernels_are_the_sorted_selection(recorded: Callable[[str], Path]
             pd.testing.assert_frame_equal(kern.reset_index(drop=True), want.reset_index(drop=True))
             assert np.array_equal(kern.index.to_numpy(), want.index.to_numpy())
             assert len(step) == len(kern)
+
+
+@pytest.mark.parametrize("name", ["diagnosis_first_compile", "diagnosis_sync_item"])
+def test_steady_idle_is_the_selection_of_steady_pieces(recorded: Callable[[str], Path], name: str) -> None:
+    with Report.open(recorded(name)) as report:
+        (p, *_) = Context(report).processes
+    idle = p.breakdown.idle
+    warm = p.breakdown.steps["warmup"].to_numpy(bool)
+    rows = np.flatnonzero(~warm) if (~warm).any() else np.arange(len(warm))
+    want = idle[idle["window"].isin(rows)]
+    got = p.steady_idle
+    assert len(got) == len(want) > 0
+    assert got["cause"].astype(str).tolist() == want["cause"].astype(str).tolist()
+    assert set(got["cause"].astype(str)) <= set(PARTS)
+    assert (got["ns"] == want["end_ns"] - want["start_ns"]).all()
+    for cause in set(got["cause"].astype(str)):  # the comparisons the rules make
+        assert ((got["cause"] == cause).to_numpy() == (want["cause"].astype(str) == cause).to_numpy()).all()

@@ -79,7 +79,7 @@ class ProcessBreakdown:
     ``steps``: one row per step (``step``, ``start_ns``, ``duration_ns``, ``warmup`` and one column
     per part of :data:`PARTS`, integer ns that add up to the duration). ``idle``: every idle piece
     (``window``, ``start_ns``, ``end_ns``, ``cause`` (a part), ``culprit`` ('copy', 'call', 'loader'
-    or ''), ``ref`` (the op_id of the copy or memset, the row of the call in the timeline's
+    or ''; both categorical), ``ref`` (the op_id of the copy or memset, the row of the call in the timeline's
     ``calls``, or of the DataLoader wait), ``call`` (the blocking call the host was in or that drained
     the queue, also when the piece is charged to the copy it waited for; else -1)). ``ops``: per GPU operation ``op_id``, ``steady_ns`` (its
     exclusive busy or transfer time inside steady-state steps) and ``critical``.
@@ -297,8 +297,10 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdow
         cols[i] = np.concatenate(cols[i])
     idle_frame = pd.DataFrame({
         "window": cols[0], "start_ns": cols[1], "end_ns": cols[2],
-        "cause": np.array(PARTS, dtype=object)[cols[3].astype(np.int64)],
-        "culprit": np.array(CULPRITS, dtype=object)[cols[4].astype(np.int64)], "ref": cols[5], "call": cols[6]})
+        # codes of few texts: compared and selected on often, where ten million strings cost seconds
+        "cause": pd.Categorical.from_codes(cols[3].astype(np.int64), categories=list(PARTS)),
+        "culprit": pd.Categorical.from_codes(cols[4].astype(np.int64), categories=list(CULPRITS)),
+        "ref": cols[5], "call": cols[6]})
     return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, op_times)
 
 

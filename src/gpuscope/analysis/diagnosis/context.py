@@ -135,9 +135,9 @@ class Process:
         idle = self.breakdown.idle
         warm = self.breakdown.steps["warmup"].to_numpy(bool)
         steady_rows = [int(i) for i in np.flatnonzero(~warm if (~warm).any() else np.ones(len(warm), bool))]
-        out = idle[idle["window"].isin(steady_rows)].copy()
-        out["ns"] = out["end_ns"] - out["start_ns"]
-        return out
+        mine = idle["window"].isin(steady_rows).to_numpy(bool)
+        out = idle if mine.all() else idle[mine]  # every piece steady (no warm-up): no copy of millions
+        return out.assign(ns=out["end_ns"] - out["start_ns"])
 
     def wait_ns(self, pieces: pd.DataFrame) -> float:
         """The host time, per step, of the blocking calls behind ``pieces`` (their ``call``) that were
