@@ -20,12 +20,15 @@ from gpuscope.trace.report import Report
 
 
 class _Report:
-    """A report's ``df`` over one frame: the query is the frame, ``ORDER BY`` sorts it."""
+    """A report's ``df`` over one frame: the query is the frame, ``ORDER BY`` sorts it, and
+    ``SELECT keys FROM (...)`` gives those columns."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
         self.frame, self.ordered = frame, 0
 
     def df(self, query: str) -> pd.DataFrame:
+        if query.startswith("SELECT "):
+            return self.frame[[k.strip() for k in query[len("SELECT "):].split(" FROM ")[0].split(",")]]
         if " ORDER BY " not in query:
             return self.frame
         self.ordered += 1
@@ -45,9 +48,10 @@ def test_start_order_is_the_sorted_frame(seed: int) -> None:
     want = frame.sort_values(list(_START_ORDER)).reset_index(drop=True)
     report = _Report(frame)
     pd.testing.assert_frame_equal(ordered_frame(report, "q", _START_ORDER), want)  # type: ignore[arg-type]
-    assert report.ordered == 0  # sorted in numpy
+    assert report.ordered == 1  # out of order: sorted by the query
     in_order = _Report(want)
     assert ordered_frame(in_order, "q", _START_ORDER) is want  # type: ignore[arg-type]  # as it came, no copy
+    assert in_order.ordered == 0
 
 
 def test_start_order_leaves_nulls_to_the_query() -> None:

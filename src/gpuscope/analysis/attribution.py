@@ -135,21 +135,24 @@ def ops_table(report: Report) -> str:
 
 
 def ordered_frame(report: Report, query: str, order: Sequence[str]) -> pd.DataFrame:
-    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows: the
-    ``order`` columns (integers, the last one unique) are sorted in numpy, and the rows moved only
-    where they are not in that order already. The operation table comes in launch order, mostly its
-    start order: sorted in DuckDB, ten million operations took twice as long to arrive. A key
-    column with NULLs leaves the sort to DuckDB (NULLs last)."""
+    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows. The
+    operation table comes in launch order, often its start order as well: the ``order`` columns
+    (integers, the last one unique) are read first and sorted in numpy, and where the rows are in
+    that order already the query is read as it comes (sorted in DuckDB, ten million operations took
+    twice as long to arrive). Where they are not, or a key has NULLs, DuckDB sorts them: moving the
+    rows in pandas held the frame twice."""
     import numpy as np
 
-    frame = report.df(query)
-    keys = [frame[k] for k in reversed(order)]
-    if any(not (isinstance(k.dtype, np.dtype) and k.dtype.kind in "iu") for k in keys):
-        return report.df(f"{query} ORDER BY {', '.join(order)}")
-    at = np.lexsort([k.to_numpy(np.int64) for k in keys])
-    if np.array_equal(at, np.arange(len(frame))):
-        return frame
-    return frame.take(at).reset_index(drop=True)
+    ordered = f"{query} ORDER BY {', '.join(order)}"
+    keys = report.df(f"SELECT {', '.join(order)} FROM ({query})")
+    if any(not (isinstance(keys[k].dtype, np.dtype) and keys[k].dtype.kind in "iu") for k in order):
+        return report.df(ordered)
+    at = np.lexsort([keys[k].to_numpy(np.int64) for k in reversed(order)])
+    del keys
+    if not np.array_equal(at, np.arange(len(at))):
+        return report.df(ordered)
+    frame = report.df(query)  # the same scan, in the same (insertion) order
+    return frame if len(frame) == len(at) else report.df(ordered)
 
 
 def ranges_table(report: Report) -> str:
