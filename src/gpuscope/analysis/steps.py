@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..trace.report import Report
 from ..trace.trim import capture_limited
-from .attribution import ops_table, ordered_frame, temp_table
+from .attribution import ops_table, temp_table
 from .windows import windows_table
 from .launch_sites import after_launches, sampled_lines
 from .step_pattern import Pattern, find_pattern
@@ -108,14 +108,12 @@ def _gpu_tokens(report: Report) -> pd.DataFrame:
     stream runs its operations in launch order."""
     copies = " ".join(f"WHEN '{k}' THEN {v}" for k, v in _COPY_TOKENS.items())
     # the tokens made in SQL: strings per operation in pandas cost gigabytes on ten million of them
-    tokens = ordered_frame(
-        report,
+    return report.df(
         f"""SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
                                    WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
                                    ELSE coalesce(name_id, -1) END::BIGINT AS token,
-                   launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact, op_id
-            FROM {ops_table(report)}""", ("pid", "start_ns", "op_id"))
-    return tokens.drop(columns="op_id")
+                   launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact
+            FROM {ops_table(report)} ORDER BY pid, start_ns, op_id""")
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
