@@ -19,7 +19,8 @@ Cost: one Python per report runs all its commands (imports paid once), two of th
 csv reports of ``stats`` run as one command; only when it fails does each report run alone, so that
 the failure names it. Measured on a 2-core machine that other work kept busy (load average 3.5-4):
 6 min 18 s, 7 min of CPU in all (about 3.8 min on two idle cores); with GPUSCOPE_READER_MATRIX=all,
-which adds the six slowest recorded reports (HEAVY), 10 min 38 s.
+which adds the six slowest recorded reports (HEAVY), 10 min 38 s. Reports of a kind others already
+cover (LIKE_OTHERS: more GPU runs of one process, more four-rank jobs) are read with it too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ WORKERS = 2  # drivers at a time: CI machines have 2 cores
 # brackets): read only with GPUSCOPE_READER_MATRIX=all, to keep the file within CI's few minutes.
 HEAVY = {"client_eager_norm_chain": 139, "program_adam_foreach_off": 115, "diagnosis_launch_bound": 77,
          "program_custom_rnn_loop": 51, "program_triton_substeps": 46, "program_dataloader_and_sync": 43}
+# Recorded reports of a kind the others already cover (GPU training and inference runs of one process,
+# four-rank tensor-parallel jobs): read only with GPUSCOPE_READER_MATRIX=all, to keep CI within its time.
+LIKE_OTHERS = {"client_dataloader_cnn", "client_hf_gpt2_train", "client_nanogpt_compiled",
+               "client_torch_transformer_lm_fp32", "client_tv_resnet50_amp", "client_tv_resnet18_infer",
+               "dist4_tp_heavy_split_8_8", "dist4_tp_heavy_split_15_1"}
 EVERY_REPORT = os.environ.get("GPUSCOPE_READER_MATRIX") == "all"
 DRIVER_TIMEOUT_S = 420  # for every command on one report; the largest fixture takes about 110 s
 PROBE_TIMEOUT_S = 120  # the profiled CPU run of 11 steps takes a few seconds
@@ -326,6 +332,8 @@ def _params() -> Iterator[Any]:
             marks.append(pytest.mark.skip(reason=f"sample trace {case.trace.name} is not here"))
         if case.name in HEAVY and not EVERY_REPORT:
             marks.append(pytest.mark.skip(reason=f"{HEAVY[case.name]} s of reading: GPUSCOPE_READER_MATRIX=all reads it"))
+        elif case.name in LIKE_OTHERS and not EVERY_REPORT:
+            marks.append(pytest.mark.skip(reason="a kind other reports cover: GPUSCOPE_READER_MATRIX=all reads it"))
         for command in (["import"] if case.trace is not None else []) + COMMANDS:
             reason = KNOWN.get((case.name, command))
             extra = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
@@ -370,4 +378,4 @@ def test_the_matrix_covers_every_stats_report_and_fixture() -> None:
     assert {p.name.removesuffix(".gpuscope.gz") for p in FIXTURES.glob("*.gpuscope.gz")} <= names
     assert {f"stats -r {n} -f csv" for n in STATS_REPORTS} <= set(COMMANDS)
     assert len([c for c in CASES if c.make is not None and c.name.startswith(("made:", "run:"))]) == 7
-    assert set(HEAVY) <= names  # a renamed fixture is not skipped by a stale name
+    assert set(HEAVY) | LIKE_OTHERS <= names  # a renamed fixture is not skipped by a stale name
