@@ -18,6 +18,7 @@ from .attribution import ranges_table, temp_table
 from .steps import StepSource, op_steps_table, steps_table
 
 RANGED_OPS = "gpuscope_ranged_op"
+RANGED_STEPS = "gpuscope_ranged_step"
 
 
 @dataclass(frozen=True)
@@ -56,31 +57,35 @@ def module_steps(report: Report) -> ModuleSteps | None:
     return ModuleSteps(steps, recorded, first, every) if said else None
 
 
-def ranged_ops_sql(report: Report, source: StepSource) -> str | None:
-    """SQL of the ``op_id`` of the operations launched in steps that have a module range, where module
-    ranges were sampled and steps are known; None where every operation counts."""
+def _ranged_steps(report: Report, source: StepSource) -> str | None:
+    """The table ``(pid, step)`` of the steps that have a module range, where module ranges were
+    sampled and steps are known; None where every step has them."""
     said = module_steps(report)
     if source.kind is None or said is None or not said.sampled:
         return None
     steps, ranges = steps_table(report, source), ranges_table(report)
     query = f"""
-        WITH ranged AS (
-            SELECT DISTINCT s.pid, s.step
-            FROM {ranges} r ASOF JOIN {steps} s ON s.pid = r.pid AND r.start_ns >= s.start_ns
-            WHERE r.source = 'torch' AND r.category = 'forward' AND r.start_ns < s.stop_ns)
-        SELECT o.op_id FROM {op_steps_table(report, source)} o JOIN ranged USING (pid, step)"""
+        SELECT DISTINCT s.pid, s.step
+        FROM {ranges} r ASOF JOIN {steps} s ON s.pid = r.pid AND r.start_ns >= s.start_ns
+        WHERE r.source = 'torch' AND r.category = 'forward' AND r.start_ns < s.stop_ns"""
+    return temp_table(report, f"{RANGED_STEPS}_{source.kind}", query)
+
+
+def ranged_ops_sql(report: Report, source: StepSource) -> str | None:
+    """SQL of the ``op_id`` of the operations launched in steps that have a module range, where module
+    ranges were sampled and steps are known; None where every operation counts."""
+    ranged = _ranged_steps(report, source)
+    if ranged is None:
+        return None
+    query = f"SELECT o.op_id FROM {op_steps_table(report, source)} o JOIN {ranged} USING (pid, step)"
     return f"SELECT op_id FROM {temp_table(report, f'{RANGED_OPS}_{source.kind}', query)}"
 
 
 def ranged_step_counts(report: Report, source: StepSource) -> pd.Series | None:
     """Per ``pid``, the number of steps that have a module range, where module ranges were sampled and
     steps are known; None where every step has them."""
-    said = module_steps(report)
-    if source.kind is None or said is None or not said.sampled:
+    ranged = _ranged_steps(report, source)
+    if ranged is None:
         return None
-    steps, ranges = steps_table(report, source), ranges_table(report)
-    frame = report.df(f"""
-        SELECT s.pid, count(DISTINCT s.step) AS n
-        FROM {ranges} r ASOF JOIN {steps} s ON s.pid = r.pid AND r.start_ns >= s.start_ns
-        WHERE r.source = 'torch' AND r.category = 'forward' AND r.start_ns < s.stop_ns GROUP BY s.pid""")
+    frame = report.df(f"SELECT pid, count(*) AS n FROM {ranged} GROUP BY pid")
     return frame.set_index("pid")["n"]
