@@ -20,6 +20,7 @@ Standard library only until the program imports torch.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -173,10 +174,9 @@ class Trial:
         self._in_top = True
         try:
             target = self._target
-            if self._autocast is not None:
-                with torch.autocast(self._autocast, dtype=torch.bfloat16):
-                    out = target(*args, **kwargs) if target is not None else inner(module, *args, **kwargs)
-            else:  # never the truth of target: a compiled wrapper's is len() of the model, which most lack
+            autocast = (torch.autocast(self._autocast, dtype=torch.bfloat16) if self._autocast is not None
+                        else contextlib.nullcontext())
+            with autocast:  # never the truth of target: a compiled wrapper's is len() of the model, which most lack
                 out = target(*args, **kwargs) if target is not None else inner(module, *args, **kwargs)
         finally:
             self._in_top = False

@@ -293,7 +293,7 @@ def balance_saving(excess: Excess, heavy: list[int], ranks: int) -> float:
     """What an even split saves per step: the heavy ranks' step is set by their compute, which an
     even split brings down to the mean over all ``ranks``; the excess of the heavy ranks over the rest
     shrinks by the light ranks' share of the ranks: ``excess x light / ranks`` (two of four ranks
-    running 39.5 ms more compute per step: 19.8 ms, where evening a 15:1 split measured 22.5 ms)."""
+    running 39.5 ms more compute per step: 19.8 ms, where evening a 15:1 split measured 22.6-23.0 ms)."""
     light = ranks - len(heavy)
     if not heavy or light <= 0:
         return 0.0
