@@ -148,11 +148,13 @@ def ordered_frame(report: Report, query: str, order: Sequence[str]) -> pd.DataFr
     if any(not (isinstance(keys[k].dtype, np.dtype) and keys[k].dtype.kind in "iu") for k in order):
         return report.df(ordered)
     at = np.lexsort([keys[k].to_numpy(np.int64) for k in reversed(order)])
+    unique = keys[order[-1]].to_numpy(np.int64)
     del keys
     if not np.array_equal(at, np.arange(len(at))):
         return report.df(ordered)
-    frame = report.df(query)  # the same scan, in the same (insertion) order
-    return frame if len(frame) == len(at) else report.df(ordered)
+    frame = report.df(query)  # the same scan, in the same (insertion) order: checked by the unique key
+    same = len(frame) == len(unique) and np.array_equal(frame[order[-1]].to_numpy(np.int64), unique)
+    return frame if same else report.df(ordered)
 
 
 def ranges_table(report: Report) -> str:
