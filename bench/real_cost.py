@@ -21,6 +21,10 @@ breaks, recompiles) to compare with the untraced run's.
     python3 bench/real_cost.py --rounds 3 --gpus 4 --out real_cost.json --md real_cost.md
     python3 bench/real_cost.py --only hf_bert_infer,jax_mlp --modes untraced,default --rounds 2 --out x.json
 
+Two more references, by ``--modes``: ``bare`` (CUPTI's kernel records through libcupti alone, no
+gpuscope: ``bare_cupti.py``, what any CUPTI-based profiler pays) and ``tp-cuda`` (torch.profiler with
+its CUDA activity alone); with ``floor``, they split the floor into CUPTI's part and gpuscope's.
+
 ``--previous DIR``: the ``src`` folder of the previous version (mode ``previous``; without it the
 mode is left out). ``--budget-s``: stop starting rounds once the slowest round so far would not fit.
 """
@@ -42,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = ROOT / "tests" / "workloads" / "clients"
 TORCH_PROFILER = Path(__file__).resolve().parent / "under_torch_profiler.py"
+BARE_CUPTI = Path(__file__).resolve().parent / "bare_cupti.py"
 MODES = ["untraced", "floor", "default", "previous", "torch-profiler"]
 FLOOR_ENV = {"GPUSCOPE_CUPTI_KINDS": "kernel,device,context", "GPUSCOPE_SYNC_SITES": "0", "GPUSCOPE_ANCHORS": "0",
              "GPUSCOPE_LATENCY_TIMESTAMPS": "0"}
@@ -107,6 +112,10 @@ def command(mode: str, program: str, timing: str, report: str, args: argparse.Na
         return [py, *prog], {}
     if mode == "torch-profiler":
         return [py, str(TORCH_PROFILER), *prog], {}
+    if mode == "tp-cuda":  # torch.profiler's floor: its CUDA activity alone
+        return [py, str(TORCH_PROFILER), *prog], {"TORCH_PROFILER_ACTIVITIES": "cuda"}
+    if mode == "bare":  # CUPTI's floor: kernel records through libcupti, no gpuscope
+        return [py, str(BARE_CUPTI), *prog], {}
     if mode == "default":
         return [*gs, *prog], {"PYTHONPATH": _path(src)}
     if mode == "previous":
