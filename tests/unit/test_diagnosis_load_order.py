@@ -3,6 +3,8 @@ ordered times: each the same as the one-shot way it replaced (DuckDB's ORDER BY,
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
@@ -14,53 +16,87 @@ from gpuscope.analysis.diagnosis.breakdown import PARTS, _sorted, _sorted_unique
 from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
 from gpuscope.analysis.attribution import ordered_frame
-from gpuscope.analysis.diagnosis.timeline import _START_ORDER, _ops_query, load_ops
+from gpuscope.analysis.diagnosis.timeline import _START_ORDER, KINDS, _ops_query, load_ops
+from gpuscope.analysis.pattern_steps import _TOKEN_ORDER, _gpu_tokens, _tokens_query
 from gpuscope.trace.report import Report
 
 
 class _Report:
-    """A report's ``df`` over one frame: the query is the frame, ``ORDER BY`` sorts it, and
-    ``SELECT keys FROM (...)`` gives those columns."""
+    """A report over one frame: the query is the frame, read as DuckDB's ``fetchnumpy()`` gives it
+    (masked arrays for nullable columns), and ``df`` of ``... ORDER BY keys`` sorts it."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
         self.frame, self.ordered = frame, 0
+        self.con = self
+
+    @contextlib.contextmanager
+    def deadline(self) -> Iterator[None]:
+        yield
+
+    def execute(self, query: str) -> _Report:
+        assert " ORDER BY " not in query
+        return self
+
+    def fetchnumpy(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for c in self.frame.columns:
+            col = self.frame[c]
+            if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.dtype.kind in "iub":
+                out[c] = np.ma.MaskedArray(col.to_numpy(col.dtype.numpy_dtype, na_value=0), mask=col.isna().to_numpy())
+            else:
+                out[c] = col.to_numpy(object if col.dtype == object or pd.api.types.is_string_dtype(col.dtype) else None)
+        return out
 
     def df(self, query: str) -> pd.DataFrame:
-        if query.startswith("SELECT "):
-            return self.frame[[k.strip() for k in query[len("SELECT "):].split(" FROM ")[0].split(",")]]
-        if " ORDER BY " not in query:
-            return self.frame
         self.ordered += 1
         keys = [k.strip() for k in query.split(" ORDER BY ")[1].split(",")]
         return self.frame.sort_values(keys, na_position="last").reset_index(drop=True)
 
 
+KIND = ("kernel", "memcpy", "memset", "graph")
+
+
 def _frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
     start = np.sort(rng.integers(0, 50, n))  # ties on start and end, which op_id settles
+    tid = pd.array(rng.integers(1, 9, n), dtype="Int64")
+    tid[rng.random(n) < 0.3] = pd.NA
     return pd.DataFrame({"op_id": rng.permutation(n) + 1, "pid": rng.integers(1, 3, n), "start_ns": start,
-                         "end_ns": start + rng.integers(0, 3, n), "name": [f"k{i}" for i in range(n)]})
+                         "end_ns": start + rng.integers(0, 3, n), "tid": tid, "exact": rng.random(n) < 0.5,
+                         "kind": rng.integers(0, len(KIND), n).astype(np.uint8)})
+
+
+def _as_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as ``report.df`` of an ENUM ``kind`` gives it."""
+    return frame.assign(kind=pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8),
+                                                       dtype=pd.CategoricalDtype(list(KIND), ordered=True)))
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_start_order_is_the_sorted_frame(seed: int) -> None:
     frame = _frame(np.random.default_rng(seed), 500)
-    want = frame.sort_values(list(_START_ORDER)).reset_index(drop=True)
+    want = _as_df(frame.sort_values(list(_START_ORDER)).reset_index(drop=True))
     report = _Report(frame)
-    pd.testing.assert_frame_equal(ordered_frame(report, "q", _START_ORDER), want)  # type: ignore[arg-type]
-    assert report.ordered == 1  # out of order: sorted by the query
-    in_order = _Report(want)
-    assert ordered_frame(in_order, "q", _START_ORDER) is want  # type: ignore[arg-type]  # as it came, no copy
+    got = ordered_frame(report, "q", _START_ORDER, {"kind": KIND})  # type: ignore[arg-type]
+    pd.testing.assert_frame_equal(got, want)
+    assert report.ordered == 0  # put in order in numpy, not by the query
+    in_order = _Report(frame.sort_values(list(_START_ORDER)).reset_index(drop=True))
+    pd.testing.assert_frame_equal(ordered_frame(in_order, "q", _START_ORDER, {"kind": KIND}), want)  # type: ignore[arg-type]
     assert in_order.ordered == 0
 
 
-def test_start_order_leaves_nulls_to_the_query() -> None:
+def test_start_order_leaves_nulls_and_texts_to_the_query() -> None:
     frame = _frame(np.random.default_rng(0), 20)
-    frame["end_ns"] = frame["end_ns"].astype("Int64")
-    frame.loc[3, "end_ns"] = pd.NA
-    report = _Report(frame)
-    got = ordered_frame(report, "q", _START_ORDER)  # type: ignore[arg-type]
+    nulls = frame.assign(end_ns=frame["end_ns"].astype("Int64"))
+    nulls.loc[3, "end_ns"] = pd.NA
+    report = _Report(nulls)
+    got = ordered_frame(report, "q", _START_ORDER, {"kind": KIND})  # type: ignore[arg-type]
     assert report.ordered == 1  # DuckDB's order, NULLs and all
     assert sorted(got["op_id"]) == sorted(frame["op_id"])
+    assert got["kind"].dtype == pd.CategoricalDtype(list(KIND), ordered=True)
+    texts = _Report(frame.assign(name=[f"k{i}" for i in range(len(frame))]))
+    got = ordered_frame(texts, "q", _START_ORDER)  # type: ignore[arg-type]
+    assert texts.ordered == 1  # a column of texts: read by DuckDB
+    assert got["name"].tolist() == [f"k{i}" for i in frame.sort_values(list(_START_ORDER)).index]
 
 
 # reports whose operations come from the table out of start order (copies, several streams and
@@ -70,12 +106,15 @@ def test_loaded_operations_match_the_ordered_query(recorded: Callable[[str], Pat
     with Report.open(recorded(name)) as report:
         ops = load_ops(report)
         want = report.df(_ops_query(report) + f" ORDER BY {', '.join(_START_ORDER)}")
+        tokens = _gpu_tokens(report)  # the repeating-pattern steps' tokens, read the same way
+        ordered = report.df(_tokens_query(report) + f" ORDER BY {', '.join(_TOKEN_ORDER)}").drop(columns="op_id")
     assert len(ops) == len(want) > 0
     for col in want.columns:
         if col == "kind":
-            assert ops[col].astype(str).tolist() == want[col].astype(str).tolist()
+            assert ops[col].astype(str).tolist() == [KINDS[int(k)] for k in want[col]]
         else:
             pd.testing.assert_series_equal(ops[col], want[col], check_names=True)
+    pd.testing.assert_frame_equal(tokens, ordered)
 
 
 @pytest.mark.parametrize("seed", range(3))

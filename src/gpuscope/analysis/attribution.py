@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..trace.launch import anchor_joins, anchored_start
 from ..trace.report import Report
@@ -134,27 +134,71 @@ def ops_table(report: Report) -> str:
     return OPS
 
 
-def ordered_frame(report: Report, query: str, order: Sequence[str]) -> pd.DataFrame:
-    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows. The
-    operation table comes in launch order, often its start order as well: the ``order`` columns
-    (integers, the last one unique) are read first and sorted in numpy, and where the rows are in
-    that order already the query is read as it comes (sorted in DuckDB, ten million operations took
-    twice as long to arrive). Where they are not, or a key has NULLs, DuckDB sorts them: moving the
-    rows in pandas held the frame twice."""
+def ordered_frame(report: Report, query: str, order: Sequence[str],
+                  codes: dict[str, Sequence[str]] | None = None) -> pd.DataFrame:
+    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows: the
+    rows are read as they come, one array per column, and put in order by a numpy lexsort of the
+    ``order`` columns (integers, the last one unique), one column at a time, so that the frame is
+    held once plus one column (DuckDB's sort of ten million operations spilled and took three times
+    as long; pandas' own frame from DuckDB is a copy of its columns into blocks). A column named in
+    ``codes`` comes as the position of its value in that list (``enum_code()`` of an ENUM of those
+    values) and is made the ordered categorical ``report.df`` gives an ENUM. Where a key has NULLs,
+    or a column is of a type read otherwise, DuckDB sorts them as before."""
+    import numpy as np
+    import pandas as pd
+
+    codes = codes or {}
+    with report.deadline():
+        arrays = report.con.execute(query).fetchnumpy()
+    kinds = {c: _array_kind(a) for c, a in arrays.items()}
+    readable = all(k is not None for c, k in kinds.items() if c not in codes)
+    if not readable or any(kinds[k] != "plain" or arrays[k].dtype.kind not in "iu" for k in order):
+        del arrays
+        return _fallback(report, query, order, codes)
+    at = np.lexsort([arrays[k].astype(np.int64, copy=False) for k in reversed(order)])
+    moved = not np.array_equal(at, np.arange(len(at)))
+    columns = {}
+    for c in list(arrays):
+        a = arrays.pop(c)
+        if moved:
+            a = a[at]  # the column as it came is freed here
+        if c in codes:
+            columns[c] = pd.Categorical.from_codes(a.astype(np.int8), dtype=pd.CategoricalDtype(list(codes[c]), ordered=True))
+        elif kinds[c] == "masked":
+            columns[c] = _nullable(a)
+        else:
+            columns[c] = a
+    return pd.DataFrame(columns, copy=False)
+
+
+def _array_kind(a: Any) -> str | None:
+    """How :func:`ordered_frame` takes a column from ``fetchnumpy()``: "plain" (numbers or booleans
+    without NULLs), "masked" (integers or booleans with NULLs), None (anything else: read by DuckDB)."""
     import numpy as np
 
-    ordered = f"{query} ORDER BY {', '.join(order)}"
-    keys = report.df(f"SELECT {', '.join(order)} FROM ({query})")
-    if any(not (isinstance(keys[k].dtype, np.dtype) and keys[k].dtype.kind in "iu") for k in order):
-        return report.df(ordered)
-    at = np.lexsort([keys[k].to_numpy(np.int64) for k in reversed(order)])
-    unique = keys[order[-1]].to_numpy(np.int64)
-    del keys
-    if not np.array_equal(at, np.arange(len(at))):
-        return report.df(ordered)
-    frame = report.df(query)  # the same scan, in the same (insertion) order: checked by the unique key
-    same = len(frame) == len(unique) and np.array_equal(frame[order[-1]].to_numpy(np.int64), unique)
-    return frame if same else report.df(ordered)
+    if isinstance(a, np.ma.MaskedArray):
+        return "masked" if a.dtype.kind in "iub" else None
+    return "plain" if isinstance(a, np.ndarray) and a.dtype.kind in "iubf" else None
+
+
+def _nullable(a: Any) -> Any:
+    """The pandas nullable array (Int64, Int32, boolean, ...) of a masked array, as ``report.df`` gives it."""
+    import numpy as np
+    import pandas as pd
+
+    data, mask = np.ma.getdata(a), np.ma.getmaskarray(a)
+    return pd.arrays.BooleanArray(data, mask) if data.dtype.kind == "b" else pd.arrays.IntegerArray(data, mask)
+
+
+def _fallback(report: Report, query: str, order: Sequence[str], codes: dict[str, Sequence[str]]) -> pd.DataFrame:
+    """:func:`ordered_frame` by DuckDB's ORDER BY, the ``codes`` columns made categorical as there."""
+    import numpy as np
+    import pandas as pd
+
+    frame = report.df(f"{query} ORDER BY {', '.join(order)}")
+    for c, values in codes.items():
+        frame[c] = pd.Categorical.from_codes(frame[c].to_numpy(np.int8), dtype=pd.CategoricalDtype(list(values), ordered=True))
+    return frame
 
 
 def ranges_table(report: Report) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .attribution import ops_table
+from .attribution import ops_table, ordered_frame
 from .launch_sites import after_launches, sampled_lines
 from .step_pattern import Pattern, find_pattern
 
@@ -38,18 +38,26 @@ _PATTERNS: weakref.WeakKeyDictionary[Report, PatternSteps] = weakref.WeakKeyDict
 _COPY_TOKENS = {"HtoD": -2, "DtoH": -3, "DtoD": -4, "HtoH": -5, "PtoP": -6}
 
 
+_TOKEN_ORDER = ("pid", "start_ns", "op_id")
+
+
+def _tokens_query(report: Report) -> str:
+    """Every GPU operation as a token with its ``op_id`` (:func:`_gpu_tokens`), in no order. The tokens
+    are made in SQL: strings per operation in pandas cost gigabytes on ten million of them."""
+    copies = " ".join(f"WHEN '{k}' THEN {v}" for k, v in _COPY_TOKENS.items())
+    return f"""SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
+                                      WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
+                                      ELSE coalesce(name_id, -1) END::BIGINT AS token,
+                      launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact, op_id
+               FROM {ops_table(report)}"""
+
+
 def _gpu_tokens(report: Report) -> pd.DataFrame:
     """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
     times of copies and memsets are estimates, too rough to order them among kernels, while one
-    stream runs its operations in launch order."""
-    copies = " ".join(f"WHEN '{k}' THEN {v}" for k, v in _COPY_TOKENS.items())
-    # the tokens made in SQL: strings per operation in pandas cost gigabytes on ten million of them
-    return report.df(
-        f"""SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
-                                   WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
-                                   ELSE coalesce(name_id, -1) END::BIGINT AS token,
-                   launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact
-            FROM {ops_table(report)} ORDER BY pid, start_ns, op_id""")
+    stream runs its operations in launch order. Put in order in numpy (:func:`.attribution.ordered_frame`):
+    DuckDB's sort of ten million spilled and took as long as the rest of the pattern search."""
+    return ordered_frame(report, _tokens_query(report), _TOKEN_ORDER).drop(columns="op_id")
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
@@ -225,7 +233,10 @@ def _step_tokens(report: Report) -> Iterator[tuple[pd.DataFrame, str]]:
 def _find(tokens: pd.DataFrame, what: str) -> dict[int, tuple[Pattern, pd.DataFrame]]:
     """Per process, its loop in ``tokens``."""
     out = {}
-    for pid, own in tokens.groupby("pid", sort=True):
+    pids = tokens["pid"].to_numpy()
+    # one process: its tokens are the frame itself, not a copy of millions of rows
+    groups = [(pids[0], tokens)] if len(pids) and (pids == pids[0]).all() else tokens.groupby("pid", sort=True)
+    for pid, own in groups:
         own = own.reset_index(drop=True)
         if what == "top-level module calls":
             result = _module_pattern(own)

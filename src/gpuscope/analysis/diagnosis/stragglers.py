@@ -76,8 +76,17 @@ class RankWaits:
     caused: dict[int, dict[int, float]] = field(default_factory=dict)  # see _caused
 
 
+def _processes_with_work(report: Report) -> int:
+    """How many processes have kernels, PyTorch operators or ranges: the records collectives are
+    found in (:func:`..collectives.collectives`)."""
+    parts = " UNION ".join(f"SELECT DISTINCT pid FROM {t}" for t in ("kernel", "torch_op", "nvtx_range"))
+    return int(report.sql(f"SELECT count(*) FROM ({parts})")[0][0])
+
+
 def rank_waits(report: Report) -> RankWaits | None:
     """The waits of a report whose processes share collectives; None with fewer than two such processes."""
+    if _processes_with_work(report) < 2:  # one process: no collective is shared (finding them took seconds)
+        return None
     coll = timed_collectives(report)
     if not len(coll) or coll["pid"].nunique() < 2 or not (coll["ranks"] > 1).any():
         return None

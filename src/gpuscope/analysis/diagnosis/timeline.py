@@ -36,15 +36,16 @@ COPY_APIS = ("cudaMemcpy", "cuMemcpy")
 
 
 _START_ORDER = ("pid", "start_ns", "end_ns", "op_id")
-_KINDS = "ENUM('kernel', 'memcpy', 'memset', 'graph')"
+KINDS = ("kernel", "memcpy", "memset", "graph")
+_KINDS = "ENUM(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
 _COPY_ATTRS = ("copy_kind", "src_kind", "dst_kind", "bytes", "is_async")  # of copies and memsets only
 
 
 def _ops_query(report: Report) -> str:
     """Every GPU operation with the attributes all kinds have (:func:`..attribution.ops_table`'s own
-    columns). The kind comes as an enum: ten million strings, one object each, cost gigabytes on
-    their way into pandas."""
-    return f"""SELECT op_id, kind::{_KINDS} AS kind, pid, tid, launch_ns, start_ns, end_ns, device_id, name_id,
+    columns). The kind comes as its position in :data:`KINDS`: ten million strings, one object
+    each, cost gigabytes on their way into pandas."""
+    return f"""SELECT op_id, enum_code(kind::{_KINDS}) AS kind, pid, tid, launch_ns, start_ns, end_ns, device_id, name_id,
                       stream_id, correlation_id, config_id FROM {ops_table(report)}"""
 
 
@@ -87,7 +88,7 @@ class Timelines:
 
 def load_ops(report: Report) -> pd.DataFrame:
     """Return every GPU operation with its launch point and attributes (see the module docstring)."""
-    ops = ordered_frame(report, _ops_query(report), _START_ORDER)
+    ops = ordered_frame(report, _ops_query(report), _START_ORDER, {"kind": KINDS})
     _add_copy_attrs(ops, report.df(_copy_attrs_query(report)))
     ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
                "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
@@ -212,7 +213,11 @@ def load_timelines(report: Report) -> Timelines:
     source = step_source(report)
     windows = _windows(report, source)
     processes = []
-    for pid, own in ops.groupby("pid", sort=True):
+    pids = ops["pid"].to_numpy()
+    # one process (most reports): its operations are the frame itself, not a copy of ten million rows
+    groups = [(pids[0], ops)] if len(pids) and (pids == pids[0]).all() else ops.groupby("pid", sort=True)
+    del pids
+    for pid, own in groups:
         pid = int(pid)
         own = own.reset_index(drop=True)
         window = windows.get(pid)
