@@ -8,6 +8,7 @@ import sys
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
 from .fleet import is_fleet, run_analyze
+from .heap import keep_freed_memory
 from .output import emit
 
 NAME = "analyze"
@@ -24,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_freed_memory()  # arrays of millions of rows made and freed in turn: see heap.py
     if not 0.0 <= args.min_share <= 100.0:
         raise GpuscopeError(f"--min-share {args.min_share:g}: give a percentage from 0 to 100")
     from ..analysis.diagnosis import diagnose
