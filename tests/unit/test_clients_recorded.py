@@ -61,10 +61,6 @@ UNKEPT_MISSES: dict[str, str] = {
     "compiled_graph_break": "no fix measured a gain (the one candidate, the guard on the GPU, 40% slower), yet "
                             "launch_bound proposes a CUDA graph at about 69%: no graph variant was measured (the "
                             "program now has one, reduce_overhead, for the next measurement)",
-    "lightning_mlp": "no fix measured more than 5% (bf16-mixed 52% slower; the 4x batch 7%, ranked apart), yet "
-                     "data_loader ranks first at 33%: each batch is 512 TensorDataset lookups and a collate, 4.4 ms "
-                     "a wait in Lightning's loop, and the fix it names (DataLoader workers) was not measured (the "
-                     "program now has a workers variant for the next measurement)",
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%

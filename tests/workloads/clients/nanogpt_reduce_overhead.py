@@ -1,8 +1,11 @@
 """The small hand-written GPT of ``nanogpt_compiled.py`` (6 layers, d 384, sequence 256, batch 32,
 bf16 autocast, AdamW) compiled as written with ``torch.compile(model, mode="reduce-overhead")``:
 forward and backward replay as CUDA graphs, so launches should no longer set the step time.
-Optimizer marks only. Nothing to fix is expected; the one candidate, a 4x batch (128), changes
-the work of a step and is compared per sample, ranked apart from the other findings.
+Optimizer marks only. Nothing to fix was expected; the one candidate, a 4x batch (128), changes
+the work of a step and is compared per sample. On an H100 it measured 46% less time per sample
+(4.8 ms a step of 32, 10.4 ms a step of 128): the graphs replay, but the GPU still waits between
+replays for the host, and a larger call is the launch-bound fix for a program already in CUDA
+graphs ("give each call more work"), so the variant names that rule beside the memory one.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ PROGRAM = Program(
     description='hand-written GPT (6 layers, d 384, batch 32), torch.compile mode="reduce-overhead", bf16, AdamW',
     variants=(
         Variant("as_written", 'torch.compile(model, mode="reduce-overhead")', samples=BATCH),
-        Variant("batch_4x", "batch 128", ("gpu_memory",), work_changing=True, samples=4 * BATCH),
+        Variant("batch_4x", "batch 128", ("gpu_memory", "launch_bound"), work_changing=True, samples=4 * BATCH),
     ),
     build=build,
     iterations=800,
