@@ -22,29 +22,43 @@ from gpuscope.trace.report import Report
 
 
 class _Report:
-    """A report over one frame: the query is the frame, read as DuckDB's ``fetchnumpy()`` gives it
-    (masked arrays for nullable columns), and ``df`` of ``... ORDER BY keys`` sorts it."""
+    """A report over one frame: the query is the frame, its columns read as DuckDB's ``fetchnumpy()``
+    gives them (masked arrays for nullable columns), and ``df`` of ``... ORDER BY keys`` sorts it."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        self.frame, self.ordered = frame, 0
+        self.frame, self.ordered, self.reads = frame, 0, 0
         self.con = self
+        self.selected: list[str] = []
 
     @contextlib.contextmanager
     def deadline(self) -> Iterator[None]:
         yield
 
+    @property
+    def description(self) -> list[tuple[str, str]]:
+        types = {"i": "BIGINT", "u": "UTINYINT", "b": "BOOLEAN"}
+        return [(c, types.get(self.frame[c].dtype.kind, "VARCHAR")) for c in self.frame.columns]
+
     def execute(self, query: str) -> _Report:
         assert " ORDER BY " not in query
+        if query.startswith("SELECT current_setting"):
+            self.selected = []
+        elif not query.endswith("LIMIT 0"):
+            self.selected = [c.strip().strip('"') for c in query[len("SELECT "):].split(" FROM ")[0].split(",")]
         return self
 
+    def fetchone(self) -> tuple[bool]:
+        return (True,)
+
     def fetchnumpy(self) -> dict[str, np.ndarray]:
+        self.reads += 1
         out: dict[str, np.ndarray] = {}
-        for c in self.frame.columns:
+        for c in self.selected:
             col = self.frame[c]
             if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.dtype.kind in "iub":
                 out[c] = np.ma.MaskedArray(col.to_numpy(col.dtype.numpy_dtype, na_value=0), mask=col.isna().to_numpy())
             else:
-                out[c] = col.to_numpy(object if col.dtype == object or pd.api.types.is_string_dtype(col.dtype) else None)
+                out[c] = col.to_numpy()
         return out
 
     def df(self, query: str) -> pd.DataFrame:
@@ -79,6 +93,7 @@ def test_start_order_is_the_sorted_frame(seed: int) -> None:
     got = ordered_frame(report, "q", _START_ORDER, {"kind": KIND})  # type: ignore[arg-type]
     pd.testing.assert_frame_equal(got, want)
     assert report.ordered == 0  # put in order in numpy, not by the query
+    assert report.reads == 1 + len(frame.columns) - len(_START_ORDER)  # the keys, then each other column
     in_order = _Report(frame.sort_values(list(_START_ORDER)).reset_index(drop=True))
     pd.testing.assert_frame_equal(ordered_frame(in_order, "q", _START_ORDER, {"kind": KIND}), want)  # type: ignore[arg-type]
     assert in_order.ordered == 0

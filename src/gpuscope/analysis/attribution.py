@@ -134,37 +134,55 @@ def ops_table(report: Report) -> str:
     return OPS
 
 
+_NUMERIC = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT",
+            "BOOLEAN", "DOUBLE", "FLOAT")  # the column types read as arrays, the rest by DuckDB's sort
+
+
 def ordered_frame(report: Report, query: str, order: Sequence[str],
                   codes: dict[str, Sequence[str]] | None = None) -> pd.DataFrame:
-    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows: the
-    rows are read as they come, one array per column, and put in order by a numpy lexsort of the
-    ``order`` columns (integers, the last one unique), one column at a time, so that the frame is
-    held once plus one column (DuckDB's sort of ten million operations spilled and took three times
-    as long; pandas' own frame from DuckDB is a copy of its columns into blocks). A column named in
-    ``codes`` comes as the position of its value in that list (``enum_code()`` of an ENUM of those
-    values) and is made the ordered categorical ``report.df`` gives an ENUM. Where a key has NULLs,
-    or a column is of a type read otherwise, DuckDB sorts them as before."""
+    """``report.df(f"{query} ORDER BY {', '.join(order)}")``, for results of millions of rows of a
+    query that selects from one table (no join, no aggregate). The ``order`` columns (integers, the
+    last one unique) are read first and sorted by a numpy lexsort; then each column is read on its
+    own, in the table's order (DuckDB keeps the insertion order of a query without ORDER BY while
+    ``preserve_insertion_order`` is on), and put in that order: the frame is held once, plus one
+    column and DuckDB's result of one column (DuckDB's sort of ten million operations spilled and
+    took three times as long, and its result of every column at once held them twice). A column
+    named in ``codes`` comes as the position of its value in that list (``enum_code()`` of an ENUM of
+    those values) and is made the ordered categorical ``report.df`` gives an ENUM. Where a key has
+    NULLs, or a column is of a type read otherwise (texts), DuckDB sorts them as before."""
     import numpy as np
     import pandas as pd
 
     codes = codes or {}
     with report.deadline():
-        arrays = report.con.execute(query).fetchnumpy()
-    kinds = {c: _array_kind(a) for c, a in arrays.items()}
-    readable = all(k is not None for c, k in kinds.items() if c not in codes)
-    if not readable or any(kinds[k] != "plain" or arrays[k].dtype.kind not in "iu" for k in order):
+        described = report.con.execute(f"SELECT * FROM ({query}) LIMIT 0").description
+        kept = report.con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
+    names = [str(d[0]) for d in described]
+    if not (kept and kept[0]) or any(str(d[1]) not in _NUMERIC for d in described):
+        return _fallback(report, query, order, codes)
+    with report.deadline():
+        arrays = report.con.execute(f"SELECT {', '.join(order)} FROM ({query})").fetchnumpy()
+    if any(_array_kind(arrays[k]) != "plain" or arrays[k].dtype.kind not in "iu" for k in order):
         del arrays
         return _fallback(report, query, order, codes)
     at = np.lexsort([arrays[k].astype(np.int64, copy=False) for k in reversed(order)])
     moved = not np.array_equal(at, np.arange(len(at)))
     columns = {}
-    for c in list(arrays):
-        a = arrays.pop(c)
+    for c in names:
+        if c in arrays:
+            a = arrays.pop(c)
+        else:
+            with report.deadline():
+                a = report.con.execute(f'SELECT "{c}" FROM ({query})').fetchnumpy()[c]
+        kind = _array_kind(a)
+        if len(a) != len(at) or (kind is None and c not in codes):
+            del a, columns, arrays
+            return _fallback(report, query, order, codes)
         if moved:
             a = a[at]  # the column as it came is freed here
         if c in codes:
             columns[c] = pd.Categorical.from_codes(a.astype(np.int8), dtype=pd.CategoricalDtype(list(codes[c]), ordered=True))
-        elif kinds[c] == "masked":
+        elif kind == "masked":
             columns[c] = _nullable(a)
         else:
             columns[c] = a

@@ -185,9 +185,9 @@ def _accumulate(acc: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None
     acc[:] = np.bincount(np.concatenate([np.arange(n), index]), weights=np.concatenate([acc, weights]), minlength=n)
 
 
-def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdown:
+def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -> ProcessBreakdown:
     """Split the steps of one process into parts; ``bound`` holds the class (one of :data:`BOUNDS`)
-    of each of its operations, in the order of ``tl.ops``. The pieces of time are classified
+    of each of its operations, in the order of ``tl.ops`` (texts, or their categorical). The pieces of time are classified
     :data:`CHUNK` at a time, against lookups of the operations made once."""
     ops, calls, loaders, win = tl.ops, tl.calls, tl.loaders, tl.windows
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
@@ -205,7 +205,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdow
     # lookups of the operations, made once: busy work by bound class, transfers, ends, launches
     by_bound = []
     for b in BOUNDS:
-        m = (~transfer) & (bound == b)
+        m = (~transfer) & np.asarray(bound == b, dtype=bool)
         by_bound.append((_sorted(s[m]), _sorted(e[m])) if m.any() else None)
     moving_ops = (_sorted(s[transfer]), _sorted(e[transfer]))
     t_idx = np.flatnonzero(transfer)
@@ -299,6 +299,8 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray) -> ProcessBreakdow
             _accumulate(sums[code], w[m], len_k[m])
         pieces.append((w, seg_s[keep], seg_e[keep], cause_k, culprit[keep], ref[keep], call_ref[keep]))
 
+    # the lookups (hundreds of megabytes for millions of operations) go before the pieces are joined
+    del cuts, by_bound, moving_ops, copies, end_order, end_sorted, launch_sorted, in_calls, in_loaders
     parts = sums.T.copy()
     _round_rows(parts[:, :4], busy_sum.astype(np.int64))
     steps = pd.DataFrame({"step": win["step"].to_numpy(), "start_ns": ws, "duration_ns": we - ws, "warmup": warm})

@@ -252,8 +252,13 @@ class Context:
         out = []
         for tl in self.timelines.processes:
             names = self._name_column(tl.ops["name_id"])
-            bound = names.map(self.bound_of_name).astype(object).fillna("unknown").to_numpy(object, copy=True)
-            bound[(tl.ops["kind"] != "kernel").to_numpy()] = "unknown"
+            # the bound class of each name, given to its operations by code: ten million strings compared
+            # four times took a second
+            of_name = np.array([BOUNDS.index(self.bound_of_name.get(str(n), "unknown")) for n in names.cat.categories],
+                               dtype=np.int8)
+            codes = of_name[names.cat.codes.to_numpy()]
+            codes[(tl.ops["kind"] != "kernel").to_numpy()] = BOUNDS.index("unknown")
+            bound = pd.Categorical.from_codes(codes, categories=list(BOUNDS))
             tl.ops["name"] = names
             p = Process(tl, breakdown_process(tl, bound), self.probes.get(tl.pid))
             p.power = self._power(p)

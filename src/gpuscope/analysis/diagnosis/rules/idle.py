@@ -216,7 +216,8 @@ class LaunchBound(Rule):
             if p.share(ns) < ctx.min_share or not n_kernels:
                 continue
             launches = launch[inside]
-            interval = float(np.median(np.diff(np.sort(launches)))) if len(launches) > 1 else 0.0
+            # stable: a merge of the runs already in order, the launches mostly are (the same values)
+            interval = float(np.median(np.diff(np.sort(launches, kind="stable")))) if len(launches) > 1 else 0.0
             duration = float(np.median(ops["end_ns"].to_numpy(np.int64)[kernel] - ops["start_ns"].to_numpy(np.int64)[kernel]))
             busy = p.breakdown.mean_parts()
             busy_share = sum(busy[k] for k in busy if k.startswith("busy_")) / busy["duration_ns"]
