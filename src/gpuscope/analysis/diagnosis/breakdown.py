@@ -178,6 +178,12 @@ CULPRITS = ("", "copy", "call", "loader")
 _COPY, _CALL, _LOADER = 1, 2, 3
 
 
+def _where_all(mask: np.ndarray) -> np.ndarray | slice:
+    """``mask`` to select with, or the whole slice where it is true everywhere (pieces all inside the
+    windows, as in a run without steps): views then, not copies of a million values each."""
+    return slice(None) if mask.all() else mask
+
+
 def _accumulate(acc: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None:
     """Add ``weights`` into ``acc`` by ``index``, summing in the order one ``np.bincount`` of every
     batch at once would (each bin's running sum first, then the batch's weights in order)."""
@@ -235,7 +241,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
             if c is not None:
                 busy_count += c
         busy = busy_count > 0
-        keep = window >= 0
+        keep = _where_all(window >= 0)
         w = window[keep]
         busy_k, len_k = busy[keep], length[keep]
         total = np.maximum(busy_count[keep], 1)
@@ -290,8 +296,9 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         data = idle & (in_loader >= 0)
         cause[data], culprit[data], ref[data] = _DATA, _LOADER, in_loader[data]
         _charge_copies(tl, prev_op, cause, culprit, ref, (drained | blocked) & ~data)
-        keep = window >= 0
-        cause[keep & warm[np.maximum(window, 0)]] = _WARMUP
+        inside = window >= 0
+        cause[inside & warm[np.maximum(window, 0)]] = _WARMUP
+        keep = _where_all(inside)
 
         w, len_k, cause_k = window[keep], (seg_e - seg_s)[keep], cause[keep]
         for code in range(_CPU, _WARMUP + 1):
