@@ -6,6 +6,9 @@ NCHW memory format (the default). Optimizer marks only (the scaler calls ``optim
 Fix: ``channels_last``: model and images in ``torch.channels_last``; half-precision convolutions
 in NHWC are what cuDNN's tensor-core kernels take, so the NCHW program may pay for layout
 transposes around each convolution.
+
+``compiled``: ``torch.compile(model)``, the fix the fusion finding names (Inductor fuses the
+batch-norm, ReLU and add passes between the convolutions).
 """
 
 from __future__ import annotations
@@ -38,10 +41,12 @@ def build(variant: str, setup: Setup) -> Step:
              torch.randint(0, 1000, (batch,), device=dev)) for _ in range(4)]
     batches = itertools.cycle(data)
 
+    forward = torch.compile(model) if variant == "compiled" else model
+
     def step() -> torch.Tensor:
         x, y = next(batches)
         with torch.autocast(dev.type, dtype):
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(forward(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -57,6 +62,7 @@ PROGRAM = Program(
     variants=(
         Variant("as_written", "AMP, NCHW", samples=64),
         Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=64),
+        Variant("compiled", "torch.compile(model)", ("unfused_elementwise",), samples=64),
     ),
     build=build,
     iterations=200,
