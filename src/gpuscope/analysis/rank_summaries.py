@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .collectives import arrivals, bus_bandwidth, busy_union, collectives, overlap_ns
+from .collectives import arrivals, bus_bandwidth, busy_union, collectives, interval_union, overlap_ns
 from .ranks import rank_table
 from .steps import step_source, step_windows
 from .table import Column, Table
@@ -39,9 +39,7 @@ def _timed_collectives(report: Report) -> pd.DataFrame:
     coll["overlap_ns"] = np.zeros(len(coll), dtype=np.int64)
     gpu = coll["source"] == "kernel"
     if gpu.any():
-        compute = busy_union(report.df(
-            """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
-               JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'"""))
+        compute = busy_union(_compute_near(report, coll[gpu]))
         coll.loc[gpu, "overlap_ns"] = overlap_ns(coll[gpu].reset_index(drop=True), compute)
         # the wait that cost the rank time: the part of it no other kernel of the rank ran beside
         # (an all-gather prefetched on its own stream spins while the layer before it computes)
@@ -49,6 +47,33 @@ def _timed_collectives(report: Report) -> pd.DataFrame:
         hidden = overlap_ns(waiting, compute)
         coll.loc[gpu, "wait_ns"] = (coll.loc[gpu, "wait_ns"].to_numpy(np.int64) - hidden).astype(np.int64)
     return coll
+
+
+def _compute_near(report: Report, coll: pd.DataFrame) -> pd.DataFrame:
+    """The compute kernels (``pid``, ``start_ns``, ``end_ns``) that overlap the span of some NCCL
+    kernel of ``coll`` of their process, its wait included: the time of the others beside a
+    collective is nil, so their union gives the same overlaps (a long run's 10 M kernels made a
+    union of gigabytes for the few hundred thousand collectives)."""
+    query = """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
+               JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'"""
+    with report.deadline():
+        k = report.con.execute(query).fetchnumpy()
+    if any(isinstance(a, np.ma.MaskedArray) for a in k.values()):  # NULL times: every kernel, as they come
+        del k
+        return report.df(query)
+    pid, start, end = (np.asarray(k[c]).astype(np.int64, copy=False) for c in ("pid", "start_ns", "end_ns"))
+    del k
+    a = coll["start_ns"].to_numpy(np.int64)
+    b = coll["end_ns"].to_numpy(np.int64)
+    w = a + coll["wait_ns"].to_numpy(np.int64)
+    lo, hi = np.minimum(np.minimum(a, b), w), np.maximum(np.maximum(a, b), w)
+    near = np.zeros(len(start), bool)
+    for p, idx in coll.groupby("pid").indices.items():
+        us, ue = interval_union(lo[idx], hi[idx])
+        mine = np.flatnonzero(pid == p)
+        j = np.searchsorted(us, end[mine], "left") - 1  # the last span that starts before the kernel ends
+        near[mine] = (j >= 0) & (ue[np.maximum(j, 0)] > start[mine])
+    return pd.DataFrame({"pid": pid[near], "start_ns": start[near], "end_ns": end[near]})
 
 
 def rank_steps(report: Report, coll: pd.DataFrame | None = None) -> pd.DataFrame:
