@@ -95,7 +95,8 @@ def test_start_order_is_the_sorted_frame(seed: int) -> None:
     assert report.ordered == 0  # put in order in numpy, not by the query
     assert report.reads == 1 + len(frame.columns) - len(_START_ORDER)  # the keys, then each other column
     in_order = _Report(frame.sort_values(list(_START_ORDER)).reset_index(drop=True))
-    pd.testing.assert_frame_equal(ordered_frame(in_order, "q", _START_ORDER, {"kind": KIND}), want)  # type: ignore[arg-type]
+    got = ordered_frame(in_order, "q", _START_ORDER, {"kind": KIND})  # type: ignore[arg-type]
+    pd.testing.assert_frame_equal(got, want)
     assert in_order.ordered == 0
 
 

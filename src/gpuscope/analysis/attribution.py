@@ -181,7 +181,7 @@ def ordered_frame(report: Report, query: str, order: Sequence[str],
         if moved:
             a = a[at]  # the column as it came is freed here
         if c in codes:
-            columns[c] = pd.Categorical.from_codes(a.astype(np.int8), dtype=pd.CategoricalDtype(list(codes[c]), ordered=True))
+            columns[c] = _categorical(a, codes[c])
         elif kind == "masked":
             columns[c] = _nullable(a)
         else:
@@ -208,6 +208,15 @@ def _nullable(a: Any) -> Any:
     return pd.arrays.BooleanArray(data, mask) if data.dtype.kind == "b" else pd.arrays.IntegerArray(data, mask)
 
 
+def _categorical(positions: Any, values: Sequence[str]) -> pd.Categorical:
+    """The ordered categorical of ``values`` that ``report.df`` gives an ENUM of them, from positions."""
+    import numpy as np
+    import pandas as pd
+
+    dtype = pd.CategoricalDtype(list(values), ordered=True)
+    return pd.Categorical.from_codes(np.asarray(positions).astype(np.int8), dtype=dtype)
+
+
 def _fallback(report: Report, query: str, order: Sequence[str], codes: dict[str, Sequence[str]]) -> pd.DataFrame:
     """:func:`ordered_frame` by DuckDB's ORDER BY, the ``codes`` columns made categorical as there."""
     import numpy as np
@@ -215,7 +224,7 @@ def _fallback(report: Report, query: str, order: Sequence[str], codes: dict[str,
 
     frame = report.df(f"{query} ORDER BY {', '.join(order)}")
     for c, values in codes.items():
-        frame[c] = pd.Categorical.from_codes(frame[c].to_numpy(np.int8), dtype=pd.CategoricalDtype(list(values), ordered=True))
+        frame[c] = _categorical(frame[c].to_numpy(np.int8), values)
     return frame
 
 

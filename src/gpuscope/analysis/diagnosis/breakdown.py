@@ -193,8 +193,8 @@ def _accumulate(acc: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None
 
 def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -> ProcessBreakdown:
     """Split the steps of one process into parts; ``bound`` holds the class (one of :data:`BOUNDS`)
-    of each of its operations, in the order of ``tl.ops`` (texts, or their categorical). The pieces of time are classified
-    :data:`CHUNK` at a time, against lookups of the operations made once."""
+    of each of its operations, in the order of ``tl.ops`` (texts, or their categorical). The pieces
+    of time are classified :data:`CHUNK` at a time, against lookups of the operations made once."""
     ops, calls, loaders, win = tl.ops, tl.calls, tl.loaders, tl.windows
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     launch = ops["launch_ns"].to_numpy(np.int64)

@@ -45,8 +45,8 @@ def _ops_query(report: Report) -> str:
     """Every GPU operation with the attributes all kinds have (:func:`..attribution.ops_table`'s own
     columns). The kind comes as its position in :data:`KINDS`: ten million strings, one object
     each, cost gigabytes on their way into pandas."""
-    return f"""SELECT op_id, enum_code(kind::{_KINDS}) AS kind, pid, tid, launch_ns, start_ns, end_ns, device_id, name_id,
-                      stream_id, correlation_id, config_id FROM {ops_table(report)}"""
+    return f"""SELECT op_id, enum_code(kind::{_KINDS}) AS kind, pid, tid, launch_ns, start_ns, end_ns,
+                      device_id, name_id, stream_id, correlation_id, config_id FROM {ops_table(report)}"""
 
 
 def _copy_attrs_query(report: Report) -> str:
