@@ -8,7 +8,7 @@ import sys
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
 from .fleet import is_fleet, run_analyze
-from .heap import keep_freed_memory
+from .heap import freed_memory_kept
 from .output import emit
 
 NAME = "analyze"
@@ -25,7 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    keep_freed_memory()  # arrays of millions of rows made and freed in turn: see heap.py
+    with freed_memory_kept():  # arrays of millions of rows made and freed in turn: see heap.py
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.min_share <= 100.0:
         raise GpuscopeError(f"--min-share {args.min_share:g}: give a percentage from 0 to 100")
     from ..analysis.diagnosis import diagnose

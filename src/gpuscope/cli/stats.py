@@ -13,7 +13,7 @@ from ..reporters import FORMATS
 from ..reporters.terminal import render_present
 from ..safe_text import terminal
 from .fleet import add_engine, is_fleet, run_stats
-from .heap import keep_freed_memory
+from .heap import freed_memory_kept
 from .output import emit
 
 if TYPE_CHECKING:
@@ -41,7 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    keep_freed_memory()  # arrays of millions of rows made and freed in turn: see heap.py
+    with freed_memory_kept():  # arrays of millions of rows made and freed in turn: see heap.py
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if is_fleet(args.report):
         return run_stats(args)
     args.report = args.report[0]
