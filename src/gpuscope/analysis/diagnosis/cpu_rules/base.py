@@ -4,6 +4,7 @@ and what several CPU rules share: sampled time by folded program line, and evide
 from __future__ import annotations
 
 import linecache
+import os
 from collections import defaultdict
 from typing import ClassVar
 
@@ -60,15 +61,29 @@ def describe_lines(lines: list[tuple[Frame, float, Frame | None]], total: float,
     return ", ".join(f"{frame_text(f)} ({ns / total:.0%})" for f, ns, _ in lines[:top]) if total else ""
 
 
-def source_text(frame: Frame, width: int = 90) -> str | None:
-    """The text of the frame's line where the file is readable here (None where it is not). Only a
-    Python source (``.py``) is read: a report names files, and showing a line of any file it names
-    would show what a report's sender chose."""
+def local_file(file: str, recorded_cwd: object = None) -> str:
+    """Where a file the report names is read here: its recorded path where that exists; else, for a
+    file under the directory the program ran in (``recorded_cwd``), the same relative path under this
+    working directory where that exists (the report read in another checkout of the program, as a
+    colleague or CI reads it); else the recorded path."""
+    if os.path.exists(file) or not isinstance(recorded_cwd, str) or not recorded_cwd.startswith("/"):
+        return file
+    base = recorded_cwd.rstrip("/") + "/"
+    if not file.startswith(base):
+        return file
+    here = os.path.join(os.getcwd(), file[len(base):])
+    return here if os.path.isfile(here) else file
+
+
+def source_text(frame: Frame, width: int = 90, recorded_cwd: object = None) -> str | None:
+    """The text of the frame's line where the file is readable here (None where it is not; see
+    :func:`local_file` for where it is looked for). Only a Python source (``.py``) is read: a report
+    names files, and showing a line of any file it names would show what a report's sender chose."""
     file = frame[1]
     if not isinstance(file, str) or not file.endswith(".py") or "\0" in file:
         return None
     try:
-        text = linecache.getline(file, int(frame[2])).strip()
+        text = linecache.getline(local_file(file, recorded_cwd), int(frame[2])).strip()
     except (OSError, ValueError, TypeError, UnicodeError):
         return None
     if not text:

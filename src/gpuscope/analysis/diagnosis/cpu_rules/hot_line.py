@@ -111,10 +111,10 @@ def op_repeats(p: CpuProcess) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _statement(file: str, line: int) -> ast.AST | None:
+def _statement(file: str, line: int, recorded_cwd: str | None = None) -> ast.AST | None:
     """The statement on one line of a readable Python source (None where it cannot be read or parsed
     on its own: a line of a longer statement)."""
-    text = source_text(("", file, line), width=10_000)
+    text = source_text(("", file, line), width=10_000, recorded_cwd=recorded_cwd)
     if text is None:
         return None
     if text.endswith(":"):  # the header of a block
@@ -125,12 +125,12 @@ def _statement(file: str, line: int) -> ast.AST | None:
         return None
 
 
-def only_calls(frame: Frame) -> bool:
+def only_calls(frame: Frame, recorded_cwd: str | None = None) -> bool:
     """Whether a line of the program makes calls and runs no Python loop of its own (no
     comprehension, lambda or loop): a sample whose innermost frame is such a line is in the function
     it called (PyTorch's C++ code has no Python frame), not in the line's own Python. False where
-    the line cannot be read."""
-    tree = _statement(frame[1], int(frame[2]))
+    the line cannot be read (``recorded_cwd``: where the program ran, to find its files here)."""
+    tree = _statement(frame[1], int(frame[2]), recorded_cwd)
     if tree is None:
         return False
     nodes = list(ast.walk(tree))
@@ -201,7 +201,8 @@ class CpuHotLine(CpuRule):
                 candidates.append((saving, frame, ns, share_work, how, s[m]))
             # Python of the program's own frames (its self time), outside operators; a line that only
             # calls (``pred = logits.argmax(-1)``) spends its samples in the C code it called
-            calling = np.array([i.user is not None and only_calls(i.user) for i in infos], bool)
+            cwd = _recorded_cwd(ctx)
+            calling = np.array([i.user is not None and only_calls(i.user, cwd) for i in infos], bool)
             own = base & outside_op & own_frame & ~taken & ~calling
             part = s["part"].to_numpy()
             # inside modules' forward, the line that ran; outside, the loop's own line (below)
@@ -251,7 +252,7 @@ class CpuHotLine(CpuRule):
                    "thread, or run it less often.")
             if in_forward:
                 fix = "Vectorize this Python in the module's forward with tensor operations (no per-element loop)."
-        text = source_text(frame)
+        text = source_text(frame, recorded_cwd=_recorded_cwd(ctx))
         if text:
             evidence.insert(1, f"the line: {text}")
         if saving < ns and not per_item:
@@ -261,6 +262,12 @@ class CpuHotLine(CpuRule):
                        frame_text(frame), fix, pid=p.pid,
                        data=data_dict(line_ns=ns, per_item=per_item, work_share=round(work, 3) if per_item else None,
                                       file=frame[1], line=frame[2], function=frame[0]))
+
+
+def _recorded_cwd(ctx: CpuContext) -> str | None:
+    """The directory the program ran in, as its report says (None where it does not)."""
+    cwd = ctx.report.meta.get("cwd")
+    return cwd if isinstance(cwd, str) else None
 
 
 def loop_depth(chains: list[tuple[Frame, ...]]) -> int:
