@@ -34,11 +34,12 @@ def _text_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     return [(str(t), str(c)) for t, c in rows]
 
 
-def rewrite(db: Path, old: str, new: str, check: bool) -> int:
+def rewrite(db: Path, old: str, new: str, check: bool, stale: bool = False) -> int:
     """Replace ``old`` by ``new`` in every text column of ``db``; return the number of values holding it.
 
     The rewritten database is copied into a fresh file that takes ``db``'s place: an update in place
-    leaves the old values in the file's freed blocks."""
+    leaves the old values in the file's freed blocks (``stale``: the file's bytes hold ``old``, in
+    values or in such blocks, so it is copied even where no value holds it any more)."""
     con = duckdb.connect(str(db), read_only=check)
     try:
         found = 0
@@ -52,7 +53,7 @@ def rewrite(db: Path, old: str, new: str, check: bool) -> int:
                             [old, new, like])
     finally:
         con.close()
-    if (found or old.encode() in db.read_bytes()) and not check:
+    if (found or stale) and not check:
         fresh = db.with_name(db.name + ".fresh")
         con = duckdb.connect()
         try:
@@ -84,7 +85,7 @@ def main() -> None:
             with gzip.open(gz, "rb") as src, open(db, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             stale = old.encode() in db.read_bytes()  # in values, or in blocks an update freed
-            n = rewrite(db, old, args.new, args.check)
+            n = rewrite(db, old, args.new, args.check, stale)
             if n or (stale and args.check):
                 holding += 1
                 print(f"{gz}: {n} values {'hold' if args.check else 'rewritten from'} the old path"
