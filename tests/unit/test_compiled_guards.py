@@ -10,6 +10,11 @@ from typing import Any
 
 import pytest
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from range_rows import recorded_rows  # noqa: E402
 from gpuscope.capture.python.ranges import RangeRecorder
 
 torch = pytest.importorskip("torch")
@@ -60,7 +65,7 @@ def test_switching_collection_does_not_recompile(monkeypatch: pytest.MonkeyPatch
     assert untraced >= 1
     assert traced == untraced, f"{traced} frames compiled under the hooks, {untraced} without"
     assert hooks.counts["hook_errors"] == 0
-    names = {row[5] for row in hooks.r.take() if len(row) > 5}
+    names = {row[5] for row in recorded_rows(hooks.r) if len(row) > 5}
     assert "Net" in names  # the compiled module's own call is still a range
 
 

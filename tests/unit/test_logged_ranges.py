@@ -1,19 +1,27 @@
-"""Logged ranges (the cheap path of PyTorch module calls): the range recorder pairs each thread's
-logged starts and ends into rows; the module wrapper logs a call where nothing else is asked of
-its range (making a launch anchor before each clock read where anchors are on), and takes push/pop
-where backward ranges or a watching capture window are on."""
+"""Logged ranges (the cheap path of PyTorch module calls): the range recorder hands each thread's
+logged starts and ends over as they are, and the launcher pairs them into rows (trace/range_log.py);
+the module wrapper logs a call where nothing else is asked of its range (making a launch anchor
+before each clock read where anchors are on), and takes push/pop where backward ranges or a
+watching capture window are on."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpuscope.capture.python import hook_cost
 from gpuscope.capture.python.ranges import RangeRecorder
+from gpuscope.trace.range_log import pair
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from range_rows import pair_counts, recorded_rows, still_open  # noqa: E402
 
 
 def _names(rows: list[tuple[Any, ...]]) -> list[str]:
@@ -33,68 +41,132 @@ def test_logged_starts_and_ends_pair_in_nesting_order() -> None:
     outer, inner = r.kind("Net", "", "torch", "forward"), r.kind("Net.fc", "", "torch", "forward")
     log = r.thread_log()
     assert r.thread_log() is log  # one log per thread
-    log += [(10, outer), (20, inner), 30, (40, inner), 50, 60]
-    rows = r.take()
+    log += [10, ~outer, 20, ~inner, 30, 40, ~inner, 50, 60]
+    rows = recorded_rows(r)
     # rows come as the ranges end: the inner ones first, each with the session clock's offset
     assert [(row[5], row[0], row[1]) for row in rows] == [("Net.fc", 1_020, 1_030), ("Net.fc", 1_040, 1_050),
                                                           ("Net", 1_010, 1_060)]
     assert all(row[2] == threading.get_native_id() and row[6:10] == ("range", "torch", "forward", None)
                and row[4] == "" for row in rows)
     assert len({row[3] for row in rows}) == 3  # ids unique
-    assert r.counts["ranges"] == 3 and r.counts["reentrant_calls"] == 0
-    assert r.take() == [] and log == []
+    assert pair_counts(r) == {"ranges": 3, "reentrant_calls": 0, "unbalanced_pops": 0}
+    assert r.counts["logged_entries"] == 9
+    assert recorded_rows(r) == [] and log == []
+
+
+def test_the_flush_hands_over_bytes_and_names_each_kind_once() -> None:
+    r = RangeRecorder()
+    k = r.kind("Net", "", "torch", "forward")
+    r.thread_log().extend([5, ~k, 9])
+    taken = r.take_rows()
+    assert taken["range_kind"] == [(k, "Net", "", "torch", "forward")]
+    (tid, offset, blob), = taken["range_log"]
+    assert tid == threading.get_native_id() and offset == 0
+    assert np.frombuffer(blob, dtype=np.int64).tolist() == [5, ~k, 9]
+    r.thread_log().extend([11, ~k, 12])
+    assert "range_kind" not in r.take_rows()  # sent once
 
 
 def test_a_range_open_at_a_take_waits_for_its_end() -> None:
     r = RangeRecorder()
     k = r.kind("Net", "", "torch", "forward")
     log = r.thread_log()
-    log.append((5, k))
-    assert r.take() == []
+    log.extend((5, ~k))
+    assert recorded_rows(r) == []
     log.append(9)
-    assert [(row[0], row[1]) for row in r.take()] == [(5, 9)]
+    assert [(row[0], row[1]) for row in recorded_rows(r)] == [(5, 9)]
 
 
 def test_reentrant_calls_and_stray_ends_are_counted() -> None:
     r = RangeRecorder()
     a, b = r.kind("Recursive", "", "torch", "forward"), r.kind("Other", "", "torch", "forward")
     log = r.thread_log()
-    log += [(1, a), (2, b), (3, a), (4, a), 5, 6, 7, 8, 99]  # a inside b inside a: two re-entries; one end too many
-    rows = r.take()
+    log += [1, ~a, 2, ~b, 3, ~a, 4, ~a, 5, 6, 7, 8, 99]  # a inside b inside a: two re-entries; one end too many
+    rows = recorded_rows(r)
     assert _names(rows) == ["Recursive", "Recursive", "Other", "Recursive"]
-    assert r.counts["reentrant_calls"] == 2 and r.counts["unbalanced_pops"] == 1
+    assert pair_counts(r) == {"ranges": 4, "reentrant_calls": 2, "unbalanced_pops": 1}
 
 
 def test_each_thread_pairs_its_own_log() -> None:
     r = RangeRecorder()
     k = r.kind("Net", "", "torch", "forward")
     main = r.thread_log()
-    main.append((100, k))  # open on the main thread while another thread logs a whole range
+    main.extend((100, ~k))  # open on the main thread while another thread logs a whole range
     tids: list[int] = []
 
     def other() -> None:
         tids.append(threading.get_native_id())
-        r.thread_log().extend([(110, k), 120])
+        r.thread_log().extend([110, ~k, 120])
 
     t = threading.Thread(target=other)
     t.start()
     t.join()
     main.append(130)
-    rows = sorted(r.take())
+    rows = sorted(recorded_rows(r))
     assert [(row[0], row[1], row[2]) for row in rows] == [(100, 130, threading.get_native_id()),
                                                           (110, 120, tids[0])]
-    assert r.counts["reentrant_calls"] == 0  # the same kind open on two threads is no re-entry
+    assert pair_counts(r)["reentrant_calls"] == 0  # the same kind open on two threads is no re-entry
 
 
-def test_logged_ranges_open_at_exit_are_kept_without_end() -> None:
+def test_logged_ranges_open_at_the_end_are_kept_without_end() -> None:
     r = RangeRecorder()
     outer, inner = r.kind("Net", "", "torch", "forward"), r.kind("Net.fc", "", "torch", "forward")
-    r.thread_log().extend([(1, outer), (2, inner), 3, (4, inner)])
-    still_open = r.close_open()
-    assert sorted((row[5], row[0], row[1]) for row in still_open) == [("Net", 1, None), ("Net.fc", 4, None)]
-    assert [(row[5], row[1]) for row in r.take()] == [("Net.fc", 3)]  # the ended one, paired first
-    assert r.counts["open_at_exit"] == 2
-    assert r.close_open() == []
+    r.thread_log().extend([1, ~outer, 2, ~inner, 3, 4, ~inner])
+    assert [(row[5], row[1]) for row in recorded_rows(r)] == [("Net.fc", 3)]
+    assert r.close_open() == []  # the process has none of its own: the launcher closes logged ranges
+    assert sorted((row[5], row[0], row[1]) for row in still_open(r)) == [("Net", 1, None), ("Net.fc", 4, None)]
+    assert still_open(r) == []
+
+
+def _loop(events: list[tuple[int, int]]) -> tuple[list[tuple[int, int, int]], int, int, list[int]]:
+    """Pair (time, kind or -1 for an end) one at a time: what :func:`pair` must give."""
+    stack: list[tuple[int, int]] = []
+    out, reentrant, stray = [], 0, 0
+    for t, k in events:
+        if k >= 0:
+            reentrant += any(k == open_k for _, open_k in stack)
+            stack.append((t, k))
+        elif stack:
+            s, sk = stack.pop()
+            out.append((s, t, sk))
+        else:
+            stray += 1
+    return out, reentrant, stray, [t for t, _ in stack]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pairing_in_one_pass_matches_pairing_one_event_at_a_time(seed: int) -> None:
+    """Random nestings (with stray ends in some), cut into rows at random points: the same ranges,
+    re-entries and stray ends as pairing event by event, and the same starts left open."""
+    rng = np.random.default_rng(seed)
+    events: list[tuple[int, int]] = []
+    depth, t = 0, 1
+    for _ in range(int(rng.integers(1, 300))):
+        t += int(rng.integers(1, 5))
+        if depth and rng.random() < 0.5 or (seed % 4 == 0 and rng.random() < 0.03):
+            events.append((t, -1))
+            depth = max(depth - 1, 0)
+        else:
+            events.append((t, int(rng.integers(0, 4))))
+            depth += 1
+    flat: list[int] = []
+    bounds = [0]
+    for t_, k in events:
+        flat += [t_, ~k] if k >= 0 else [t_]
+        bounds.append(len(flat))
+    cuts = sorted({int(c) for c in rng.choice(bounds, size=min(3, len(bounds)), replace=False)} | {0, len(flat)})
+    open_t: list[int] = []
+    open_k: list[int] = []
+    got, reentrant, stray = [], 0, 0
+    for a, b in zip(cuts, cuts[1:]):
+        s, e, k, re_, st = pair(np.asarray(flat[a:b], dtype=np.int64), open_t, open_k)
+        got += list(zip(s.tolist(), e.tolist(), k.tolist()))
+        reentrant += re_
+        stray += st
+    want, want_re, want_stray, want_open = _loop(events)
+    assert sorted(got) == sorted(want)
+    assert (reentrant, stray) == (want_re, want_stray)
+    assert open_t == want_open
 
 
 torch = pytest.importorskip("torch")
@@ -132,7 +204,7 @@ def test_module_calls_are_logged_with_their_qualified_names(monkeypatch: pytest.
     model = torch.nn.Sequential(Block(), Block())
     model(torch.ones(2, 4)).sum().backward()
     assert hooks.r._logs and hooks.r._stacks[0][1] == []  # logged, nothing pushed
-    rows = hooks.r.take()
+    rows = recorded_rows(hooks.r)
     spans = {row[5]: (row[0], row[1]) for row in rows}
     assert sorted(spans) == ["Sequential", "Sequential.0", "Sequential.0.act", "Sequential.0.fc", "Sequential.1",
                              "Sequential.1.act", "Sequential.1.fc"]
@@ -146,7 +218,7 @@ def test_a_call_that_raises_still_ends_its_range(monkeypatch: pytest.MonkeyPatch
     model = torch.nn.Sequential(Fails())
     with pytest.raises(ValueError, match="bad input"):
         model(torch.ones(1))
-    rows = hooks.r.take()
+    rows = recorded_rows(hooks.r)
     assert sorted(_names(rows)) == ["Sequential", "Sequential.0"] and all(row[1] is not None for row in rows)
     assert hooks.counts["hook_errors"] == 0
 
@@ -179,7 +251,7 @@ def test_launch_anchors_come_right_before_each_logged_clock_read(monkeypatch: py
     hooks.set_collecting(True)
     assert hooks.fast
     model(torch.ones(2))
-    rows = sorted((row for row in hooks.r.take() if row[8] == "forward"), key=lambda row: row[0])
+    rows = sorted((row for row in recorded_rows(hooks.r) if row[8] == "forward"), key=lambda row: row[0])
     assert hooks.r._logs and not hooks.r._stacks[0][1]  # logged, nothing pushed
     assert [kind for kind, _ in events] == ["anchor", "anchor", "launch", "anchor", "anchor", "launch",
                                            "anchor", "anchor"]
@@ -202,7 +274,7 @@ def test_the_full_path_where_a_range_needs_more_than_a_log(monkeypatch: pytest.M
     assert not hooks.fast
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     model(torch.ones(2)).sum().backward()
-    rows = hooks.r.take()
+    rows = recorded_rows(hooks.r)
     assert not hooks.r._logs  # nothing went through a log
     if why == "off":
         assert rows == []
@@ -234,7 +306,7 @@ def test_an_optimizer_step_is_a_range_and_a_step_mark(how: str) -> None:
     if how.startswith("switched"):
         hooks.set_collecting(how == "switched on")
     post(opt, (), {})
-    rows = hooks.r.take()
+    rows = recorded_rows(hooks.r)
     ranges = [row for row in rows if row[6] == "range"]
     marks = [row for row in rows if row[6] == "mark"]
     assert [(m[5], m[8]) for m in marks] == [("step", "step")]
@@ -274,7 +346,7 @@ def test_module_call_costs_are_measured_on_both_paths() -> None:
     hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
     fwd, both = hook_cost.module_call_costs_ns(torch, hooks)
     assert fwd >= 0 and both >= 0 and hooks.backward  # the second measurement had backward ranges on
-    assert hooks.r.take() == [] and not any(log for _, log, _, _ in hooks.r._logs)  # all paired, then taken
+    assert recorded_rows(hooks.r) == [] and not any(log for _, log in hooks.r._logs)  # all paired, then taken
 
 
 def test_a_forked_child_passes_calls_through() -> None:
@@ -289,7 +361,7 @@ def test_a_forked_child_passes_calls_through() -> None:
         if pid == 0:  # the child: call a module, say whether anything was logged
             try:
                 torch.nn.Linear(2, 2)(torch.ones(2))
-                logged = sum(len(log) for _, log, _, _ in hooks.r._logs)
+                logged = sum(len(log) for _, log in hooks.r._logs)
                 os.write(write, f"{hooks.fast} {logged}".encode())
             finally:
                 os._exit(0)
@@ -297,7 +369,7 @@ def test_a_forked_child_passes_calls_through() -> None:
         said = os.read(read, 100).decode()
         os.waitpid(pid, 0)
         torch.nn.Linear(2, 2)(torch.ones(2))  # the parent still records
-        rows = hooks.r.take()
+        rows = recorded_rows(hooks.r)
         assert said == "False 0" and hooks.fast and [row[5] for row in rows if row[6] == "range"] == ["Linear"]
     finally:
         hooks.uninstall()
@@ -311,12 +383,12 @@ def test_outermost_calls_are_marked_until_the_program_marks_a_step(monkeypatch: 
         model = torch.nn.Sequential(Block(), Block())
         for _ in range(3):
             model(torch.ones(2, 4))
-        marks = [row for row in hooks.r.take() if row[6] == "mark"]
+        marks = [row for row in recorded_rows(hooks.r) if row[6] == "mark"]
         assert [(row[5], row[7], row[8]) for row in marks] == [("iteration", "module", "iteration")] * 3
         hooks.r.mark("step", "", "gpuscope", "step")  # gpuscope.step(): the program counts its own steps
         assert torch.nn.Module.__call__ is counting  # kept: a compiled graph's guards hold its closure
         model(torch.ones(2, 4))
-        assert not [row for row in hooks.r.take() if row[6] == "mark" and row[5] == "iteration"]
+        assert not [row for row in recorded_rows(hooks.r) if row[6] == "mark" and row[5] == "iteration"]
     finally:
         hooks.uninstall()
     assert torch.nn.Module.__call__ is counting.__wrapped__
@@ -355,4 +427,4 @@ def test_dataloader_calls_count_their_cpu_time_against_their_wall_time(compute: 
     wall, cpu = hooks.counts["dataloader_wall_ns"], hooks.counts["dataloader_cpu_ns"]
     assert wall >= 8 * 10_000_000  # eight samples of 10 ms
     assert (cpu / wall > 0.4) if compute else (cpu / wall < 0.2)  # wide: a busy machine stretches the wall
-    assert sum(r[8] == "dataloader" for r in hooks.r.take()) == 5  # four batches and the last, empty call
+    assert sum(r[8] == "dataloader" for r in recorded_rows(hooks.r)) == 5  # four batches and the last, empty call

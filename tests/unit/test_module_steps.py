@@ -12,6 +12,11 @@ import pytest
 from rank_reports import add_rank
 from report_builder import ReportBuilder
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from range_rows import recorded_rows  # noqa: E402
 from gpuscope.analysis.layers import layer_sum
 from gpuscope.analysis.module_steps import module_steps, ranged_step_counts
 from gpuscope.analysis.rank_layers import layer_times
@@ -65,7 +70,7 @@ def _hooked(monkeypatch: pytest.MonkeyPatch, policy: ModuleSteps) -> TorchHooks:
 
 
 def _forward_ranges(hooks: TorchHooks) -> list[Any]:
-    return [row for row in hooks.r.take() if row[6] == "range" and row[8] == "forward"]
+    return [row for row in recorded_rows(hooks.r) if row[6] == "range" and row[8] == "forward"]
 
 
 def test_module_calls_pass_straight_through_in_steps_without_ranges(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,6 +138,12 @@ def test_anchors_are_made_in_c_with_the_id_thread_and_time_of_their_call(shim: c
     anchors.forget_since(kept)  # the anchors made to measure their cost are not kept
     assert anchors.take() == []
 
+    made = [anchors.call() for _ in range(2)]  # the flush thread's way: the rows as bytes, in one copy
+    (offset, blob), = anchors.take_rows()["anchor_log"]
+    triples = memoryview(blob).cast("q").tolist()
+    assert offset == 1_000 and triples[2::3] == made and triples[1::3] == [threading.get_native_id()] * 2
+    assert triples[0] <= triples[3] and anchors.pending() == 0 and anchors.take_rows() == {}
+
     lib.enabled.discard((DRV, ANCHOR_CBID))  # no callback: no id, and nothing kept
     assert anchors.call() == 0 and anchors.pending() == 0
     hub.stop()

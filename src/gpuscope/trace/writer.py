@@ -21,8 +21,9 @@ from ..errors import GpuscopeError
 from ..safe_text import storable
 from ..spool import Chunk, ready_chunks
 from ..version import __version__
-from . import decode, memory_counters, memory_totals, schema, trim
+from . import anchor_log, decode, memory_counters, memory_totals, schema, trim
 from .demangle import demangle
+from .range_log import LoggedRanges
 from .ranges import RangeBuilder
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class ReportWriter:
         self._configs: dict[tuple[int, ...], int] = {}
         self._procs: dict[int, _Process] = {}
         self._ranges = RangeBuilder()
+        self._logged = LoggedRanges(self.intern)  # PyTorch module calls, paired here
         self.records = 0
         # Set when the report file cannot be written any further (a full disk): what was committed
         # before stays (DuckDB's log), later chunks are counted and deleted.
@@ -257,9 +259,17 @@ class ReportWriter:
 
     def _ingest_rows(self, pid: int, rows: dict[str, list[tuple[Any, ...]]]) -> list[Diagnostic]:
         diagnostics: list[Diagnostic] = []
+        self._logged.name_kinds(pid, rows.get("range_kind", ()))  # before the entries that refer to them
         for table, items in rows.items():
             if table == "range":
                 self._insert_python_ranges(pid, items)
+                continue
+            if table == "range_log":
+                for frame in self._logged.frames(pid, items):
+                    self._insert("nvtx_range", frame)
+                continue
+            if table == "anchor_log":
+                self._insert("launch_call", anchor_log.frame(pid, items, self.intern(anchor_log.ANCHOR_API)))
                 continue
             if table == "cpu_frame":  # the sampler sends file and function names as text
                 items = [(fid, self.intern(file), line, self.intern(func)) for fid, file, line, func in items]
@@ -370,6 +380,10 @@ class ReportWriter:
     def _finish(self, meta: dict[str, Any]) -> None:
         self.con.execute("RESET memory_limit")  # the joins below may need more than appending did
         self._insert_ranges(self._ranges.unfinished())
+        for frame in self._logged.unfinished_frames():
+            self._insert("nvtx_range", frame)
+        for pid, line in self._logged.said():
+            self.con.execute("INSERT INTO diagnostic VALUES (NULL, ?, 'info', ?)", [pid, line])
         self._store_strings()
         # host counters were taken on CLOCK_MONOTONIC: move them to the session clock
         self.con.execute(

@@ -75,7 +75,7 @@ def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
             with torch.no_grad():
                 for _ in range(MODULE_CALLS):
                     call(layer, x)
-            hooks.r.take()  # pairs the logged ranges, as the flush thread does
+            hooks.r.take_rows()  # hands the logged ranges over, as the flush thread does
         return run
 
     def with_backward(call: Callable[..., Any]) -> Callable[[], None]:
@@ -90,7 +90,7 @@ def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
     hooks.backward = True
     hooks._refresh()
     both = _fastest(with_backward(hooked), MODULE_CALLS) - _fastest(with_backward(plain), MODULE_CALLS)
-    hooks.r.take()
+    hooks.r.take_rows()
     return max(int(fwd), 0), max(int(both), 0)
 
 

@@ -18,16 +18,18 @@ launched after it after it. With collection off it is called only where a captur
 step marks, and range starts when a window watches for a named range.
 
 *Logged ranges* are the cheap kind, for calls made by the thousand (PyTorch module calls): the
-caller appends ``(start_ns, kind)`` to its thread's log (:meth:`RangeRecorder.thread_log`) when the
-range starts and ``end_ns`` (a bare int) when it ends, where ``kind`` is a small int from
-:meth:`RangeRecorder.kind` standing for name, domain, source and category. Nothing else happens on
-the caller's thread; the flush thread pairs starts with ends (:meth:`RangeRecorder.take`), in the
-order they were logged, which is the order they nest on that thread. A logged range that starts
-while one of the same kind is open on its thread is counted (``reentrant_calls``).
+caller extends its thread's log (:meth:`RangeRecorder.thread_log`) with ``(start_ns, ~kind)`` when
+the range starts and appends ``end_ns`` when it ends, where ``kind`` is a small int from
+:meth:`RangeRecorder.kind` standing for name, domain, source and category (its complement, a
+negative number, tells a start's two entries from an end). Nothing else happens on the caller's
+thread, and the flush thread only hands the entries over as 64-bit integers (``range_log`` rows,
+with the kinds named since its last flush as ``range_kind`` rows): the launcher pairs starts with
+ends (trace/range_log.py), out of the program's interpreter, where pairing them took as long as
+the calls themselves.
 
 Runs inside the profiled process: standard library only, and cheap (two clock reads and a few
 list operations per range, and two anchor calls where anchors are on; two clock reads and two
-list appends per logged range).
+list appends per logged range; per flush, one copy of each thread's log).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from array import array
 from collections import deque
 import time
 from typing import TYPE_CHECKING, Any
@@ -60,17 +63,18 @@ class RangeRecorder:
         self.offset = clock_offset_ns
         self.rows: deque[Row] = deque()  # appended by any thread, drained by the flush thread
         self.counts = {"ranges": 0, "unbalanced_pops": 0, "unknown_ends": 0, "open_at_exit": 0,
-                       "ended_on_other_thread": 0, "reentrant_calls": 0}
+                       "ended_on_other_thread": 0, "reentrant_calls": 0, "logged_entries": 0, "bad_log_entries": 0}
         self._local = threading.local()
         self._ids = itertools.count(1)
         self._started: dict[int, tuple[int | None, int, str, str, str, str, str | None]] = {}
         self._stacks: list[tuple[int, list[Any]]] = []  # (tid, stack) of every thread, for exit
         self._lock = threading.Lock()
-        # logged ranges: per thread (tid, log, the times and kinds of the starts not yet ended)
-        self._logs: list[tuple[int, list[Any], list[int], list[int]]] = []
+        # logged ranges: per thread (tid, log); the kinds, and how many of them were sent
+        self._logs: list[tuple[int, list[int]]] = []
         self._kinds: list[tuple[str, str, str, str]] = []  # kind -> (name, domain, source, category)
         self._kind_ids: dict[tuple[str, str, str, str], int] = {}
-        self._pair_lock = threading.Lock()
+        self._kinds_sent = 0
+        self._take_lock = threading.Lock()
         self.on = True
         self.on_step: Any = None  # callable(source, t_ns) at each step mark
         self.step_marked = False  # a step mark (gpuscope.step(), optimizer.step()) has been recorded
@@ -184,49 +188,45 @@ class RangeRecorder:
                     self._kinds.append(key)
         return found
 
-    def thread_log(self) -> list[Any]:
-        """Return this thread's log of ranges (made and registered on its first call): append
-        ``(start_ns, kind)`` where a range starts and ``end_ns`` where it ends, CLOCK_MONOTONIC."""
+    def thread_log(self) -> list[int]:
+        """Return this thread's log of ranges (made and registered on its first call): extend it with
+        ``(start_ns, ~kind)`` where a range starts and append ``end_ns`` where it ends, CLOCK_MONOTONIC."""
         log = getattr(self._local, "log", None)
         if log is None:
             self._stack()
             log = self._local.log = []
             with self._lock:
-                self._logs.append((self._local.tid, log, [], []))
+                self._logs.append((self._local.tid, log))
         return log
 
-    def _pair(self) -> list[Row]:
-        """Return the logged ranges that have ended, as rows; starts not yet ended wait for theirs."""
-        out: list[Row] = []
-        with self._pair_lock:
+    def _take_logs(self) -> dict[str, list[Row]]:
+        """Return the kinds named since the last call (``range_kind``: kind, name, domain, source,
+        category) and each thread's log entries (``range_log``: tid, clock offset, int64 bytes)."""
+        out: dict[str, list[Row]] = {}
+        with self._take_lock:
             with self._lock:
                 logs = list(self._logs)
-            kinds, off, ids, append = self._kinds, self.offset, self._ids, out.append
-            reentrant = unbalanced = 0
-            for tid, log, times, open_kinds in logs:
+            blobs = []
+            for tid, log in logs:
                 n = len(log)
                 if not n:
                     continue
                 events = log[:n]
                 del log[:n]  # the thread may append meanwhile: only what was copied goes
-                push_t, push_k, pop_t, pop_k = times.append, open_kinds.append, times.pop, open_kinds.pop
-                for event in events:  # the flush thread's hot loop: its time is the program's CPU time
-                    if event.__class__ is tuple:
-                        t, kind = event
-                        if kind in open_kinds:
-                            reentrant += 1
-                        push_t(t)
-                        push_k(kind)
-                    elif times:
-                        name, domain, source, category = kinds[pop_k()]
-                        append((pop_t() + off, event + off, tid, next(ids), domain, name, "range", source, category,
-                                None))
-                    else:
-                        unbalanced += 1
-            counts = self.counts
-            counts["ranges"] += len(out)
-            counts["reentrant_calls"] += reentrant
-            counts["unbalanced_pops"] += unbalanced
+                try:
+                    blobs.append((tid, self.offset, array("q", events).tobytes()))
+                except (TypeError, OverflowError):  # not an int: a caller broke the log's format
+                    self.counts["bad_log_entries"] += n
+                    continue
+                self.counts["logged_entries"] += n
+            with self._lock:  # after the entries: a kind is named before any entry of it is logged
+                kinds = self._kinds[self._kinds_sent:]
+                self._kinds_sent += len(kinds)
+            if kinds:
+                first = self._kinds_sent - len(kinds)
+                out["range_kind"] = [(first + i, *key) for i, key in enumerate(kinds)]
+            if blobs:
+                out["range_log"] = blobs
         return out
 
     # -- delivery ----------------------------------------------------------------------------
@@ -236,9 +236,13 @@ class RangeRecorder:
         self.on = on
 
     def take_rows(self) -> dict[str, list[Row]]:
-        """Return the finished ranges since the last call, as ``range`` rows."""
+        """Return the finished ranges since the last call, as ``range`` rows, and the logged ranges'
+        entries and kinds (``range_log``, ``range_kind``) for the launcher to pair."""
+        out = self._take_logs() if self._logs else {}
         rows = self.take()
-        return {"range": rows} if rows else {}
+        if rows:
+            out["range"] = rows
+        return out
 
     def shutdown(self, ctx: Context) -> None:
         """Deliver the ranges still open, and the ``ranges`` collector row: the counts of this recorder
@@ -251,7 +255,7 @@ class RangeRecorder:
         if hooks is not None:
             for key, n in hooks.counts.items():
                 counts[key] = counts.get(key, 0) + n
-        if counts["ranges"]:
+        if counts["ranges"] or counts["logged_entries"]:
             counts.update(hook_cost.costs(RangeRecorder, hooks, ctx.diag))
             counts.update(getattr(ctx.collector("launch-anchors"), "cost", {}))
         ctx.add_row("collector", ("ranges", counts["ranges"], 0, 0, counts.get("hook_errors", 0),
@@ -263,26 +267,16 @@ class RangeRecorder:
                 ctx.add_row("diagnostic", (ctx.now_ns(), "info", line))
 
     def take(self) -> list[Row]:
-        """Return the finished rows recorded since the last call (logged ranges paired first)."""
+        """Return the finished pushed and started ranges and marks recorded since the last call (the
+        logged ranges go by :meth:`take_rows`, unpaired)."""
         rows = self.rows
-        taken = [rows.popleft() for _ in range(len(rows))]
-        if self._logs:
-            taken += self._pair()
-        return taken
+        return [rows.popleft() for _ in range(len(rows))]
 
     def close_open(self) -> list[Row]:
-        """Deliver every range still open (end NULL) and forget them; for the process's exit. The
-        logged ranges that have ended are paired first, into :attr:`rows`."""
+        """Deliver every pushed or started range still open (end NULL) and forget them; for the
+        process's exit. Logged ranges still open are the launcher's to close (trace/range_log.py)."""
         rows = []
-        self.rows.extend(self._pair())  # taken with the last rows
-        with self._pair_lock, self._lock:
-            for tid, _log, times, open_kinds in self._logs:
-                for start, kind in zip(reversed(times), reversed(open_kinds)):
-                    name, domain, source, category = self._kinds[kind]
-                    rows.append((start + self.offset, None, tid, next(self._ids), domain, name, "range", source,
-                                 category, None))
-                times.clear()
-                open_kinds.clear()
+        with self._lock:
             stacks = list(self._stacks)
         for tid, stack in stacks:
             while stack:

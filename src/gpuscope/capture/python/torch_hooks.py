@@ -6,10 +6,10 @@ Installed right after the program imports torch. Forward ranges come from wrappi
 hook path (about 1 µs more per call on the CPU machine before any hook runs, 2.8 µs with two hooks
 that only append a time; the wrapper that passes a call through costs 0.07 µs). Where nothing else
 is asked of a forward range (no backward ranges, no capture range that watches range names), the
-wrapper only logs ``(time, kind)`` and ``time`` in its thread's log of the range recorder
+wrapper only logs ``(time, ~kind)`` and ``time`` in its thread's log of the range recorder
 (ranges.py), the kind being a small int for the module's qualified name, found once per module; the
-flush thread pairs them into ranges. Where launch anchors are on, the wrapper makes one right before
-each of the two clock reads (the push/pop path cost about 3 µs more per module call on an H200 host,
+launcher pairs them into ranges (trace/range_log.py), out of the program's interpreter. Where
+launch anchors are on, the wrapper makes one right before each of the two clock reads (the push/pop path cost about 3 µs more per module call on an H200 host,
 bench/RESULTS.md).
 Module backward ranges (``--trace torch-backward``) come from tensor hooks (backward_ranges.py).
 Parameterless leaf modules (activations, dropout) get no backward range of their own: their few
@@ -63,7 +63,7 @@ class TorchHooks(BackwardRanges):
         self.backward = backward  # per-module backward ranges (--trace torch-backward)
         self.collecting = True  # False outside a capture window: calls pass straight through
         self._is_compiling: Callable[[], bool] = lambda: False
-        self._kinds: dict[int, int] = {}  # id(module) -> its forward range's kind (recorder.kind)
+        self._kinds: dict[int, int] = {}  # id(module) -> ~kind of its forward range (recorder.kind), 0: none
         self._alive: dict[int, Any] = {}  # id(module) -> a weak reference that forgets the kind with the module
         self.force_full = False  # forward ranges through push/pop always (for measuring that path)
         self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
@@ -259,17 +259,17 @@ class TorchHooks(BackwardRanges):
                 except Exception as exc:  # noqa: BLE001
                     self._fail(exc)
                     return call(module, *args, **kwargs)
-            if kind < 0:  # torch.compile's wrapper: the range is the original module's call inside it
+            if not kind:  # torch.compile's wrapper: the range is the original module's call inside it
                 return call(module, *args, **kwargs)
             anchor = r.anchor
             if anchor is None:
-                log.append((clock(), kind))
+                log.extend((clock(), kind))
                 try:
                     return call(module, *args, **kwargs)
                 finally:
                     log.append(clock())
             anchor()
-            log.append((clock(), kind))
+            log.extend((clock(), kind))
             try:
                 return call(module, *args, **kwargs)
             finally:
@@ -302,11 +302,12 @@ class TorchHooks(BackwardRanges):
             self._fail(exc)
 
     def _first_call(self, module: Any) -> tuple[int, list[Any]]:
-        """Return the kind of ``module``'s forward range, kept until the module is gone, and this thread's log."""
+        """Return the complement of the kind of ``module``'s forward range (0: no range of its own), kept
+        until the module is gone, and this thread's log."""
         key = id(module)
         kind = self._kinds.get(key)
         if kind is None:
-            kind = -1 if self._compiled_wrapper(module) else self.r.kind(self.name_of(module), "", SOURCE, "forward")
+            kind = 0 if self._compiled_wrapper(module) else ~self.r.kind(self.name_of(module), "", SOURCE, "forward")
             kinds, alive = self._kinds, self._alive
 
             def forget(_: Any, key: int = key) -> None:  # the id may be reused by the next module
@@ -400,11 +401,11 @@ class TorchHooks(BackwardRanges):
                 if self.fast_steps:
                     kind = kinds.get(cls)
                     if kind is None:
-                        kind = kinds[cls] = r.kind(f"{cls.__name__}.step", "", SOURCE, "optimizer")
+                        kind = kinds[cls] = ~r.kind(f"{cls.__name__}.step", "", SOURCE, "optimizer")
                     log = r.thread_log()
                     if r.anchor is not None:
                         r.anchor()
-                    log.append((clock(), kind))
+                    log.extend((clock(), kind))
                     began.append(log)
                 elif self.collecting or r.watch is not None:
                     name = names.get(cls) or names.setdefault(cls, f"{cls.__name__}.step")
