@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
-from .attribution import ops_table, ordered_frame
+from .attribution import ops_table
 from .launch_sites import after_launches, sampled_lines
+from .op_rows import op_frame
 from .step_pattern import Pattern, find_pattern
 
 
@@ -41,23 +42,29 @@ _COPY_TOKENS = {"HtoD": -2, "DtoH": -3, "DtoD": -4, "HtoH": -5, "PtoP": -6}
 _TOKEN_ORDER = ("pid", "start_ns", "op_id")
 
 
-def _tokens_query(report: Report) -> str:
-    """Every GPU operation as a token with its ``op_id`` (:func:`_gpu_tokens`), in no order. The tokens
+def _token_columns() -> dict[str, str]:
+    """The columns of a token (:func:`_gpu_tokens`) as SQL over the operations' columns. The tokens
     are made in SQL: strings per operation in pandas cost gigabytes on ten million of them."""
     copies = " ".join(f"WHEN '{k}' THEN {v}" for k, v in _COPY_TOKENS.items())
-    return f"""SELECT pid, CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
-                                      WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
-                                      ELSE coalesce(name_id, -1) END::BIGINT AS token,
-                      launch_ns, start_ns, kind IN ('kernel', 'graph') AS exact, op_id
-               FROM {ops_table(report)}"""
+    return {"pid": "pid",
+            "token": f"""CASE kind WHEN 'memcpy' THEN CASE copy_kind {copies} ELSE -7 END
+                               WHEN 'memset' THEN -10 WHEN 'graph' THEN -11
+                               ELSE coalesce(name_id, -1) END::BIGINT""",
+            "launch_ns": "launch_ns", "start_ns": "start_ns", "exact": "kind IN ('kernel', 'graph')"}
+
+
+def _tokens_query(report: Report) -> str:
+    """Every GPU operation as a token with its ``op_id`` (:func:`_gpu_tokens`), in no order."""
+    columns = {**_token_columns(), "op_id": "op_id"}
+    return f"SELECT {', '.join(f'{sql} AS {name}' for name, sql in columns.items())} FROM {ops_table(report)}"
 
 
 def _gpu_tokens(report: Report) -> pd.DataFrame:
     """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
     times of copies and memsets are estimates, too rough to order them among kernels, while one
-    stream runs its operations in launch order. Put in order in numpy (:func:`.attribution.ordered_frame`):
+    stream runs its operations in launch order. Put in order in numpy (:func:`.op_rows.op_frame`):
     DuckDB's sort of ten million spilled and took as long as the rest of the pattern search."""
-    return ordered_frame(report, _tokens_query(report), _TOKEN_ORDER).drop(columns="op_id")
+    return op_frame(report, _token_columns(), _TOKEN_ORDER)
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:

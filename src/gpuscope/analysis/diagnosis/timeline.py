@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from ..attribution import ops_table, ordered_frame
+from ..attribution import ops_table
+from ..op_rows import op_frame
 from ..steps import StepSource, step_source, step_windows
 from ..sync import sync_site_frame
 
@@ -41,18 +42,36 @@ _KINDS = "ENUM(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
 _COPY_ATTRS = ("copy_kind", "src_kind", "dst_kind", "bytes", "is_async")  # of copies and memsets only
 
 
-def _ops_query(report: Report) -> str:
-    """Every GPU operation with the attributes all kinds have (:func:`..attribution.ops_table`'s own
+_OP_COLUMNS = ("op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "stream_id",
+               "correlation_id", "config_id")
+
+
+def _op_columns() -> dict[str, str]:
+    """Every GPU operation's attributes all kinds have (:func:`..attribution.ops_table`'s own
     columns). The kind comes as its position in :data:`KINDS`: ten million strings, one object
     each, cost gigabytes on their way into pandas."""
-    return f"""SELECT op_id, enum_code(kind::{_KINDS}) AS kind, pid, tid, launch_ns, start_ns, end_ns,
-                      device_id, name_id, stream_id, correlation_id, config_id FROM {ops_table(report)}"""
+    return {c: f"enum_code(kind::{_KINDS})" if c == "kind" else c for c in _OP_COLUMNS}
 
 
-def _copy_attrs_query(report: Report) -> str:
+def _ops_query(report: Report) -> str:
+    """The SQL of :func:`_op_columns`."""
+    return f"SELECT {', '.join(f'{sql} AS {name}' for name, sql in _op_columns().items())} FROM {ops_table(report)}"
+
+
+def _copy_attrs(report: Report) -> pd.DataFrame:
+    """The copies and memsets with :data:`_COPY_ATTRS` (:func:`_copy_attrs_query`); without any,
+    that query's empty frame, made without the operations' table."""
+    if report.count("memcpy") or report.count("memset"):
+        return report.df(_copy_attrs_query(report))
+    nothing = ("(SELECT CAST(NULL AS BIGINT) AS op_id, CAST(NULL AS VARCHAR) AS kind, pid, start_ns, end_ns, device_id, "
+               "CAST(NULL AS VARCHAR) AS copy_kind FROM kernel WHERE FALSE)")
+    return report.df(_copy_attrs_query(report, nothing))
+
+
+def _copy_attrs_query(report: Report, ops: str | None = None) -> str:
     """The copies and memsets with :data:`_COPY_ATTRS`, from their records: a few rows, where a join
     of every operation with its record cost more than the rest of the loading."""
-    ops = ops_table(report)
+    ops = ops or ops_table(report)
     same = "x.pid = o.pid AND x.start_ns = o.start_ns AND x.end_ns = o.end_ns AND x.device_id IS NOT DISTINCT FROM o.device_id"
     return f"""
         WITH attrs AS (
@@ -88,8 +107,8 @@ class Timelines:
 
 def load_ops(report: Report) -> pd.DataFrame:
     """Return every GPU operation with its launch point and attributes (see the module docstring)."""
-    ops = ordered_frame(report, _ops_query(report), _START_ORDER, {"kind": KINDS})
-    _add_copy_attrs(ops, report.df(_copy_attrs_query(report)))
+    ops = op_frame(report, _op_columns(), _START_ORDER, {"kind": KINDS})
+    _add_copy_attrs(ops, _copy_attrs(report))
     ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
                "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
     # few values, compared and grouped often

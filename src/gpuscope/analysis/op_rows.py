@@ -1,0 +1,241 @@
+"""The GPU operations of :func:`.attribution.ops_table` read straight into numpy, in an order of
+their columns, without the table.
+
+The table is the operations sorted into launch order (``op_id`` is the position), and DuckDB's sort
+of ten million of them took 2-4 s and held them in its buffer (0.9 GB at a time). A reader that
+wants every operation in some order of its own (the diagnosis's timeline, the step-pattern tokens)
+needs neither: :func:`op_frame` makes the unsorted rows once (the same query), reads the sort keys
+that vary, puts them in order with a numpy lexsort, and numbers the operations by the rank of
+:data:`.attribution.OP_ORDER` among them: the same ``op_id`` as the table's. Where the table is
+already made, or a key has NULLs, or two operations tie on every key of the launch order (their
+ids would then be DuckDB's choice), it reads the table (:func:`.attribution.ordered_frame`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..trace.launch import anchor_joins, anchored_start
+from ..trace.report import Report
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+_ROWS = "gpuscope_op_rows"
+# the kinds in the order of their names: the launch order sorts the text
+_KIND_TEXT_ORDER = "ENUM('graph', 'kernel', 'memcpy', 'memset')"
+
+
+def op_queries(placed_table: str) -> tuple[str, str]:
+    """The SQL of the operations placed by their anchors (made as ``placed_table``), and that of
+    every operation with its launch point, in no order, which joins them (see ``ops_table``)."""
+    # Anchors are looked up only for the operations placed by nothing else, on three columns, and
+    # for those of every kind at once: an as-of join sorts its whole anchor side (ten million rows
+    # in a long run), so one pair of them serves kernels, copies and sets.
+    def joined(base: str) -> str:
+        return (f"{base} b LEFT JOIN {placed_table} p ON b.known IS NULL AND p.pid IS NOT DISTINCT FROM b.pid "
+                "AND p.correlation_id IS NOT DISTINCT FROM b.correlation_id AND p.start_ns IS NOT DISTINCT FROM b.start_ns")
+
+    bases = """
+        kb AS NOT MATERIALIZED (
+            SELECT k.pid, k.correlation_id, coalesce(a.tid, g.tid) AS tid,
+                   coalesce(a.start_ns, g.start_ns, nullif(k.queued_ns, 0)) AS known,
+                   k.start_ns, k.end_ns, k.device_id, c.name_id, k.config_id, k.stream_id
+            FROM kernel k JOIN kernel_config c ON c.id = k.config_id
+            LEFT JOIN api_call a ON a.pid = k.pid AND a.correlation_id = k.correlation_id
+            LEFT JOIN launch_call g ON g.pid = k.pid AND g.correlation_id = k.correlation_id),
+        cb AS NOT MATERIALIZED (
+            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id,
+                   m.copy_kind, m.stream_id
+            FROM memcpy m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id),
+        sb AS NOT MATERIALIZED (
+            SELECT m.pid, m.correlation_id, a.tid, a.start_ns AS known, m.start_ns, m.end_ns, m.device_id,
+                   m.stream_id
+            FROM memset m LEFT JOIN api_call a ON a.pid = m.pid AND a.correlation_id = m.correlation_id)"""
+    query = f"""
+        WITH {bases},
+        ops AS (
+            SELECT 'kernel' AS kind, b.pid, b.tid, coalesce(b.known, p.anchored) AS launch_ns,
+                   b.start_ns, b.end_ns, b.device_id, b.name_id, CAST(NULL AS VARCHAR) AS copy_kind, b.config_id,
+                   b.stream_id, b.correlation_id
+            FROM {joined('kb')}
+            UNION ALL
+            SELECT 'memcpy', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
+                   b.device_id, NULL, b.copy_kind, NULL, b.stream_id, b.correlation_id
+            FROM {joined('cb')}
+            UNION ALL
+            SELECT 'memset', b.pid, b.tid, coalesce(b.known, p.anchored), b.start_ns, b.end_ns,
+                   b.device_id, NULL, NULL, NULL, b.stream_id, b.correlation_id
+            FROM {joined('sb')}
+            UNION ALL
+            SELECT 'graph', g.pid, coalesce(a.tid, lc.tid), coalesce(a.start_ns, lc.start_ns, g.start_ns),
+                   g.start_ns, g.end_ns, g.device_id, NULL, NULL, NULL, g.stream_id, g.correlation_id
+            FROM graph_launch g LEFT JOIN api_call a ON a.pid = g.pid AND a.correlation_id = g.correlation_id
+            LEFT JOIN launch_call lc ON lc.pid = g.pid AND lc.correlation_id = g.correlation_id)
+        SELECT * FROM ops"""
+    placed = f"""
+        WITH {bases},
+        unplaced AS (
+            SELECT DISTINCT pid, correlation_id, start_ns FROM (
+                SELECT pid, correlation_id, start_ns FROM kb WHERE known IS NULL
+                UNION ALL SELECT pid, correlation_id, start_ns FROM cb WHERE known IS NULL
+                UNION ALL SELECT pid, correlation_id, start_ns FROM sb WHERE known IS NULL))
+        SELECT x.pid, x.correlation_id, x.start_ns, {anchored_start('x')} AS anchored
+        FROM unplaced x {anchor_joins('x')}"""
+    return placed, query
+
+
+def op_frame(report: Report, columns: Mapping[str, str], order: Sequence[str],
+             codes: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
+    """``ordered_frame(report, "SELECT <columns> FROM ops_table(report)", order, codes)``, without
+    the table where it is not made yet (see the module docstring).
+
+    ``columns`` maps each column of the result to its SQL over the table's columns (``op_id``: the
+    operation's id, which only the name ``op_id`` may select); ``order`` names columns of the table,
+    ``op_id`` last. Every column's values, its type and the row order are those of the table's."""
+    from .attribution import OP_ORDER, OPS, _exists, ops_table, ordered_frame
+
+    def from_table() -> pd.DataFrame:
+        extra = [k for k in order if k not in columns]  # keys read, not kept
+        select = ", ".join(f"{sql} AS {name}" for name, sql in {**columns, **{k: k for k in extra}}.items())
+        frame = ordered_frame(report, f"SELECT {select} FROM {ops_table(report)}", order, dict(codes or {}))
+        return frame.drop(columns=extra) if extra else frame
+
+    if _exists(report, f"{OPS}_sorted"):
+        return from_table()
+    launch = [k.strip() for k in OP_ORDER.split(",")]
+    own = [k for k in order if k != "op_id"]
+    frame = _read(report, columns, own, launch if "op_id" in order or "op_id" in columns else [], codes or {})
+    return from_table() if frame is None else frame
+
+
+def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: list[str],
+          codes: Mapping[str, Sequence[str]]) -> pd.DataFrame | None:
+    """:func:`op_frame` from the unsorted rows, or None where it must read the table: ordered by the
+    keys ``own``, then by ``launch`` (the launch order, which numbers them)."""
+    import numpy as np
+    import pandas as pd
+
+    from .attribution import OPS, _array_kind, _categorical, _nullable
+
+    with report.deadline():
+        kept = report.con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
+    if not (kept and kept[0]):
+        return None
+    placed, query = op_queries(f"{OPS}_placed")
+    keys = list(dict.fromkeys(own + launch))
+    key_sql = {k: (f"enum_code(kind::{_KIND_TEXT_ORDER})" if k == "kind" else k) for k in keys}
+    # a column that is a key (but the kind, a code there) is read as the key
+    as_key = {name: sql for name, sql in columns.items() if sql in key_sql and sql != "kind"}
+    parts = [f"{sql} AS k_{k}" for k, sql in key_sql.items()]
+    parts += [f"{sql} AS c_{name}" for name, sql in columns.items() if name != "op_id" and name not in as_key]
+    report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_placed AS {placed}")
+    try:
+        report.sql(f"CREATE OR REPLACE TEMP TABLE {_ROWS} AS SELECT {', '.join(parts)} FROM ({query})")
+    finally:
+        report.sql(f"DROP TABLE IF EXISTS {OPS}_placed")
+    try:
+        n = report.count(_ROWS)
+        if not n:
+            return None  # the table of none costs nothing, and gives the empty frame its types
+        # keys of one value order nothing; a key with NULLs is left to DuckDB's sort
+        summary = report.sql("SELECT " + ", ".join(
+            f"count(k_{k}) = count(*), coalesce(min(k_{k}) = max(k_{k}), TRUE)" for k in key_sql) + f" FROM {_ROWS}")[0]
+        if not all(summary[0::2]):
+            return None
+        varying = [k for k, same in zip(key_sql, summary[1::2]) if not same]
+        fetched = {}
+        for k in varying:
+            a = _column(report, f"k_{k}")
+            if _array_kind(a) != "plain" or a.dtype.kind not in "iu":
+                return None
+            fetched[k] = a
+        arrays = {k: a.astype(np.int64, copy=False) for k, a in fetched.items()}
+        launch_keys = [arrays[k] for k in launch if k in arrays]
+        order_keys = [arrays[k] for k in keys if k in arrays]
+        if "op_id" in columns and launch:
+            by_launch = _lexsort(launch_keys, n)
+            if _ties(by_launch, launch_keys):
+                return None  # ids of operations alike in every key would be DuckDB's choice
+            rank = np.empty(n, dtype=np.int64)
+            rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
+            del by_launch
+            # the order's own keys, then the launch order
+            at = _lexsort([arrays[k] for k in own if k in arrays] + [rank], n)
+        else:
+            rank = None
+            at = _lexsort(order_keys, n)
+            if _ties(at, order_keys):
+                return None
+        del arrays, order_keys, launch_keys
+        fetched = {k: a for k, a in fetched.items() if k in as_key.values()}
+        out: dict[str, object] = {}
+        for name, sql in columns.items():
+            if name == "op_id":
+                out[name] = rank[at]
+                del rank
+                continue
+            if name in as_key and sql in fetched:
+                a = fetched.pop(sql)
+            elif name in as_key:  # one value
+                one = _column(report, f"k_{sql}", 1)
+                a = np.full(n, one[0], dtype=one.dtype) if _array_kind(one) == "plain" else _column(report, f"k_{sql}")
+            else:
+                a = _column(report, f"c_{name}")
+            kind = _array_kind(a)
+            if len(a) != n or (kind is None and name not in codes):
+                return None
+            a = a[at]
+            out[name] = (_categorical(a, codes[name]) if name in codes
+                         else _nullable(a) if kind == "masked" else a)
+        return pd.DataFrame(out, copy=False)
+    finally:
+        report.sql(f"DROP TABLE IF EXISTS {_ROWS}")
+
+
+def _column(report: Report, name: str, limit: int | None = None) -> np.ndarray:
+    """Column ``name`` of the rows as it comes (its first ``limit`` values where given)."""
+    with report.deadline():
+        return report.con.execute(f"SELECT {name} FROM {_ROWS}" + (f" LIMIT {limit}" if limit else "")).fetchnumpy()[name]
+
+
+def _lexsort(keys: list[np.ndarray], n: int) -> np.ndarray:
+    """``np.lexsort`` of ``keys`` given first key first: a stable sort of the first key, then the
+    runs it leaves tied sorted by the others (operations rarely tie on a time; the keys come
+    mostly in order, which the stable sort runs through)."""
+    import numpy as np
+
+    if not keys:
+        return np.arange(n)
+    at = np.argsort(keys[0], kind="stable")
+    if len(keys) == 1 or n < 2:
+        return at
+    first = keys[0][at]
+    tied = first[1:] == first[:-1]
+    if not tied.any():
+        return at
+    inside = np.zeros(n, dtype=bool)
+    inside[:-1] |= tied
+    inside[1:] |= tied
+    pos = np.flatnonzero(inside)
+    run = np.cumsum(np.concatenate([[True], ~tied])[pos])  # the tied run each position is in
+    rows = at[pos]
+    at[pos] = rows[np.lexsort([*(k[rows] for k in reversed(keys[1:])), run])]
+    return at
+
+
+def _ties(at: np.ndarray, keys: list[np.ndarray]) -> bool:
+    """Whether two neighbours in the order ``at`` are equal in every key."""
+    import numpy as np
+
+    if len(at) < 2:
+        return False
+    same = np.ones(len(at) - 1, dtype=bool)
+    for k in keys:
+        s = k[at]
+        same &= s[1:] == s[:-1]
+        if not same.any():
+            return False
+    return bool(same.any())

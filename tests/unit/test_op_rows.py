@@ -1,0 +1,65 @@
+"""The operations read in an order of their own without the launch-ordered table (op_rows): the same
+rows, ids and types as the table read in that order, and the same order as numpy's lexsort."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscope.analysis.attribution import OPS, _exists, ops_table, ordered_frame
+from gpuscope.analysis.op_rows import _lexsort, op_frame
+from gpuscope.trace.report import Report
+
+COLUMNS = {"op_id": "op_id", "kind": "enum_code(kind::ENUM('kernel', 'memcpy', 'memset', 'graph'))", "pid": "pid",
+           "tid": "tid", "launch_ns": "launch_ns", "start_ns": "start_ns", "end_ns": "end_ns", "stream_id": "stream_id",
+           "name_id": "name_id", "copy_kind": "copy_kind IS NOT NULL", "twice": "2 * end_ns"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lexsort_of_runs_is_numpys(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 3000
+    keys = [rng.integers(0, hi, n) for hi in (40, 3, 2, 5)]  # many ties on the first key, some on all
+    want = np.lexsort(list(reversed(keys)))
+    assert np.array_equal(_lexsort(keys, n), want)
+    assert np.array_equal(_lexsort(keys[:1], n), np.argsort(keys[0], kind="stable"))
+    assert np.array_equal(_lexsort([np.arange(n)[::-1], keys[1]], n), np.arange(n)[::-1])
+
+
+@pytest.mark.parametrize("name", ["mlp_api", "dist4_fsdp", "program_custom_rnn_loop"])
+@pytest.mark.parametrize("order", [("pid", "start_ns", "op_id"), ("pid", "start_ns", "end_ns", "op_id")])
+def test_frame_is_the_tables_in_that_order(recorded: Callable[[str], Path], name: str, order: tuple[str, ...]) -> None:
+    path = recorded(name)
+    with Report.open(path) as report:
+        got = op_frame(report, COLUMNS, order, {"kind": ("kernel", "memcpy", "memset", "graph")})
+        assert not _exists(report, f"{OPS}_sorted")  # read without the table
+        select = ", ".join(f"{sql} AS {c}" for c, sql in COLUMNS.items())
+        want = ordered_frame(report, f"SELECT {select} FROM {ops_table(report)}", order,
+                             {"kind": ("kernel", "memcpy", "memset", "graph")})
+        assert _exists(report, f"{OPS}_sorted")
+        again = op_frame(report, COLUMNS, order, {"kind": ("kernel", "memcpy", "memset", "graph")})  # the table now
+    assert len(got) > 200
+    assert got["op_id"].is_unique
+    pd.testing.assert_frame_equal(got, want)
+    pd.testing.assert_frame_equal(again, want)
+
+
+def test_keys_read_but_not_selected_are_left_out(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("mlp_api")) as report:
+        got = op_frame(report, {"pid": "pid", "kernel": "kind = 'kernel'"}, ("pid", "start_ns", "op_id"))
+        want = report.df(f"SELECT pid, kind = 'kernel' AS kernel FROM {ops_table(report)} ORDER BY pid, start_ns, op_id")
+    assert list(got.columns) == ["pid", "kernel"]
+    pd.testing.assert_frame_equal(got, want)
+
+
+def test_a_report_without_operations_gives_the_tables_empty_frame(recorded: Callable[[str], Path]) -> None:
+    with Report.open(recorded("cpu_preprocess_loop")) as report:
+        assert not report.count("kernel")
+        got = op_frame(report, {"pid": "pid", "kernel": "kind = 'kernel'", "op_id": "op_id"}, ("pid", "start_ns", "op_id"))
+        want = report.df(f"SELECT pid, kind = 'kernel' AS kernel, op_id FROM {ops_table(report)}")
+    assert len(got) == 0
+    assert got.dtypes.to_dict() == want.dtypes.to_dict()
