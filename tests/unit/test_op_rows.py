@@ -25,9 +25,15 @@ def test_lexsort_of_runs_is_numpys(seed: int) -> None:
     n = 3000
     keys = [rng.integers(0, hi, n) for hi in (40, 3, 2, 5)]  # many ties on the first key, some on all
     want = np.lexsort(list(reversed(keys)))
-    assert np.array_equal(_lexsort(keys, n), want)
-    assert np.array_equal(_lexsort(keys[:1], n), np.argsort(keys[0], kind="stable"))
-    assert np.array_equal(_lexsort([np.arange(n)[::-1], keys[1]], n), np.arange(n)[::-1])
+    got, tied = _lexsort(keys, n)
+    assert np.array_equal(got, want)
+    assert tied  # 3000 rows of 1200 distinct keys
+    assert np.array_equal(_lexsort(keys[:1], n)[0], np.argsort(keys[0], kind="stable"))
+    got, tied = _lexsort([np.arange(n)[::-1], keys[1]], n)
+    assert np.array_equal(got, np.arange(n)[::-1]) and not tied
+    unique = [keys[0], keys[1], np.arange(n)]  # ties on the first keys, never on all
+    got, tied = _lexsort(unique, n)
+    assert np.array_equal(got, np.lexsort(list(reversed(unique)))) and not tied
 
 
 @pytest.mark.parametrize("name", ["mlp_api", "dist4_fsdp", "program_custom_rnn_loop"])

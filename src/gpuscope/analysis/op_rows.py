@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-_ROWS = "gpuscope_op_rows"
 # the kinds in the order of their names: the launch order sorts the text
 _KIND_TEXT_ORDER = "ENUM('graph', 'kernel', 'memcpy', 'memset')"
 
@@ -133,109 +132,87 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
     parts += [f"{sql} AS c_{name}" for name, sql in columns.items() if name != "op_id" and name not in as_key]
     report.sql(f"CREATE OR REPLACE TEMP TABLE {OPS}_placed AS {placed}")
     try:
-        report.sql(f"CREATE OR REPLACE TEMP TABLE {_ROWS} AS SELECT {', '.join(parts)} FROM ({query})")
+        # every column at once, as the rows come: a table of them read a column at a time took as long
+        # again, and held them in DuckDB's buffer as well
+        with report.deadline():
+            fetched = report.con.execute(f"SELECT {', '.join(parts)} FROM ({query})").fetchnumpy()
     finally:
         report.sql(f"DROP TABLE IF EXISTS {OPS}_placed")
-    try:
-        n = report.count(_ROWS)
-        if not n:
-            return None  # the table of none costs nothing, and gives the empty frame its types
-        # keys of one value order nothing; a key with NULLs is left to DuckDB's sort
-        summary = report.sql("SELECT " + ", ".join(
-            f"count(k_{k}) = count(*), coalesce(min(k_{k}) = max(k_{k}), TRUE)" for k in key_sql) + f" FROM {_ROWS}")[0]
-        if not all(summary[0::2]):
+    n = len(fetched[f"k_{keys[0]}"]) if keys else 0
+    if not n or not keys:
+        return None  # the table of none costs nothing, and gives the empty frame its types
+    arrays = {}
+    for k in keys:
+        a = fetched[f"k_{k}"]
+        if _array_kind(a) != "plain" or a.dtype.kind not in "iu":
+            return None  # a key with NULLs is left to DuckDB's sort
+        if a.min() != a.max():  # keys of one value order nothing
+            arrays[k] = a.astype(np.int64, copy=False)
+    launch_keys = [arrays[k] for k in launch if k in arrays]
+    order_keys = [arrays[k] for k in keys if k in arrays]
+    if "op_id" in columns and launch:
+        by_launch, tied = _lexsort(launch_keys, n)
+        if tied:
+            return None  # ids of operations alike in every key would be DuckDB's choice
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
+        del by_launch
+        # the order's own keys, then the launch order
+        at, _ = _lexsort([arrays[k] for k in own if k in arrays] + [rank], n)
+    else:
+        rank = None
+        at, tied = _lexsort(order_keys, n)
+        if tied:
             return None
-        varying = [k for k, same in zip(key_sql, summary[1::2]) if not same]
-        fetched = {}
-        for k in varying:
-            a = _column(report, f"k_{k}")
-            if _array_kind(a) != "plain" or a.dtype.kind not in "iu":
-                return None
-            fetched[k] = a
-        arrays = {k: a.astype(np.int64, copy=False) for k, a in fetched.items()}
-        launch_keys = [arrays[k] for k in launch if k in arrays]
-        order_keys = [arrays[k] for k in keys if k in arrays]
-        if "op_id" in columns and launch:
-            by_launch = _lexsort(launch_keys, n)
-            if _ties(by_launch, launch_keys):
-                return None  # ids of operations alike in every key would be DuckDB's choice
-            rank = np.empty(n, dtype=np.int64)
-            rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
-            del by_launch
-            # the order's own keys, then the launch order
-            at = _lexsort([arrays[k] for k in own if k in arrays] + [rank], n)
-        else:
-            rank = None
-            at = _lexsort(order_keys, n)
-            if _ties(at, order_keys):
-                return None
-        del arrays, order_keys, launch_keys
-        fetched = {k: a for k, a in fetched.items() if k in as_key.values()}
-        out: dict[str, object] = {}
-        for name, sql in columns.items():
-            if name == "op_id":
-                out[name] = rank[at]
-                del rank
-                continue
-            if name in as_key and sql in fetched:
-                a = fetched.pop(sql)
-            elif name in as_key:  # one value
-                one = _column(report, f"k_{sql}", 1)
-                a = np.full(n, one[0], dtype=one.dtype) if _array_kind(one) == "plain" else _column(report, f"k_{sql}")
-            else:
-                a = _column(report, f"c_{name}")
-            kind = _array_kind(a)
-            if len(a) != n or (kind is None and name not in codes):
-                return None
-            a = a[at]
-            out[name] = (_categorical(a, codes[name]) if name in codes
-                         else _nullable(a) if kind == "masked" else a)
-        return pd.DataFrame(out, copy=False)
-    finally:
-        report.sql(f"DROP TABLE IF EXISTS {_ROWS}")
+    del arrays, order_keys, launch_keys
+    for k in keys:
+        if k not in as_key.values():
+            del fetched[f"k_{k}"]
+    source = {name: f"k_{sql}" if name in as_key else f"c_{name}" for name, sql in columns.items() if name != "op_id"}
+    left = list(source.values())  # each read freed after its last use
+    out: dict[str, object] = {}
+    for name in columns:
+        if name == "op_id":
+            out[name] = rank[at]
+            del rank
+            continue
+        left.remove(source[name])
+        a = fetched[source[name]] if source[name] in left else fetched.pop(source[name])
+        kind = _array_kind(a)
+        if len(a) != n or (kind is None and name not in codes):
+            return None
+        a = a[at]
+        out[name] = (_categorical(a, codes[name]) if name in codes
+                     else _nullable(a) if kind == "masked" else a)
+    return pd.DataFrame(out, copy=False)
 
 
-def _column(report: Report, name: str, limit: int | None = None) -> np.ndarray:
-    """Column ``name`` of the rows as it comes (its first ``limit`` values where given)."""
-    with report.deadline():
-        return report.con.execute(f"SELECT {name} FROM {_ROWS}" + (f" LIMIT {limit}" if limit else "")).fetchnumpy()[name]
-
-
-def _lexsort(keys: list[np.ndarray], n: int) -> np.ndarray:
-    """``np.lexsort`` of ``keys`` given first key first: a stable sort of the first key, then the
-    runs it leaves tied sorted by the others (operations rarely tie on a time; the keys come
-    mostly in order, which the stable sort runs through)."""
+def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:
+    """``np.lexsort`` of ``keys`` given first key first, and whether two rows are equal in every
+    key: a stable sort of the first key, then the runs it leaves tied sorted by the others
+    (operations rarely tie on a time; the keys come mostly in order, which the stable sort runs
+    through)."""
     import numpy as np
 
-    if not keys:
-        return np.arange(n)
+    if not keys or n < 2:
+        return np.arange(n) if not keys else np.argsort(keys[0], kind="stable"), n >= 2 and not keys
     at = np.argsort(keys[0], kind="stable")
-    if len(keys) == 1 or n < 2:
-        return at
     first = keys[0][at]
     tied = first[1:] == first[:-1]
+    del first
     if not tied.any():
-        return at
+        return at, False
     inside = np.zeros(n, dtype=bool)
     inside[:-1] |= tied
     inside[1:] |= tied
     pos = np.flatnonzero(inside)
-    run = np.cumsum(np.concatenate([[True], ~tied])[pos])  # the tied run each position is in
+    starts = np.concatenate([[True], ~tied])[pos]  # where each tied run begins
+    run = np.cumsum(starts)
     rows = at[pos]
-    at[pos] = rows[np.lexsort([*(k[rows] for k in reversed(keys[1:])), run])]
-    return at
-
-
-def _ties(at: np.ndarray, keys: list[np.ndarray]) -> bool:
-    """Whether two neighbours in the order ``at`` are equal in every key."""
-    import numpy as np
-
-    if len(at) < 2:
-        return False
-    same = np.ones(len(at) - 1, dtype=bool)
-    for k in keys:
-        s = k[at]
-        same &= s[1:] == s[:-1]
-        if not same.any():
-            return False
-    return bool(same.any())
+    rows = rows[np.lexsort([*(k[rows] for k in reversed(keys[1:])), run])]
+    at[pos] = rows
+    same = ~starts[1:]  # neighbours in one run, equal in the first key
+    for k in keys[1:]:
+        v = k[rows]
+        same &= v[1:] == v[:-1]
+    return at, bool(same.any())

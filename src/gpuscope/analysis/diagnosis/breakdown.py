@@ -323,7 +323,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         # codes of few texts: compared and selected on often, where ten million strings cost seconds
         "cause": pd.Categorical.from_codes(cols[3].astype(np.int64), categories=list(PARTS)),
         "culprit": pd.Categorical.from_codes(cols[4].astype(np.int64), categories=list(CULPRITS)),
-        "ref": cols[5], "call": cols[6]})
+        "ref": cols[5], "call": cols[6]}, copy=False)  # the joined arrays as they are: no copy of millions
     return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, op_times)
 
 
