@@ -112,11 +112,23 @@ def load_ops(report: Report) -> pd.DataFrame:
     ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
                "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
     # few values, compared and grouped often
-    ops["kind"] = ops["kind"].astype("category").cat.remove_unused_categories()
+    ops["kind"] = _used_kinds(ops["kind"].array)
     ops["transfer"] = (ops["kind"] == "memcpy") & ops["copy_kind"].isin(HOST_MEMORY_COPIES)
     ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
     ops["is_async"] = ops["is_async"].astype("boolean")
     return ops
+
+
+def _used_kinds(kind: pd.Categorical) -> pd.Categorical:
+    """``kind`` without the kinds no operation has (``remove_unused_categories``, whose unique of
+    ten million codes took 0.7 s), from a count of each code."""
+    codes = np.asarray(kind.codes)
+    used = np.bincount(codes[codes >= 0] if (codes < 0).any() else codes, minlength=len(kind.categories)) > 0
+    if used.all():
+        return kind
+    new = np.cumsum(used).astype(codes.dtype) - 1
+    return pd.Categorical.from_codes(np.where(codes >= 0, new[np.maximum(codes, 0)], -1).astype(codes.dtype),
+                                     dtype=pd.CategoricalDtype(kind.categories[used], ordered=kind.ordered))
 
 
 def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
