@@ -292,9 +292,15 @@ class Context:
             order = np.argsort(ids, kind="stable")
             ids, labels = ids[order], [labels[i] for i in order]
         wanted = name_ids.fillna(-1).to_numpy(np.int64)
-        codes = np.searchsorted(ids, wanted)
-        codes = np.where((codes < len(ids)) & (ids[np.minimum(codes, len(ids) - 1)] == wanted), codes,
-                         labels.index(""))
+        none = labels.index("")
+        if ids[0] >= -1 and ids[-1] < 1 << 24:  # string ids: a table of them, not a search per kernel
+            table = np.full(int(ids[-1]) + 2, none, dtype=np.int64)
+            table[ids[::-1] + 1] = np.arange(len(ids))[::-1]  # of equal ids, the first (as the search finds)
+            codes = table[np.clip(wanted + 1, 0, len(table) - 1)]
+            codes[(wanted < -1) | (wanted > ids[-1])] = none
+        else:
+            codes = np.searchsorted(ids, wanted)
+            codes = np.where((codes < len(ids)) & (ids[np.minimum(codes, len(ids) - 1)] == wanted), codes, none)
         return pd.Series(pd.Categorical.from_codes(codes, categories=labels), index=name_ids.index)
 
     def ops(self, p: Process) -> pd.DataFrame:
