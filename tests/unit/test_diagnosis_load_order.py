@@ -184,3 +184,22 @@ def test_steady_idle_is_the_selection_of_steady_pieces(recorded: Callable[[str],
     assert (got["ns"] == want["end_ns"] - want["start_ns"]).all()
     for cause in set(got["cause"].astype(str)):  # the comparisons the rules make
         assert ((got["cause"] == cause).to_numpy() == (want["cause"].astype(str) == cause).to_numpy()).all()
+
+
+# copies of every direction, CUDA graphs, several processes and streams
+@pytest.mark.parametrize("name", ["mlp_api", "cuda_graph", "dist4_fsdp", "diagnosis_pageable_copy",
+                                  "program_dataloader_and_sync"])
+def test_tokens_from_the_loaded_operations_are_those_read(recorded: Callable[[str], Path], name: str) -> None:
+    from gpuscope.analysis.pattern_steps import given_operations, tokens_of
+
+    with Report.open(recorded(name)) as report:
+        ops = load_ops(report)
+        want = _gpu_tokens(report)
+        with given_operations(report, ops):
+            given = _gpu_tokens(report)
+        after = _gpu_tokens(report)
+    assert len(want) == len(ops) > 0
+    assert (want["token"] < -1).any() or name == "dist4_fsdp"  # copies or graphs among the tokens
+    pd.testing.assert_frame_equal(tokens_of(ops), want)
+    pd.testing.assert_frame_equal(given, want)
+    pd.testing.assert_frame_equal(after, want)

@@ -10,9 +10,10 @@ set-up.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,12 +60,60 @@ def _tokens_query(report: Report) -> str:
     return f"SELECT {', '.join(f'{sql} AS {name}' for name, sql in columns.items())} FROM {ops_table(report)}"
 
 
+_GIVEN: weakref.WeakKeyDictionary[Report, Callable[[], pd.DataFrame]] = weakref.WeakKeyDictionary()
+
+
 def _gpu_tokens(report: Report) -> pd.DataFrame:
     """Every GPU operation as a token, in the order the GPU ran them: without API records the launch
     times of copies and memsets are estimates, too rough to order them among kernels, while one
     stream runs its operations in launch order. Put in order in numpy (:func:`.op_rows.op_frame`):
-    DuckDB's sort of ten million spilled and took as long as the rest of the pattern search."""
+    DuckDB's sort of ten million spilled and took as long as the rest of the pattern search. Made
+    from the operations a reader holds where it gave them (:func:`given_operations`)."""
+    given = _GIVEN.get(report)
+    if given is not None:
+        return given()
     return op_frame(report, _token_columns(), _TOKEN_ORDER)
+
+
+@contextlib.contextmanager
+def given_operations(report: Report, ops: pd.DataFrame) -> Iterator[None]:
+    """While in this block, the tokens of ``report`` are made from ``ops``, every GPU operation of
+    it as the diagnosis's timeline reads them (``op_id``, ``pid``, ``kind`` and ``copy_kind`` as
+    categoricals, ``name_id``, ``launch_ns``, ``start_ns``, in ``pid, start_ns, end_ns, op_id``
+    order), instead of reading them again."""
+    _GIVEN[report] = lambda: tokens_of(ops)
+    try:
+        yield
+    finally:
+        _GIVEN.pop(report, None)
+
+
+def tokens_of(ops: pd.DataFrame) -> pd.DataFrame:
+    """The tokens of :func:`_gpu_tokens` (the same frame) from operations as :func:`given_operations`
+    takes them."""
+    from .op_rows import _lexsort
+
+    kind = ops["kind"].array
+    code = {str(c): i for i, c in enumerate(kind.categories)}
+    codes = np.asarray(kind.codes)
+
+    def of(k: str) -> np.ndarray:
+        return codes == code[k] if k in code else np.zeros(len(codes), dtype=bool)
+
+    token = ops["name_id"].fillna(-1).to_numpy(np.int64)
+    copies = of("memcpy")
+    if copies.any():
+        copy_kind = ops["copy_kind"].astype(object).to_numpy()[copies]
+        token[copies] = [_COPY_TOKENS.get(k, -7) if isinstance(k, str) else -7 for k in copy_kind]
+    token[of("memset")] = -10
+    token[of("graph")] = -11
+    exact = of("kernel") | of("graph")
+    keys = [ops[c].to_numpy(np.int64) for c in ("pid", "start_ns", "op_id")]
+    at, _ = _lexsort([k for k in keys if len(k) and k.min() != k.max()], len(ops))
+    if np.array_equal(at, np.arange(len(at))):
+        at = slice(None)
+    return pd.DataFrame({"pid": keys[0][at], "token": token[at], "launch_ns": ops["launch_ns"].to_numpy(np.int64)[at],
+                         "start_ns": keys[1][at], "exact": exact[at]}, copy=False)
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:

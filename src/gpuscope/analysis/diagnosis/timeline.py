@@ -29,6 +29,7 @@ import pandas as pd
 from ...trace.report import Report
 from ..attribution import ops_table
 from ..op_rows import op_frame
+from ..pattern_steps import given_operations
 from ..steps import StepSource, step_source, step_windows
 from ..sync import sync_site_frame
 
@@ -241,7 +242,8 @@ def load_timelines(report: Report) -> Timelines:
         """SELECT pid, start_ns, end_ns FROM nvtx_range
            WHERE source = 'torch' AND category = 'dataloader' AND kind = 'range' AND end_ns IS NOT NULL
            ORDER BY pid, start_ns""")
-    source = step_source(report)
+    with given_operations(report, ops):  # steps found from the operations' pattern take them from here
+        source = step_source(report)
     windows = _windows(report, source)
     processes = []
     pids = ops["pid"].to_numpy()
