@@ -45,15 +45,20 @@ LARGE_SHARE = 0.25  # float32/TF32 matmul kernels under this share of the step: 
 MATRIX_KINDS = ("matmul", "conv", "attention")
 
 
-def _name_class(name: str) -> str:
-    """``fp32``, ``tf32`` or "" by the kernel's name alone."""
-    return "fp32" if float32_without_tensor_cores(name) else "tf32" if is_tf32_matmul(name) else ""
+# a kernel's class by its code: "" (neither), ``fp32`` (float32 on CUDA cores), ``tf32``; codes, not
+# texts, per kernel: a run has millions, and texts compared one by one took a second
+_NEITHER, _FP32, _TF32 = 0, 1, 2
+
+
+def _name_class(name: str) -> int:
+    """The class of a kernel by its name alone."""
+    return _FP32 if float32_without_tensor_cores(name) else _TF32 if is_tf32_matmul(name) else _NEITHER
 
 
 def _classes(k: pd.DataFrame, by_name: np.ndarray) -> np.ndarray:
-    """Per kernel: ``fp32`` (float32 on CUDA cores), ``tf32``, or "" (neither): from its operator's
-    precision where known, else from its name (``by_name``: :func:`_name_class` of each kernel's
-    name)."""
+    """Per kernel, the code of its class: ``fp32`` (float32 on CUDA cores), ``tf32``, or neither: from
+    its operator's precision where known, else from its name (``by_name``: :func:`_name_class` of
+    each kernel's name)."""
     out = by_name.copy()
     if not k["work_kind"].notna().any():  # no operator says (none recorded): the names say
         return out
@@ -61,11 +66,11 @@ def _classes(k: pd.DataFrame, by_name: np.ndarray) -> np.ndarray:
     known = pd.Series(kind).isin(MATRIX_KINDS).to_numpy(bool)
     prec = k["precision"].astype(object).to_numpy()
     state = k["tensor_cores"].astype(object).to_numpy()
-    fp32_name = out == "fp32"
+    fp32_name = out == _FP32
     fp32 = (state == "eligible-unused") | (kind == "attention") | fp32_name
-    out[known] = ""  # bf16, fp16 ... by its dtypes, whatever the name says
-    out[known & (prec == "fp32")] = np.where(fp32, "fp32", "tf32")[known & (prec == "fp32")]
-    out[known & (prec == "tf32")] = "tf32"
+    out[known] = _NEITHER  # bf16, fp16 ... by its dtypes, whatever the name says
+    out[known & (prec == "fp32")] = np.where(fp32, _FP32, _TF32)[known & (prec == "fp32")]
+    out[known & (prec == "tf32")] = _TF32
     return out
 
 
@@ -90,9 +95,9 @@ class Precision(Rule):
         k = steady_work(ctx, p)
         if not len(k):
             return None
-        cls = _classes(k, name_flags(ctx, p, _name_class, object))
+        cls = _classes(k, name_flags(ctx, p, _name_class, np.int8))
         looped = loop_op_ids(ctx, p)
-        mine = (cls != "") & ~k["op_id"].isin(looped).to_numpy(bool)
+        mine = (cls != _NEITHER) & ~k["op_id"].isin(looped).to_numpy(bool)
         total = p.per_step(float(k.loc[mine, "dur_ns"].sum()))
         if not mine.any() or p.share(total) < LARGE_SHARE:
             return None
@@ -102,7 +107,7 @@ class Precision(Rule):
         # the sums taken in the same order
         rows = np.flatnonzero(mine & k["critical"].to_numpy(bool))
         t = k["dur_ns"].to_numpy(np.float64)[rows]
-        plain = cls[rows] == "fp32"
+        plain = cls[rows] == _FP32
         attention = (k["work_kind"].astype(object).to_numpy()[rows] == "attention")
         attention |= name_flags(ctx, p, is_attention)[rows]
         flops, matrix, nbytes = (k[col].to_numpy(np.float64)[rows] for col in ("flops", "matrix_flops", "bytes"))
@@ -130,8 +135,8 @@ class Precision(Rule):
                  total: float, waited: float, modelled: int, target: str) -> Finding:
         c = ceilings(ctx)
         sel = k[mine]
-        plain = p.per_step(float(sel.loc[cls[mine] == "fp32", "dur_ns"].sum()))
-        tf32 = p.per_step(float(sel.loc[cls[mine] == "tf32", "dur_ns"].sum()))
+        plain = p.per_step(float(sel.loc[cls[mine] == _FP32, "dur_ns"].sum()))
+        tf32 = p.per_step(float(sel.loc[cls[mine] == _TF32, "dur_ns"].sum()))
         top = sel.groupby("name")["dur_ns"].sum().sort_values(ascending=False).head(3)
         label = "bf16" if target == "bf16" else "float16"
         roofs = ", ".join(f"{name} {float(v) / 1e12:.0f}" for name, v in (
