@@ -45,6 +45,11 @@ def _work(ctx: Context) -> pd.DataFrame:
     return out
 
 
+def _own(values: np.ndarray, index: pd.Index) -> pd.Series:
+    """A Series of ``values`` (made for it) without a copy: columns set from it share them until written."""
+    return pd.Series(values, index=index, copy=False)
+
+
 def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
     """The process's steady kernels in GPU start order (those of :meth:`Context.steady_kernels`)
     with ``dur_ns``, ``critical`` (bool), ``step`` (the steady step, from 1) and the columns of
@@ -55,7 +60,8 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
         kern, step = ctx.steady_kernels(p)
         out = kern[["op_id", "name", "start_ns", "end_ns", "launch_ns"]]  # copied on write
         out["name"] = out["name"].astype(str)
-        out["dur_ns"] = (kern["end_ns"] - kern["start_ns"]).to_numpy(np.float64)
+        # columns made here given as Series: an array set as a column is copied (ten million values each)
+        out["dur_ns"] = _own((kern["end_ns"] - kern["start_ns"]).to_numpy(np.float64), out.index)
         out["critical"] = kern["critical"].fillna(False).to_numpy(bool)
         out["step"] = step
         work = _work(ctx)
@@ -64,7 +70,7 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
             # no work known (no operators recorded): the columns a reindex would give, made directly
             # (one array of each type for all their columns, copied on write; given as an object Series:
             # a bare object array is scanned, value by value, for a type to infer)
-            nan = np.full(len(out), np.nan)
+            nan = _own(np.full(len(out), np.nan), out.index)
             none = pd.Series(np.full(len(out), np.nan, dtype=object), index=out.index, dtype=object, copy=False)
             for col in WORK_COLUMNS:
                 out[col] = nan if col in numeric else none
