@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from gpuscope.analysis.diagnosis.breakdown import PARTS, _sorted, _sorted_unique
-from gpuscope.analysis.diagnosis.context import Context
+from gpuscope.analysis.diagnosis.context import STEADY_COLUMNS, Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
 from gpuscope.analysis.attribution import ordered_frame
 from gpuscope.analysis.diagnosis.timeline import _START_ORDER, KINDS, _ops_query, load_ops
@@ -161,7 +161,7 @@ def test_steady_kernels_are_the_sorted_selection(recorded: Callable[[str], Path]
         ctx = Context(report)
         for p in ctx.processes:
             ops = ctx.ops(p)
-            want = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")
+            want = ops[(ops["kind"] == "kernel") & (ops["steady_ns"] > 0)].sort_values("start_ns")[list(STEADY_COLUMNS)]
             kern, step = ctx.steady_kernels(p)
             assert len(kern) > 0
             pd.testing.assert_frame_equal(kern.reset_index(drop=True), want.reset_index(drop=True))
