@@ -142,22 +142,69 @@ def a_switch_inside_a_guard_waits_for_its_end():
     rows()
     out = {}
     rec.recording = False
-    with torch.inference_mode():  # saves the thread's dispatch keys, and restores them whole at its end
-        rec.recording = True
-        out["on_inside"] = keys()
+    guard = torch._C._InferenceMode(True)  # entered below torch's Python class: not followed
+    rec.recording = True
+    out["on_inside"] = keys()
+    del guard  # saved the thread's dispatch keys, and restores them whole here
     out["on_after"] = keys()
     with Mine():  # a mode the program enters afterwards
         torch.ones(2)
     out["mine_seen"] = Mine.seen
-    with torch.inference_mode():
-        rec.recording = False
-        out["off_inside"] = keys()
+    guard = torch._C._InferenceMode(True)
+    rec.recording = False
+    out["off_inside"] = keys()
+    del guard
     out["off_after"] = keys()
     torch.zeros(3)  # no tensor arguments
     out["tensor"] = torch.tensor([1, 2]).tolist()
     rec.recording = True
     out["rows"] = [r["name"] for r in rows()]
     out["failed"] = rec.counts["failed"]
+    return out
+
+def a_switch_inside_inference_mode_happens_at_once():
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode as current
+    python = torch._C.DispatchKey.Python
+    def keys():
+        return [current() is rec.mode, torch._C._dispatch_tls_is_dispatch_key_included(python)]
+    class Mine(TorchDispatchMode):
+        seen = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Mine.seen += 1
+            return func(*args, **(kwargs or {}))
+    rows()
+    out = {}
+    rec.recording = True
+    with torch.inference_mode():  # a whole loop inside one guard: collection goes off in it, then on
+        torch.ones(1)
+        rec.recording = False
+        out["off_inside"] = keys()
+        torch.ones(2)  # passes by the recorder: PyTorch's Python dispatch is off
+        with torch.inference_mode():  # nested: back on inside, off again before its end
+            rec.recording = True
+            out["on_nested"] = keys()
+            torch.ones(3)
+            rec.recording = False
+        out["off_after_nested"] = keys()
+        torch.ones(4)
+    out["off_after"] = keys()
+    torch.zeros(3)  # no tensor arguments: the Python key came back with the mode, and left with it
+    with Mine():
+        torch.ones(5)
+    out["mine_seen"] = Mine.seen
+    rec.recording = False
+    with torch.inference_mode():  # off at its entry, on inside: at its end stack and keys agree again
+        rec.recording = True
+        out["on_inside"] = keys()
+        torch.ones(6)
+    out["on_after"] = keys()
+    with Mine():
+        torch.ones(7)
+    out["mine_seen_on"] = Mine.seen
+    out["tensor"] = torch.tensor([1, 2]).tolist()
+    out["rows"] = [r["name"] for r in rows()]
+    out["failed"] = rec.counts["failed"]
+    out["said"] = said[:]
     return out
 
 def sequence_numbers_link_backward_calls_to_forward_ones():
@@ -272,13 +319,27 @@ def test_collection_off_takes_the_mode_off_the_main_thread(results: dict[str, An
 
 def test_a_switch_inside_a_guard_waits_for_its_end(results: dict[str, Any]) -> None:
     got = results["a_switch_inside_a_guard_waits_for_its_end"]
-    # put back inside inference_mode, the mode would lose the Python key at the guard's end and be skipped
-    # (with every mode entered after it); taken off inside, the key would come back with no mode, and
-    # torch.zeros fail inside torch. Either move waits for the guard's end.
+    # put back inside a guard that restores the thread's keys at its end, the mode would lose the Python
+    # key there and be skipped (with every mode entered after it); taken off inside, the key would come
+    # back with no mode, and torch.zeros fail inside torch. Either move waits for the guard's end.
     assert got["on_inside"] == [False, False] and got["on_after"] == [True, True]
     assert got["mine_seen"] == 1 and got["rows"] == ["aten::ones"]
     assert got["off_inside"] == [True, True] and got["off_after"] == [False, False]
     assert got["tensor"] == [1, 2] and got["failed"] == 0
+
+
+def test_a_switch_inside_inference_mode_happens_at_once(results: dict[str, Any]) -> None:
+    """torch.inference_mode entered through its Python class is followed: the mode moves inside it, and
+    at its end it is put back where it was at the entry, so stack and keys agree, then moved as wanted."""
+    got = results["a_switch_inside_inference_mode_happens_at_once"]
+    assert got["off_inside"] == [False, False]  # off at once, inside the guard
+    assert got["on_nested"] == [True, True] and got["off_after_nested"] == [False, False]
+    assert got["off_after"] == [False, False]
+    assert got["on_inside"] == [True, True] and got["on_after"] == [True, True]
+    assert got["mine_seen"] == 1 and got["mine_seen_on"] == 2  # the program's own modes still see its operators
+    # recorded: ones(1), ones(3) in the nested guard, ones(6) and ones(7) after the last switch, and tensor()
+    assert got["rows"] == ["aten::ones"] * 4 + ["aten::lift_fresh"]
+    assert got["tensor"] == [1, 2] and got["failed"] == 0 and got["said"] == []
 
 
 def test_sequence_numbers_link_backward_calls_to_forward_ones(results: dict[str, Any]) -> None:

@@ -19,15 +19,24 @@ profile function, a retry a millisecond later).
 
 Nor is it moved where torch will restore a dispatch state saved before the move (:class:`SafePoint`):
 while autograd evaluates a node on the thread (the engine restores the thread's stack after), and
-inside a guard that saves the thread's dispatch keys and puts them back whole when it ends
-(``torch.inference_mode``, the wrapper of every ``torch.compile``d call, fake and functional
-tensors). Taking the last mode off the stack drops the Python key from the thread's keys; such a
-guard, entered while the mode was on, adds it back with the stack empty, and the next operator
-without tensor arguments (``torch.tensor(list)``, ``torch.zeros(3)``) fails inside torch ("Hit Python
-dispatch key but no arguments had PyInterpreter"). Putting the mode back inside one is undone the
-other way: the key goes, the mode stays, and it and every mode the program enters later are skipped.
-Such a move waits for the first Python event outside these (a bounded number of events, then tries
-again later, less and less often): until then the mode stays where it is, passing calls through.
+inside a guard that saves the thread's dispatch keys and puts them back whole when it ends (the
+wrapper of every ``torch.compile``d call, fake and functional tensors, and ``torch.inference_mode``
+entered other than through torch's Python class). Taking the last mode off the stack drops the Python
+key from the thread's keys; such a guard, entered while the mode was on, adds it back with the stack
+empty, and the next operator without tensor arguments (``torch.tensor(list)``, ``torch.zeros(3)``)
+fails inside torch ("Hit Python dispatch key but no arguments had PyInterpreter"). Putting the mode
+back inside one is undone the other way: the key goes, the mode stays, and it and every mode the
+program enters later are skipped. Such a move waits for the first Python event outside these (a
+bounded number of events, then tries again later, less and less often): until then the mode stays
+where it is, passing calls through.
+
+``torch.inference_mode`` entered through its Python class (``with torch.inference_mode():``, the
+decorator) is followed instead (:class:`InferenceGuards`): a program that runs its whole loop inside
+one would otherwise keep the mode, and pay PyTorch's Python dispatch on every operator, to its end.
+The class's ``__enter__`` notes whether the mode was on the stack and the thread's keys inside the
+guard; inside it, a move is safe where the keys are still those; and right after its ``__exit__``
+has restored the keys, the mode is put back where it was at the entry (so stack and keys agree), and
+then moved where it is wanted.
 
 The mode goes back at the bottom of the stack's user modes, where it was put when torch was imported,
 beneath any mode the program entered meanwhile; it is taken off from under them too.
@@ -68,8 +77,10 @@ class SafePoint:
 
     HOLDERS = ("_dynamo", "_subclasses", "_higher_order_ops", "_export", "_functorch")  # packages of torch
 
-    def __init__(self, torch: Any) -> None:
-        """Call with no guard active (where the mode is installed): the thread's keys now are its plain ones."""
+    def __init__(self, torch: Any, guards: InferenceGuards | None = None) -> None:
+        """Call with no guard active (where the mode is installed): the thread's keys now are its plain ones.
+        ``guards``: the inference-mode guards followed (inside one, its keys are the plain ones)."""
+        self.guards = guards
         c = torch._C
         self._include, self._exclude = c._dispatch_tls_local_include_set, c._dispatch_tls_local_exclude_set
         self._graph_task = getattr(c, "_current_graph_task_id", lambda: -1)
@@ -80,12 +91,18 @@ class SafePoint:
         root = os.path.dirname(torch.__file__) + os.sep
         self._holders = tuple(root + name + os.sep for name in self.HOLDERS)
 
+    def keys(self) -> tuple[int, int]:
+        """The calling thread's included keys (those of the mode stack left out) and excluded keys."""
+        return self._include().raw_repr() & self._not_python, self._exclude().raw_repr()
+
     def __call__(self) -> bool:
         if self._graph_task() != -1:
             return False
-        if self._include().raw_repr() & self._not_python != self.include:
+        inside = self.guards.innermost() if self.guards is not None else None
+        include, exclude = (self.include, self.exclude) if inside is None else (inside[1], inside[2])
+        if self._include().raw_repr() & self._not_python != include:
             return False
-        if self._exclude().raw_repr() & ~self.exclude:  # more than autocast's keys are excluded
+        if self._exclude().raw_repr() & ~exclude:  # more than autocast's keys are excluded
             return False
         frame = sys._getframe(1)
         while frame is not None:
@@ -93,6 +110,74 @@ class SafePoint:
                 return False
             frame = frame.f_back
         return True
+
+
+class InferenceGuards:
+    """The ``torch.inference_mode`` guards each thread is inside, entered through torch's Python class.
+
+    :meth:`install` wraps the class's ``__enter__`` and ``__exit__``. Each entry keeps whether ``mode``
+    was on the thread's stack and the thread's keys inside the guard (:meth:`SafePoint.keys`); at the
+    exit, once the guard has put the keys back, the mode is put back where it was at the entry and, where
+    that moved it, ``after_exit`` (if set) is called on the thread to move it where it is wanted.
+    """
+
+    def __init__(self, torch_c: Any, mode: Any, fail: Callable[[BaseException], None]) -> None:
+        self.mode = mode
+        self.after_exit: Callable[[], None] | None = None
+        self._torch_c = torch_c
+        self._infra_keys = list(torch_c._TorchDispatchModeKey.__members__.values())
+        self._fail = fail
+        self._local = threading.local()
+
+    def _entries(self) -> list[tuple[bool, int, int]]:
+        entries = getattr(self._local, "entries", None)
+        if entries is None:
+            entries = self._local.entries = []
+        return entries
+
+    def innermost(self) -> tuple[bool, int, int] | None:
+        """The calling thread's innermost followed guard: (mode on the stack at its entry, keys inside)."""
+        entries = getattr(self._local, "entries", None)
+        return entries[-1] if entries else None
+
+    def install(self, cls: Any, keys: Callable[[], tuple[int, int]]) -> None:
+        """Follow the guards of ``cls`` (``torch.inference_mode``), reading the keys inside with ``keys``."""
+        enter, leave = cls.__enter__, cls.__exit__
+        guards, torch_c, mode = self, self._torch_c, self.mode
+
+        def __enter__(guard: Any) -> Any:
+            try:
+                had = _position(torch_c, mode) is not None
+            except Exception as exc:  # noqa: BLE001  (not followed: moves inside wait for its end)
+                guards._fail(exc)
+                return enter(guard)
+            out = enter(guard)
+            try:
+                guards._entries().append((had, *keys()))
+            except Exception as exc:  # noqa: BLE001
+                guards._fail(exc)
+            return out
+
+        def __exit__(guard: Any, *exc_info: Any) -> Any:
+            entries = guards._entries()
+            entry = entries.pop() if entries else None
+            try:
+                return leave(guard, *exc_info)
+            finally:
+                if entry is not None:
+                    guards._restore(entry[0])
+
+        __enter__.__wrapped__ = enter  # type: ignore[attr-defined]
+        __exit__.__wrapped__ = leave  # type: ignore[attr-defined]
+        cls.__enter__, cls.__exit__ = __enter__, __exit__
+
+    def _restore(self, had: bool) -> None:
+        """Right after a guard's exit: the mode where it was at its entry, then where it is wanted."""
+        try:  # where the mode did not move inside, nothing changes here (a move waiting goes on waiting)
+            if place(self._torch_c, self._infra_keys, self.mode, had) and self.after_exit is not None:
+                self.after_exit()
+        except Exception as exc:  # noqa: BLE001  (the mode stays where it is)
+            self._fail(exc)
 
 
 class MainThreadMode:
@@ -132,6 +217,14 @@ class MainThreadMode:
             self.sync()
         else:
             self._wake()
+
+    def after_guard(self) -> None:
+        """A followed guard ended (:class:`InferenceGuards`), the mode put back where it was at its entry:
+        on the main thread, move it where it is wanted now that the keys are the guard's entry's again."""
+        if not self.enabled or threading.get_ident() != self.thread:
+            return
+        self._on_stack = self._seen()
+        self.sync()
 
     def request(self) -> None:
         """Called by the mode's handler on the main thread while the mode is not wanted: take it off once the

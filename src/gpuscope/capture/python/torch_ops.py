@@ -38,7 +38,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import hook_cost
-from .dispatch_stack import MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
+from .dispatch_stack import InferenceGuards, MainThreadMode, SafePoint, dynamo_skips, leave_on_next_event, place
 from .groups import group_info
 from .op_sample import FINISHED, RECORDING, RESTING, WAITING, Emit, OpSample, SamplePolicy, policy_from_env
 from .op_signature import GROUP, SCALAR, TENSOR_LIST, UNKNOWN, Plan, SignatureText
@@ -186,6 +186,14 @@ class TorchOps:
         mode.__enter__()  # where anything above failed, the program runs without the mode
         self.mode = mode
         self.counts["threads"] += 1
+        guards = None
+        if self._safe is not None:
+            try:  # a loop inside one inference_mode guard: the mode may still leave (dispatch_stack.py)
+                guards = InferenceGuards(torch._C, mode, self._fail)
+                guards.install(torch.autograd.grad_mode.inference_mode, self._safe.keys)
+                self._safe.guards = guards
+            except Exception as exc:  # noqa: BLE001  (moves inside such a guard wait for its end)
+                self._fail(exc)
         if threading.current_thread() is threading.main_thread() and self._safe is not None:
             try:
                 main = MainThreadMode(torch, mode, self._fail, self._safe)
@@ -194,6 +202,8 @@ class TorchOps:
             else:
                 main.want(self._on or self._waiting)
                 self._main = main
+                if guards is not None:
+                    guards.after_exit = main.after_guard
 
     def _forked(self, torch: Any) -> None:
         # a forked child (DataLoader worker) is not traced: stop recording, and take the mode off
