@@ -69,3 +69,24 @@ def test_a_report_without_operations_gives_the_tables_empty_frame(recorded: Call
         want = report.df(f"SELECT pid, kind = 'kernel' AS kernel, op_id FROM {ops_table(report)}")
     assert len(got) == 0
     assert got.dtypes.to_dict() == want.dtypes.to_dict()
+
+
+@pytest.mark.parametrize("most_tied", [0, 10**6])
+def test_ties_on_the_first_keys_read_again_or_all_at_once(recorded: Callable[[str], Path], most_tied: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuscope.analysis.op_rows as op_rows
+
+    monkeypatch.setattr(op_rows, "MOST_TIED", most_tied)
+    columns = {"pid": "pid", "start_ns": "start_ns", "kernel": "kind = 'kernel'", "end": "end_ns + 1"}
+    with Report.open(recorded("dist4_fsdp")) as report:
+        # every operation of a process ties on its pid: all of them are put in order by the later keys
+        got = op_frame(report, columns, ("pid", "op_id"))
+        by_start = op_frame(report, columns, ("pid", "start_ns", "op_id"))  # two operations tie there
+        assert not _exists(report, f"{OPS}_sorted")
+        want = report.df(f"SELECT pid, start_ns, kind = 'kernel' AS kernel, end_ns + 1 AS \"end\" FROM {ops_table(report)} "
+                         "ORDER BY pid, op_id")
+        want_start = report.df(f"SELECT pid, start_ns, kind = 'kernel' AS kernel, end_ns + 1 AS \"end\" "
+                               f"FROM {ops_table(report)} ORDER BY pid, start_ns, op_id")
+    assert got["pid"].nunique() == 4
+    pd.testing.assert_frame_equal(got, want)
+    pd.testing.assert_frame_equal(by_start, want_start)
