@@ -43,7 +43,7 @@ sys.path.insert(0, str(BENCH.parent / "src"))
 
 TRAIN = BENCH / "workloads" / "cpu_train.py"
 WORK = BENCH / "workloads" / "cpu_work.py"
-TRAININGS = ("sgd4", "adam8", "cnn")
+TRAININGS = ("sgd4", "adam8", "cnn", "infer", "hfgen")
 # label -> (--trace value or None for untraced, extra environment[, extra options of gpuscope profile]).
 # "default" is no --trace at all.
 MODES: dict[str, tuple[Any, ...]] = {

@@ -1,11 +1,17 @@
 """Small CPU training loops that time themselves, for the cost of the CPU-side collectors.
 
-    python bench/workloads/cpu_train.py sgd4|adam8|cnn OUT_JSON
+    python bench/workloads/cpu_train.py sgd4|adam8|cnn|infer OUT_JSON
 
 - ``sgd4``: 4 x (Linear(128) + ReLU), batch 32, SGD, 1000 steps (about 80 operators a step);
 - ``adam8``: 8 x (Linear(256) + ReLU), batch 32, Adam, 150 steps (as a new user would write it);
 - ``cnn``: two 3x3 convolutions and a linear head on 16 x 3 x 32 x 32 batches from a DataLoader over a
-  TensorDataset, SGD with momentum, 100 steps.
+  TensorDataset, SGD with momentum, 100 steps;
+- ``infer``: inference, no optimizer: a 2-layer transformer encoder (d 64, 4 heads) over 8 x 32 token
+  embeddings, 2000 batches, the whole loop inside one ``torch.inference_mode()`` as inference scripts
+  often write it (about 60 operators a batch);
+- ``hfgen``: Hugging Face ``generate`` (needs ``transformers``): a GPT-2 of 6 layers, d 64, random
+  weights, 64 new tokens after 32, greedy, 20 calls inside one ``torch.inference_mode()`` (about 80
+  module calls and 150 small operators per token).
 
 One thread for PyTorch, so that the loop's time is the operators' and the Python's, not the
 scheduling of PyTorch's thread pool on a shared machine. Writes ``total_s`` (from the start of the
@@ -63,15 +69,42 @@ def cnn() -> tuple[nn.Module, torch.optim.Optimizer, object]:
     return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), DataLoader(data, batch_size=16)
 
 
+def infer() -> tuple[nn.Module, None, list]:
+    layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Linear(64, 10)).eval()
+    return model, None, [(torch.randn(8, 32, 64), None)] * 2000
+
+
+def hfgen() -> tuple[object, None, list]:
+    import transformers
+
+    config = transformers.GPT2Config(n_layer=6, n_embd=64, n_head=2, vocab_size=1024, bos_token_id=1023,
+                                     eos_token_id=1023)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.generation_config.eos_token_id = None  # every call decodes all its tokens
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return model.generate(x, max_new_tokens=64, min_new_tokens=64, do_sample=False, pad_token_id=0)
+
+    return call, None, [(torch.randint(0, 1000, (1, 32)), None)] * 20
+
+
 def main() -> None:
     kind, out = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model, opt, batches = {"sgd4": sgd4, "adam8": adam8, "cnn": cnn}[kind]()
+    model, opt, batches = {"sgd4": sgd4, "adam8": adam8, "cnn": cnn, "infer": infer, "hfgen": hfgen}[kind]()
     steps = []
     start = last = time.perf_counter()
     cpu_start = time.process_time()
-    for x, y in batches:
+    if opt is None:  # inference: the whole loop inside one guard
+        with torch.inference_mode():
+            for x, _ in batches:
+                model(x).argmax(-1)  # hfgen: the generated tokens
+                now = time.perf_counter()
+                steps.append(now - last)
+                last = now
+    for x, y in batches if opt is not None else ():
         opt.zero_grad()
         out_ = model(x)
         loss = nn.functional.cross_entropy(out_, y) if y is not None else out_.square().mean()
