@@ -4,6 +4,7 @@ the end kept without an end, and launch anchors made ``launch_call`` rows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def test_module_ranges_are_paired_by_the_launcher_across_flushes(tmp_path: Path)
     log.append(95)
     second = r.take_rows()
     assert set(first) == {"range_kind", "range_log"} and [row[0] for row in second["range_kind"]] == [step]
+    second["collector"] = [("ranges", 2, 0, 0, 0, '{"ranges": 2, "ns_per_range": 900}')]  # its pushed ranges
     con = _ingest(tmp_path, [first, second])
     rows = con.sql("""SELECT s.value, r.start_ns, r.end_ns, r.source, r.category, r.pid FROM nvtx_range r
                       JOIN string s ON s.id = r.name_id ORDER BY r.start_ns""").fetchall()
@@ -56,6 +58,9 @@ def test_module_ranges_are_paired_by_the_launcher_across_flushes(tmp_path: Path)
     said = [m for (m,) in con.sql("SELECT message FROM diagnostic WHERE level = 'info'").fetchall()]
     assert "1 re-entrant calls of a module already running (ranges nested)" in said
     assert len({i for (i,) in con.sql("SELECT id FROM nvtx_range").fetchall()}) == 6
+    (records, detail), = con.sql("SELECT records, detail FROM collector WHERE name = 'ranges'").fetchall()
+    assert records == 2 + 4  # the ended ones
+    assert json.loads(detail) == {"ranges": 6, "ns_per_range": 900, "reentrant_calls": 1, "unbalanced_pops": 0}
 
 
 def test_anchors_are_handed_over_as_bytes_and_stored_as_launch_calls(tmp_path: Path) -> None:

@@ -384,6 +384,12 @@ class ReportWriter:
             self._insert("nvtx_range", frame)
         for pid, line in self._logged.said():
             self.con.execute("INSERT INTO diagnostic VALUES (NULL, ?, 'info', ?)", [pid, line])
+        for pid, counts in self._logged.counts.items():  # the process's own counts leave the logged ranges out
+            for (detail,) in self.con.execute("SELECT detail FROM collector WHERE pid = ? AND name = 'ranges'",
+                                              [pid]).fetchall():
+                merged = _merged_counts(detail, counts)
+                self.con.execute("UPDATE collector SET records = records + ?, detail = ? WHERE pid = ? AND "
+                                 "name = 'ranges'", [counts["ranges"], merged, pid])
         self._store_strings()
         # host counters were taken on CLOCK_MONOTONIC: move them to the session clock
         self.con.execute(
@@ -397,6 +403,19 @@ class ReportWriter:
             meta["capture_trimmed"] = trimmed
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
+
+
+def _merged_counts(detail: str | None, counts: dict[str, int]) -> str:
+    """A collector row's JSON counts with ``counts`` added to them (kept as it is where it is not JSON)."""
+    try:
+        found = json.loads(detail or "{}")
+    except ValueError:
+        return detail or ""
+    if not isinstance(found, dict):
+        return detail or ""
+    for key, n in counts.items():
+        found[key] = int(found.get(key, 0) or 0) + int(n)
+    return json.dumps(found, sort_keys=True)
 
 
 def _fatal(exc: BaseException) -> bool:
