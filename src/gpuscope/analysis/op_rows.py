@@ -4,11 +4,14 @@ their columns, without the table.
 The table is the operations sorted into launch order (``op_id`` is the position), and DuckDB's sort
 of ten million of them took 2-4 s and held them in its buffer (0.9 GB at a time). A reader that
 wants every operation in some order of its own (the diagnosis's timeline, the step-pattern tokens)
-needs neither: :func:`op_frame` makes the unsorted rows once (the same query), reads the sort keys
-that vary, puts them in order with a numpy lexsort, and numbers the operations by the rank of
-:data:`.attribution.OP_ORDER` among them: the same ``op_id`` as the table's. Where the table is
+needs neither: :func:`op_frame` reads the unsorted rows of the same query at once, puts the sort
+keys that vary in order (a stable numpy sort of the first, the runs it leaves tied sorted by the
+rest), and numbers the operations by the rank of :data:`.attribution.OP_ORDER` among them: the same
+``op_id`` as the table's. Where the first keys are read as columns anyway and no ids are asked for,
+the keys that only break ties are read again for the tied operations alone. Where the table is
 already made, or a key has NULLs, or two operations tie on every key of the launch order (their
-ids would then be DuckDB's choice), it reads the table (:func:`.attribution.ordered_frame`).
+ids would then be DuckDB's choice), or there are none, it reads the table
+(:func:`.attribution.ordered_frame`).
 """
 
 from __future__ import annotations
