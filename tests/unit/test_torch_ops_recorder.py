@@ -24,6 +24,19 @@ said = []
 rec = torch_ops.TorchOps(1000, lambda level, msg: said.append((level, msg)))
 rec.install(torch)
 
+def keys():  # the mode on the stack, and the Python key among the thread's keys: alike where consistent
+    from torch.utils._python_dispatch import _get_current_dispatch_mode as current
+    return [current() is rec.mode, torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.Python)]
+
+def counting_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    class Mine(TorchDispatchMode):  # a mode of the program's own, counting what it sees
+        seen = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Mine.seen += 1
+            return func(*args, **(kwargs or {}))
+    return Mine
+
 def rows():
     return [dict(zip(("start", "end", "tid", "name", "seq", "shapes", "dtypes", "out_shapes", "scalars"), r))
             for r in rec.take()]
@@ -130,15 +143,7 @@ def collection_off_takes_the_mode_off_the_main_thread():
             "failed": rec.counts["failed"]}
 
 def a_switch_inside_a_guard_waits_for_its_end():
-    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode as current
-    python = torch._C.DispatchKey.Python
-    def keys():  # the mode on the stack, and the Python key among the thread's keys: alike where consistent
-        return [current() is rec.mode, torch._C._dispatch_tls_is_dispatch_key_included(python)]
-    class Mine(TorchDispatchMode):
-        seen = 0
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Mine.seen += 1
-            return func(*args, **(kwargs or {}))
+    Mine = counting_mode()
     rows()
     out = {}
     rec.recording = False
@@ -163,15 +168,7 @@ def a_switch_inside_a_guard_waits_for_its_end():
     return out
 
 def a_switch_inside_inference_mode_happens_at_once():
-    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode as current
-    python = torch._C.DispatchKey.Python
-    def keys():
-        return [current() is rec.mode, torch._C._dispatch_tls_is_dispatch_key_included(python)]
-    class Mine(TorchDispatchMode):
-        seen = 0
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Mine.seen += 1
-            return func(*args, **(kwargs or {}))
+    Mine = counting_mode()
     rows()
     out = {}
     rec.recording = True
