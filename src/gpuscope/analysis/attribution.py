@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..trace.report import Report
 from .cuda_summaries import COPY_LABEL
-from .op_rows import op_queries
+from .op_sql import op_queries
 
 if TYPE_CHECKING:
     import pandas as pd
