@@ -13,7 +13,6 @@ import duckdb
 from gpuscope.capture.cupti import launch_anchors
 from gpuscope.capture.python.ranges import RangeRecorder
 from gpuscope.spool import SpoolWriter
-from gpuscope.trace import anchor_log
 from gpuscope.trace.writer import ReportWriter
 
 PID = 11
@@ -76,7 +75,3 @@ def test_anchors_are_handed_over_as_bytes_and_stored_as_launch_calls(tmp_path: P
                       JOIN string s ON s.id = l.api_name_id ORDER BY 1""").fetchall() == [
         (600, 600, 7, "cuDriverGetVersion", 41, PID), (700, 700, 8, "cuDriverGetVersion", 42, PID),
         (800, 800, 7, "cuDriverGetVersion", 45, PID)]
-
-
-def test_the_launcher_names_the_anchor_call_as_the_program_makes_it() -> None:
-    assert anchor_log.ANCHOR_API == launch_anchors.ANCHOR_API

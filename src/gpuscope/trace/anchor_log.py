@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-ANCHOR_API = "cuDriverGetVersion"  # the call each anchor makes (launch_anchors.py)
+from ..capture.cupti.launch_anchors import ANCHOR_API  # the call each anchor makes
 
 
 def frame(pid: int, rows: list[tuple[Any, ...]], api_name_id: int) -> pd.DataFrame:

@@ -26,7 +26,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-KIND_COLUMNS = ("kind", "name", "domain", "source", "category")  # a range_kind row as sent
+from ..capture.python.ranges import SAID
+
 ID_BASE = 1 << 48  # logged ranges get ids above those of the ranges paired in the process
 
 
@@ -80,14 +81,8 @@ class LoggedRanges:
 
     def said(self) -> list[tuple[int, str]]:
         """What the pairing counted that a reader should know, per process (an ``info`` line each)."""
-        out = []
-        for pid, counts in self.counts.items():
-            if counts["reentrant_calls"]:
-                out.append((pid, f"{counts['reentrant_calls']} re-entrant calls of a module already running "
-                                 "(ranges nested)"))
-            if counts["unbalanced_pops"]:
-                out.append((pid, f"{counts['unbalanced_pops']} range ends without an open range (ignored)"))
-        return out
+        return [(pid, f"{counts[key]} {SAID[key]}") for pid, counts in self.counts.items()
+                for key in ("reentrant_calls", "unbalanced_pops") if counts[key]]
 
     def frame(self, pid: int, tid: int, p: Paired) -> pd.DataFrame | None:
         """``nvtx_range`` rows of the ranges ``p`` of thread ``tid``, or None where there are none."""

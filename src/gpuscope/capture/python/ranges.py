@@ -261,7 +261,7 @@ class RangeRecorder:
         ctx.add_row("collector", ("ranges", counts["ranges"], 0, 0, counts.get("hook_errors", 0),
                                   json.dumps(counts, sort_keys=True)))
         closed = hooks.closed_at_pass_end() if hooks is not None else None  # the modules, by name
-        for key, text in _SAID.items():
+        for key, text in SAID.items():
             if counts.get(key):
                 line = closed if key == "backward_closed_at_pass_end" and closed else f"{counts[key]} {text}"
                 ctx.add_row("diagnostic", (ctx.now_ns(), "info", line))
@@ -296,7 +296,7 @@ class RangeRecorder:
 
 
 # What the ``ranges`` row's counts mean, said at the end where they are not zero.
-_SAID = {
+SAID = {
     "unbalanced_pops": "range pops without an open range (ignored)",
     "unknown_ends": "range ends of unknown or already ended ranges (ignored)",
     "open_at_exit": "ranges still open when the process ended (kept without an end)",
