@@ -6,7 +6,8 @@ Fixes:
 - ``channels_last``: model and images in ``torch.channels_last`` (cuDNN's NHWC tensor-core kernels
   without layout transposes);
 - ``compiled``: ``torch.compile(model)``: batch norms folded or fused with what follows, ReLUs and
-  residual adds fused (fewer passes over the activations).
+  residual adds fused (fewer passes over the activations);
+- ``compiled_channels_last``: both (does compilation alone already take the layout?).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ def build(variant: str, setup: Setup) -> Step:
     batch, size = setup.pick((256, 224), (2, 64))
     dtype = torch.float16 if setup.cuda else torch.bfloat16  # float16 convolutions are slow on a CPU
     torch.manual_seed(0)
-    fmt = torch.channels_last if variant == "channels_last" else torch.contiguous_format
+    fmt = torch.channels_last if variant in ("channels_last", "compiled_channels_last") else torch.contiguous_format
     model = models.resnet18(weights=None).to(dev, dtype=dtype).eval().to(memory_format=fmt)
-    if variant == "compiled":
+    if variant in ("compiled", "compiled_channels_last"):
         model = torch.compile(model)
     images = itertools.cycle([torch.randn(batch, 3, size, size, device=dev, dtype=dtype)
                               .contiguous(memory_format=fmt) for _ in range(2)])
@@ -49,6 +50,8 @@ PROGRAM = Program(
         Variant("as_written", "float16, NCHW, eager", samples=256),
         Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=256),
         Variant("compiled", "torch.compile(model)", ("unfused_elementwise",), samples=256),
+        Variant("compiled_channels_last", "torch.compile of the channels_last model",
+                ("unfused_elementwise", "channels_last"), samples=256),
     ),
     build=build,
     iterations=400,

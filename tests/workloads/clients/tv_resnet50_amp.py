@@ -30,7 +30,7 @@ def build(variant: str, setup: Setup) -> Step:
     dev = setup.device
     batch, size = setup.pick((64, 224), (2, 64))
     torch.manual_seed(0)
-    fmt = torch.channels_last if variant == "channels_last" else torch.contiguous_format
+    fmt = torch.channels_last if variant in ("channels_last", "compiled_channels_last") else torch.contiguous_format
     model = models.resnet50(weights=None).to(dev).train().to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaler = torch.amp.GradScaler(dev.type)
@@ -41,7 +41,7 @@ def build(variant: str, setup: Setup) -> Step:
              torch.randint(0, 1000, (batch,), device=dev)) for _ in range(4)]
     batches = itertools.cycle(data)
 
-    forward = torch.compile(model) if variant == "compiled" else model
+    forward = torch.compile(model) if variant in ("compiled", "compiled_channels_last") else model
 
     def step() -> torch.Tensor:
         x, y = next(batches)
@@ -63,6 +63,8 @@ PROGRAM = Program(
         Variant("as_written", "AMP, NCHW", samples=64),
         Variant("channels_last", "model and images in channels_last", ("channels_last",), samples=64),
         Variant("compiled", "torch.compile(model)", ("unfused_elementwise",), samples=64),
+        Variant("compiled_channels_last", "torch.compile of the channels_last model",
+                ("unfused_elementwise", "channels_last"), samples=64),
     ),
     build=build,
     iterations=200,

@@ -20,6 +20,7 @@ The model, per kernel the step waits on (critical, :mod:`..breakdown`):
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,33 +39,66 @@ def _layout_kind(name: str) -> str:
             else "norm" if is_nchw_norm(name) else "")
 
 
+class LayoutSavings(NamedTuple):
+    """Per steady kernel (:func:`..steady_work.steady_work`'s rows), what channels_last would save: a
+    conversion's whole time, an NCHW kernel's time above its NHWC target; 0 elsewhere and off the
+    critical path."""
+
+    kind: np.ndarray  # per kernel: conversion, conv, norm or ""
+    saved_ns: np.ndarray
+    modelled: int  # NCHW convolution and batch-norm launches with a roofline point
+    unmodelled: int  # those without FLOPs and bytes, counted as saving nothing
+
+
+def layout_savings(ctx: Context, p: Process) -> LayoutSavings | None:
+    """What channels_last saves per kernel of ``p``'s steady steps, or None where no convolution ran
+    on NCHW tensors (an NCHW batch norm alone, a BatchNorm1d, has nothing to convert). Computed once
+    per process: the compile estimate of :mod:`.fusion` counts it too."""
+    key = ("layout_savings", p.pid)
+    if key not in ctx.cache:
+        ctx.cache[key] = _layout_savings(ctx, p)
+    return ctx.cache[key]  # type: ignore[no-any-return]
+
+
+def _layout_savings(ctx: Context, p: Process) -> LayoutSavings | None:
+    k = steady_work(ctx, p)
+    if not len(k):
+        return None
+    kind = name_flags(ctx, p, _layout_kind, object)
+    if not ((kind == "conversion") | (kind == "conv")).any():
+        return None
+    c = ceilings(ctx)
+    critical = k["critical"].to_numpy(bool)
+    dur = k["dur_ns"].to_numpy(np.float64)
+    saved = np.where((kind == "conversion") & critical, dur, 0.0)
+    modelled = unmodelled = 0
+    for i in np.flatnonzero(((kind == "conv") | (kind == "norm")) & critical):
+        row = k.iloc[i]
+        prec = row["precision"] if isinstance(row["precision"], str) else None
+        roof = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"], prec,
+                       tensor=prec in ("tf32", "bf16", "fp16", "fp8")) if prec else None
+        if roof is None:
+            unmodelled += 1
+            continue
+        modelled += 1
+        saved[i] = max(0.0, dur[i] - roof / TARGET_EFFICIENCY)
+    return LayoutSavings(kind, saved, modelled, unmodelled)
+
+
 class ChannelsLast(ProcessRule):
     name = "channels_last"
     description = ("Convolutions and batch norms on NCHW tensors, with the layout conversions cuDNN runs around "
                    "them: channels_last removes the conversions and takes the NHWC kernels.")
 
     def process(self, ctx: Context, p: Process) -> Finding | None:
-        k = steady_work(ctx, p)
-        if not len(k):
+        found = layout_savings(ctx, p)
+        if found is None:
             return None
-        kind = name_flags(ctx, p, _layout_kind, object)
-        if not ((kind == "conversion") | (kind == "conv")).any():
-            return None  # NCHW batch norm alone (a BatchNorm1d, no convolution): nothing to convert
-        c = ceilings(ctx)
-        critical = k["critical"].to_numpy(bool)
+        k = steady_work(ctx, p)
+        kind, modelled, unmodelled = found.kind, found.modelled, found.unmodelled
         dur = k["dur_ns"].to_numpy(np.float64)
-        converted = float(dur[(kind == "conversion") & critical].sum())
-        faster, modelled, unmodelled = 0.0, 0, 0
-        for i in np.flatnonzero(((kind == "conv") | (kind == "norm")) & critical):
-            row = k.iloc[i]
-            prec = row["precision"] if isinstance(row["precision"], str) else None
-            roof = roof_ns(c, row["flops"], row["matrix_flops"], row["bytes"], prec,
-                           tensor=prec in ("tf32", "bf16", "fp16", "fp8")) if prec else None
-            if roof is None:
-                unmodelled += 1
-                continue
-            modelled += 1
-            faster += max(0.0, dur[i] - roof / TARGET_EFFICIENCY)
+        converted = float(found.saved_ns[kind == "conversion"].sum())
+        faster = float(found.saved_ns[kind != "conversion"].sum())
         ns = p.per_step(converted + faster)
         if p.share(ns) < ctx.min_share:
             return None
