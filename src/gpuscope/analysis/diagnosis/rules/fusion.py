@@ -15,12 +15,17 @@ attention chains (:mod:`.attention`, which counts those). Two models:
   launches of the same kernel name; half where no operator says).
   Fused, each intermediate output is neither written nor read back: the chain moves
   ``sum(bytes_i) - 2 x sum(writes_i, i < n)`` (at least the first kernel's reads and the last one's
-  writes), at the DRAM roof, and takes no less than the shortest kernel of the chain. The saving is
-  the chain's time less that.
+  writes), at the pace the chain's largest pass reached (at most the DRAM roof: fusing saves the
+  passes not made, not the distance of the others from their roof), and takes no less than the
+  shortest kernel of the chain. The saving is the chain's time less that.
 - **by names**, where it has not: a run of at least ``MIN_CHAIN`` elementwise kernels, each running
   at least ``MIN_KERNEL_NS`` (long enough that memory, not its launch, sets its time). A fused
   kernel takes about as long as the chain's longest pass, so the saving is the chain's time less
   its longest kernel.
+
+Where the step runs convolutions on NCHW tensors, compiling also takes channels_last (Inductor's
+layout optimization, on by default): the estimate adds :mod:`.layout`'s saving of the kernels
+outside the chains.
 """
 
 from __future__ import annotations
