@@ -53,7 +53,8 @@ KNOWN_MISSES: dict[str, str] = {
     "tv_resnet50_amp": "channels_last measured 15% (14% to 20%) and torch.compile 7% (3% to 15%) on an H100, both "
                        "in one process (on an H200: 16% and 19%, both together 21%); launch_bound ranks first at 26%, "
                        "then unfused_elementwise at 18% (torch.compile: its chains and the channels_last layout Inductor "
-                       "takes) and channels_last at 14%, its size right",
+                       "takes) and channels_last at 14%, its size right; the launch-bound fix (the client's reduce_overhead "
+                       "variant) is not measured yet",
     "compiled_graph_break": "no fix measured a gain: the guard on the GPU (torch.where) 45% slower, "
                             "torch.compile(mode='reduce-overhead') 12% slower (the graph breaks at each .item() "
                             "leave CUDA graphs replayed piece by piece, each with its guards on the host); yet "
