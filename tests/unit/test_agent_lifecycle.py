@@ -105,9 +105,9 @@ def test_the_registry_names_each_recorder_once_with_a_start_function() -> None:
     for recorder in collectors.RECORDERS:
         assert callable(recorder.start_function()), recorder.name
         assert all(t in collectors.BY_NAME for t in recorder.traces), recorder.name
-    # the PyTorch, JAX and nvtx recorders wait for their module; the rest start with the process
+    # the PyTorch and nvtx recorders wait for their module; the rest start with the process
     assert [(r.name, r.when) for r in collectors.RECORDERS if r.when] == [
-        ("nvtx-python", "nvtx"), ("torch", "torch"), ("jax", "jax"), ("torch-ops", "torch"), ("memory", "torch")]
+        ("nvtx-python", "nvtx"), ("torch", "torch"), ("torch-ops", "torch"), ("memory", "torch")]
     with pytest.raises(ModuleNotFoundError):
         Recorder("missing", "python.no_such_module").start_function()
 

@@ -35,9 +35,6 @@ from ..trace.report import Report
 from ..trace.trim import PROBE_CLOSES
 
 MIN_OFF_STEPS = 2  # fewer timed steps without collection than this: no verdict
-# marks of the ends of outermost model calls (torch modules, jitted JAX functions), counted where nothing
-# marks steps (capture/process/window.py): the probe's unit is then an iteration
-ITERATION_SOURCES = ("module", "jit")
 NOISE = 0.03  # a difference of the medians below this share of the off median is not a cost
 RESAMPLES = 1000  # bootstrap resamples for the interval of the slowdown
 _EXACT_LIMIT = 2000  # a group larger than this: its median's spread from its MAD, not by resampling
@@ -121,7 +118,7 @@ class ProbeTiming:
 
     def verdict(self) -> str:
         """``collection made a step 28% longer (±9%)``, or ``no measurable slowdown (within the noise: ±12%)``."""
-        unit = "iteration" if self.source in ITERATION_SOURCES else "step"
+        unit = "iteration" if self.source == "module" else "step"
         if not self.significant:
             return f"no measurable slowdown (within the noise: ±{_pct(self.noise)})"
         article = "an" if unit == "iteration" else "a"
@@ -132,7 +129,7 @@ class ProbeTiming:
         steps times no step with collection off)."""
         from ..units import duration
 
-        unit = "iteration" if self.source in ITERATION_SOURCES else "step"
+        unit = "iteration" if self.source == "module" else "step"
 
         def n(count: int, what: str = unit) -> str:
             return f"{count} {what}{'s' if count != 1 else ''}"
@@ -150,7 +147,7 @@ class ProbeTiming:
         steps after warm-up (steps 1-4)``."""
         from ..units import duration
 
-        unit = "iteration" if self.source in ITERATION_SOURCES else "step"
+        unit = "iteration" if self.source == "module" else "step"
 
         def n(count: int, what: str = unit) -> str:
             return f"{count} {what}{'s' if count != 1 else ''}"
@@ -158,8 +155,7 @@ class ProbeTiming:
         if not self.off_ns or not self.on_ns:
             return f"{n(self.probes, 'probe')} timed {n(len(self.off_ns))} with collection off"
         low, high = min(self.off_ns), max(self.off_ns)
-        what = {"module": " (outermost module calls: nothing marks steps)",
-                "jit": " (outermost calls of jitted JAX functions: nothing marks steps)"}.get(self.source, "")
+        what = " (outermost module calls: nothing marks steps)" if self.source == "module" else ""
         which = f"{unit}s {step_ranges(self.off_steps)}; " if self.off_steps else ""
         return (f"{n(len(self.off_ns))}{what} timed with collection off ({which}{n(self.probes, 'probe')}) "
                 f"took {duration(self.off_median)} each (median; {duration(low)} to {duration(high)}) against "
@@ -173,7 +169,7 @@ class ProbeTiming:
     def warmup_phrase(self) -> str:
         """`` after warm-up (steps 1-3)``, the warm-up as ``step_sum`` flags it, or `` after step 1``:
         the recorded steps left out of the timed ones (step 1 always: no mark starts it)."""
-        unit = "iteration" if self.source in ITERATION_SOURCES else "step"
+        unit = "iteration" if self.source == "module" else "step"
         if not self.warmup_steps:
             return f" after {unit} 1"
         plural = "s" if len(self.warmup_steps) > 1 else ""
@@ -228,12 +224,12 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
     windows = report.sql("SELECT pid, start_ns, coalesce(end_ns, 9223372036854775807), reason FROM capture_window "
                          "WHERE end_ns IS NULL OR end_ns > start_ns ORDER BY pid, start_ns")
     # the marks steps are counted by, as the capture window counted them: gpuscope.step() marks
-    # where the program made any, else PyTorch's optimizer steps, else (an inference loop, a JAX loop)
-    # the ends of the outermost model calls
+    # where the program made any, else PyTorch's optimizer steps, else (an inference loop) the ends of
+    # the outermost module calls
     marks = report.sql(
         """SELECT DISTINCT r.pid, r.source, r.start_ns FROM nvtx_range r JOIN string n ON n.id = r.name_id
            WHERE r.kind = 'mark' AND ((r.category = 'step' AND n.value = 'step' AND r.source IN ('gpuscope', 'torch'))
-                 OR (r.category = 'iteration' AND n.value = 'iteration' AND r.source IN ('module', 'jit')))
+                 OR (r.category = 'iteration' AND n.value = 'iteration' AND r.source = 'module'))
            ORDER BY r.pid, r.start_ns""")
     by_pid: dict[int, dict[str, list[int]]] = {}
     for pid, source, t in marks:
@@ -245,12 +241,12 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
     out = {}
     for pid, mine in spans.items():
         sources = by_pid.get(pid, {})
-        source = next((s for s in ("gpuscope", "torch", "jit", "module") if sources.get(s)), "module")
+        source = next((s for s in ("gpuscope", "torch", "module") if sources.get(s)), "module")
         t = np.array(sources.get(source, []), np.int64)
         probes = sum(1 for _, _, reason in mine if PROBE_CLOSES in reason.rpartition(" to ")[2])
         if not probes or len(t) < 3:
             continue
-        split = split_steps(t, mine, flagged.get(pid, set()) if flagged is not None and source not in ITERATION_SOURCES else None)
+        split = split_steps(t, mine, flagged.get(pid, set()) if flagged is not None and source != "module" else None)
         durations = np.diff(t)
         on = [s for s in split.recorded if s not in split.warmup]
         spans = tuple((s, int(t[s - 2]), int(t[s - 1])) for s in split.probe if s >= 2)

@@ -138,7 +138,6 @@ RECORDERS = [
     Recorder("forks", "python.forks"),
     Recorder("nvtx-python", "python.nvtx_python", ("nvtx",), when="nvtx"),
     Recorder("torch", "python.torch_hooks", ("torch",), when="torch"),
-    Recorder("jax", "python.jax_calls", when="jax"),  # iteration marks for the overhead probe
     Recorder("torch-ops", "python.torch_ops", ("torch-ops", "torch-shapes"), when="torch"),
     Recorder("memory", "python.memory", ("memory",), when="torch"),
     Recorder("sampler", "python.sampler", ("cpu",), stops=STOP_THREAD),

@@ -195,7 +195,7 @@ def _drained() -> int:
     return time.monotonic_ns()
 
 
-_RANK = {"module": 0, "jit": 1, "torch": 2, "gpuscope": 3}  # what counts steps, worst first (as the capture window)
+_RANK = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first (as the capture window)
 
 
 def _global_switches(trial: Trial, torch: Any) -> None:

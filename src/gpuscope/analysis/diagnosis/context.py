@@ -16,7 +16,7 @@ from ...trace.report import Report
 from ..attribution import innermost_table, ranges_table
 from ..launch_sites import after_launches, sampled_lines
 from ..power import PowerBudget, power_budget
-from ..probe import ITERATION_SOURCES, ProbeTiming, probe_timings
+from ..probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
@@ -79,7 +79,7 @@ class Process:
         # the recorded mean step also holds collection's occasional long steps (buffer hand-overs),
         # which the medians leave out: the step without collection is at most the probe's median
         added = self.step_ns * self.probe.cost_share
-        if self.probe.source not in ITERATION_SOURCES:  # timed by the same steps: the medians compare directly
+        if self.probe.source != "module":  # timed by the same steps: the medians compare directly
             added = max(added, self.step_ns - self.probe.off_median)
         return min(added, self.host_idle_ns)
 

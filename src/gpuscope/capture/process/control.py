@@ -26,7 +26,7 @@ from ..capture_range import CaptureSpec
 from ..collectors import Collector
 from ..python import imports
 from ..python.ranges import RangeRecorder
-from .window import ITERATION_SOURCES, CaptureWindow
+from .window import CaptureWindow
 
 PROFILER_APIS = ["cudaProfilerStart", "cudaProfilerStop", "cuProfilerStart", "cuProfilerStop"]
 
@@ -101,7 +101,7 @@ class CaptureControl:
         ops = self.agent.collector("torch-ops")
         # the outermost module calls (a program that marks no steps) count for the overhead probe only:
         # the operator samples keep their own windows for such programs (until the operators repeat)
-        if ops is not None and source == window.step_source and source not in ITERATION_SOURCES:
+        if ops is not None and source == window.step_source and source != "module":
             ops.step_mark(t)
 
     def api(self, start: bool) -> bool:

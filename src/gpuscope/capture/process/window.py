@@ -50,8 +50,7 @@ PROBE_OPENS = "end of overhead probe"
 PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
 PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
 PROBE_CLOSES = "overhead probe"
-STEP_SOURCES = {"module": 0, "jit": 1, "torch": 2, "gpuscope": 3}  # what counts steps, worst first
-ITERATION_SOURCES = ("module", "jit")  # the ends of outermost model calls: counted for the overhead probe only
+STEP_SOURCES = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first
 
 
 PROBE_GAP_ENV = "GPUSCOPE_PROBE_GAP_S"  # seconds between probes at least (0: every PROBE_EVERY steps)
@@ -149,14 +148,14 @@ class CaptureWindow:
     # -- events ------------------------------------------------------------------------------
     def step_mark(self, source: str, t: int) -> None:
         """A step ended at ``t`` (a mark of ``gpuscope.step()``, of PyTorch's optimizer step, or the
-        end of an outermost module call: ``module``; of an outermost call of a jitted JAX function: ``jit``).
+        end of an outermost module call: ``module``).
 
         Counted as step_sum counts steps: gpuscope.step() marks when the program makes them (from
         the first one on), otherwise optimizer steps. A program with neither (an inference loop,
-        ``generate``, a JAX loop) is counted by its outermost model calls, so that the overhead probe times its
+        ``generate``) is counted by its outermost module calls, so that the overhead probe times its
         iterations too; the first mark of a better source starts the count again.
         """
-        if source in ITERATION_SOURCES and self.spec.first_step is not None:
+        if source == "module" and self.spec.first_step is not None:
             return  # --steps counts the program's own step marks, as documented
         with self._lock:
             rank = STEP_SOURCES.get(source, -1)
