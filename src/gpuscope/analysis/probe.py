@@ -35,6 +35,10 @@ from ..trace.report import Report
 from ..trace.trim import PROBE_CLOSES
 
 MIN_OFF_STEPS = 2  # fewer timed steps without collection than this: no verdict
+# steps with collection off that took less than this share of the GPU work a recorded step holds were
+# only queued: the loop does not wait for the GPU, so the time between its marks is not its steps'
+QUEUED = 0.8
+GPU_WINDOW_STEPS = 20  # recorded steps in a row whose kernels give the GPU work per step
 NOISE = 0.03  # a difference of the medians below this share of the off median is not a cost
 RESAMPLES = 1000  # bootstrap resamples for the interval of the slowdown
 _EXACT_LIMIT = 2000  # a group larger than this: its median's spread from its MAD, not by resampling
@@ -53,6 +57,14 @@ class ProbeTiming:
     probe_steps: tuple[int, ...] = ()  # every step the probes kept from being recorded
     warmup_steps: tuple[int, ...] = ()  # recorded steps left out of ``on_ns`` as warm-up
     probe_spans: tuple[tuple[int, int, int], ...] = ()  # each of ``probe_steps``: (step, start_ns, end_ns), mark to mark
+    gpu_ns: float = 0.0  # the GPU's busy time per recorded step (0.0: no kernels, or not known)
+
+    @property
+    def queued(self) -> bool:
+        """Whether the steps with collection off were shorter than the GPU work of a recorded step
+        (:data:`QUEUED`): a loop that never waits for the GPU marks its steps as fast as it can queue
+        them while the queue has room, so they time the queueing, not the step."""
+        return bool(self.gpu_ns and self.off_ns and self.off_median < QUEUED * self.gpu_ns)
 
     @property
     def switch_steps(self) -> tuple[int, ...]:
@@ -77,8 +89,9 @@ class ProbeTiming:
 
     @property
     def measured(self) -> bool:
-        """Whether there are enough steps of both kinds for a verdict."""
-        return len(self.off_ns) >= MIN_OFF_STEPS and len(self.on_ns) >= MIN_OFF_STEPS
+        """Whether there are enough steps of both kinds for a verdict, and the steps with collection
+        off were not only queued (:attr:`queued`)."""
+        return len(self.off_ns) >= MIN_OFF_STEPS and len(self.on_ns) >= MIN_OFF_STEPS and not self.queued
 
     @cached_property
     def interval(self) -> tuple[float, float]:
@@ -135,6 +148,11 @@ class ProbeTiming:
             return f"{count} {what}{'s' if count != 1 else ''}"
 
         after = self.warmup_phrase()
+        if self.queued:
+            article = "an" if unit == "iteration" else "a"
+            return (f"{self.evidence()}: no measurement: {article} {unit} with collection off took less than the "
+                    f"{duration(self.gpu_ns)} of GPU work a recorded {unit} holds; the program does not wait "
+                    f"for the GPU between {unit}s, so their marks timed how fast it queued the work")
         if not self.measured:
             return (f"{n(self.probes, 'probe')} timed {n(len(self.off_ns))} with collection off and "
                     f"{n(len(self.on_ns), 'recorded ' + unit)}{after} (at least {MIN_OFF_STEPS} of each are "
@@ -252,8 +270,38 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
         spans = tuple((s, int(t[s - 2]), int(t[s - 1])) for s in split.probe if s >= 2)
         out[pid] = ProbeTiming(pid, split.probes or probes, tuple(int(durations[s - 2]) for s in split.timed_off),
                                tuple(int(durations[s - 2]) for s in on), source, split.timed_off,
-                               split.probe, split.warmup, spans)
+                               split.probe, split.warmup, spans, _gpu_per_step(report, pid, t, on))
     return out
+
+
+def _gpu_per_step(report: Report, pid: int, t: np.ndarray, on: list[int]) -> float:
+    """The GPU's busy time (the union of its kernels' intervals) per recorded step, over the last
+    :data:`GPU_WINDOW_STEPS` of the longest run of recorded steps in a row (step ``s`` runs from mark
+    ``s - 2`` to mark ``s - 1``); 0.0 without kernels. A window of many steps, since a host ahead of
+    the GPU marks a step before its kernels run: only the window's edges are off by that lag."""
+    if not on or not report.count("kernel"):
+        return 0.0
+    steps = sorted(on)
+    best, start = (steps[0], 1), 0
+    for i in range(1, len(steps) + 1):
+        if i == len(steps) or steps[i] != steps[i - 1] + 1:
+            if i - start > best[1]:
+                best = (steps[start], i - start)
+            start = i
+    # the run's last steps: in its first, the GPU may still run work queued during the probe before
+    # it, with collection off (busy, but with no kernels recorded)
+    n = min(best[1], GPU_WINDOW_STEPS)
+    first = best[0] + best[1] - n
+    a, b = int(t[first - 2]), int(t[first + n - 2])
+    rows = report.sql("SELECT greatest(start_ns, ?), least(end_ns, ?) FROM kernel WHERE pid = ? AND end_ns > ? "
+                      "AND start_ns < ? ORDER BY start_ns", [a, b, pid, a, b])
+    busy, reach = 0, a
+    for lo, hi in rows:  # the union of the intervals, in start order
+        lo = max(int(lo), reach)
+        if hi > lo:
+            busy += int(hi) - lo
+            reach = int(hi)
+    return busy / n
 
 
 def _warmup_flags(report: Report) -> dict[int, set[int]] | None:
