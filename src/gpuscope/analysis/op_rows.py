@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..trace.report import Report
+from .column_fetch import fetch_arrays
 from .op_sql import op_queries
 
 if TYPE_CHECKING:
@@ -83,8 +84,7 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
                 return None if staged is _DUCKDB else staged
         # every column at once, as the rows come: a table of them read a column at a time took as long
         # again, and held them in DuckDB's buffer as well
-        with report.deadline():
-            fetched = report.con.execute(f"SELECT {', '.join(parts)} FROM ({query})").fetchnumpy()
+        fetched = fetch_arrays(report, f"SELECT {', '.join(parts)} FROM ({query})", rows=_count(report))
     finally:
         report.sql(f"DROP TABLE IF EXISTS {OPS}_placed")
     n = len(fetched[f"k_{keys[0]}"]) if keys else 0
@@ -136,6 +136,11 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
     return pd.DataFrame(out, copy=False)
 
 
+def _count(report: Report) -> int:
+    """How many operations the query gives: one per record of each kind."""
+    return sum(report.count(t) for t in ("kernel", "memcpy", "memset", "graph_launch"))
+
+
 _DUCKDB = object()  # what _read_staged gives where the table must be read
 MOST_TIED = 100_000  # operations tied on the first keys read again with the others, at most
 
@@ -166,8 +171,7 @@ def _read_staged(report: Report, query: str, columns: Mapping[str, str], keys: l
     as_key = {name: k for name, k in as_key.items() if k in prefix}  # the other keys come as columns
     values = [name for name in columns if name not in as_key]
     parts = [f"{k} AS k_{k}" for k in prefix] + [f"{columns[name]} AS c_{name}" for name in values]
-    with report.deadline():
-        got = report.con.execute(f"SELECT {', '.join(parts)} FROM ({query})").fetchnumpy()
+    got = fetch_arrays(report, f"SELECT {', '.join(parts)} FROM ({query})", rows=_count(report))
     n = len(got[f"k_{prefix[0]}"])
     if not n:
         return _DUCKDB
@@ -177,11 +181,16 @@ def _read_staged(report: Report, query: str, columns: Mapping[str, str], keys: l
         if _array_kind(a) != "plain" or a.dtype.kind not in "iu":
             return _DUCKDB
         first.append(a)
-    at, _ = _lexsort([a.astype(np.int64, copy=False) for a in first if a.min() != a.max()], n)
+    varying = [a.astype(np.int64, copy=False) for a in first if a.min() != a.max()]
+    # rows that come in order (one stream's operations, most runs) are taken as they are: no sort,
+    # and no copy of each column in that order
+    at = None if in_order(varying, n) else _lexsort(varying, n)[0]
+    del varying
     same = np.ones(n - 1, dtype=bool)
     for a in first:
-        s = a[at]
+        s = a if at is None else a[at]
         same &= s[1:] == s[:-1]
+    del s
     inside = np.zeros(n, dtype=bool)
     inside[:-1] |= same
     inside[1:] |= same
@@ -193,7 +202,10 @@ def _read_staged(report: Report, query: str, columns: Mapping[str, str], keys: l
     out: dict[str, np.ndarray] = {}
     for name in columns:
         left.remove(source[name])
-        out[name] = (got[source[name]] if source[name] in left else got.pop(source[name]))[at]
+        if source[name] in left:  # read for another column too: this one's own copy
+            out[name] = got[source[name]].copy() if at is None else got[source[name]][at]
+        else:
+            out[name] = got.pop(source[name]) if at is None else got.pop(source[name])[at]
     del got, first
     if len(pos):
         # the tied operations again, with every key: those of the tied first keys' values
@@ -231,6 +243,23 @@ def _read_staged(report: Report, query: str, columns: Mapping[str, str], keys: l
         frame[name] = (_categorical(a, codes[name]) if name in codes
                        else _nullable(a) if kind == "masked" else a)
     return pd.DataFrame(frame, copy=False)
+
+
+def in_order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> bool:
+    """Whether the rows are already in the order of ``keys`` (first key first; rows equal in every
+    key count as in order): a stable sort of them would leave them where they are. Looked at
+    ``step`` rows at a time, so that no temporary array is of all of them."""
+    import numpy as np
+
+    for a in range(0, n - 1, step):
+        b = min(a + step, n - 1)
+        undecided = np.ones(b - a, dtype=bool)  # pairs equal in every key so far
+        for k in keys:
+            x, y = k[a:b], k[a + 1:b + 1]
+            if (undecided & (x > y)).any():
+                return False
+            undecided &= x == y
+    return True
 
 
 def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:

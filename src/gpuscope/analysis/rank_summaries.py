@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.report import Report
+from .column_fetch import kept_rows
 from .collectives import arrivals, bus_bandwidth, busy_union, collectives, interval_union, overlap_ns
 from .ranks import rank_table
 from .steps import step_source, step_windows
@@ -56,24 +57,26 @@ def _compute_near(report: Report, coll: pd.DataFrame) -> pd.DataFrame:
     union of gigabytes for the few hundred thousand collectives)."""
     query = """SELECT k.pid, k.start_ns, k.end_ns FROM kernel k JOIN kernel_config c ON c.id = k.config_id
                JOIN string n ON n.id = c.name_id WHERE n.value NOT LIKE 'nccl%Kernel%'"""
-    with report.deadline():
-        k = report.con.execute(query).fetchnumpy()
-    if any(isinstance(a, np.ma.MaskedArray) for a in k.values()):  # NULL times: every kernel, as they come
-        del k
-        return report.df(query)
-    pid, start, end = (np.asarray(k[c]).astype(np.int64, copy=False) for c in ("pid", "start_ns", "end_ns"))
-    del k
     a = coll["start_ns"].to_numpy(np.int64)
     b = coll["end_ns"].to_numpy(np.int64)
     w = a + coll["wait_ns"].to_numpy(np.int64)
     lo, hi = np.minimum(np.minimum(a, b), w), np.maximum(np.maximum(a, b), w)
-    near = np.zeros(len(start), bool)
-    for p, idx in coll.groupby("pid").indices.items():
-        us, ue = interval_union(lo[idx], hi[idx])
-        mine = np.flatnonzero(pid == p)
-        j = np.searchsorted(us, end[mine], "left") - 1  # the last span that starts before the kernel ends
-        near[mine] = (j >= 0) & (ue[np.maximum(j, 0)] > start[mine])
-    return pd.DataFrame({"pid": pid[near], "start_ns": start[near], "end_ns": end[near]})
+    spans = {p: interval_union(lo[idx], hi[idx]) for p, idx in coll.groupby("pid").indices.items()}
+
+    def near(part: dict[str, np.ndarray]) -> np.ndarray:
+        pid, start, end = (part[c].astype(np.int64, copy=False) for c in ("pid", "start_ns", "end_ns"))
+        out = np.zeros(len(start), bool)
+        for p, (us, ue) in spans.items():
+            mine = np.flatnonzero(pid == p)
+            j = np.searchsorted(us, end[mine], "left") - 1  # the last span that starts before the kernel ends
+            out[mine] = (j >= 0) & (ue[np.maximum(j, 0)] > start[mine])
+        return out
+
+    # read a chunk at a time, only the kernels near a collective kept
+    k = kept_rows(report, query, near)
+    if k is None:  # NULL times: every kernel, as they come
+        return report.df(query)
+    return pd.DataFrame({c: np.asarray(k[c]).astype(np.int64, copy=False) for c in ("pid", "start_ns", "end_ns")})
 
 
 def rank_steps(report: Report, coll: pd.DataFrame | None = None) -> pd.DataFrame:
