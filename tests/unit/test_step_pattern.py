@@ -101,3 +101,19 @@ def test_step_sum_and_analyze_agree(name: str, recorded: Callable[[str], Path]) 
     (p,) = diag.processes
     assert p.mean_parts()["duration_ns"] == pytest.approx(mean["Duration"], rel=1e-9)
     assert len(p.steps) == len(windows)
+
+
+def test_hashes_of_every_k_tokens_wrap_as_unsigned() -> None:
+    from gpuscope.analysis.step_pattern import _hashes
+
+    tokens = np.array([-11, -2, 5, 2**62, -(2**63), 7, 7, -1], dtype=np.int64)
+    for k in (1, 3, 8):
+        want = []
+        for i in range(len(tokens) - k + 1):
+            h = 0
+            for j in range(k):  # the same sum, modulo 2**64, of the tokens' unsigned bits
+                h = (h * 1_000_003 + (int(tokens[i + j]) % 2**64) + j + 1) % 2**64
+            want.append(h)
+        got = _hashes(tokens, k)
+        assert got.dtype == np.uint64 and got.tolist() == want
+        assert tokens[0] == -11  # the tokens themselves are not changed

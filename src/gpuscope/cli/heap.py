@@ -7,6 +7,9 @@ each, 6 s of system time in an ``analyze`` of ten million kernels. :func:`freed_
 malloc serve those blocks from its heap and keep what is freed there for the next one while the
 command runs. The peak resident set stays the same (within a few per cent); malloc's own settings
 come back when the command ends (a long-running command, ``view``, does not ask for it).
+
+Between parts of a command whose arrays do not outlive them (``stats``' tables), :func:`give_back`
+returns what is kept to the system, so that one part's peak is not added to the next one's.
 """
 
 from __future__ import annotations
@@ -34,6 +37,21 @@ def _mallopt() -> Callable[[int, int], int] | None:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return mallopt  # type: ignore[no-any-return]
+
+
+def give_back() -> bool:
+    """Return the freed memory malloc keeps to the system (glibc's ``malloc_trim``); False where the
+    C library has none."""
+    if _mallopt() is None:
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except AttributeError:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
 
 
 @contextlib.contextmanager

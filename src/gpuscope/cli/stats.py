@@ -13,7 +13,7 @@ from ..reporters import FORMATS
 from ..reporters.terminal import render_present
 from ..safe_text import terminal
 from .fleet import add_engine, is_fleet, run_stats
-from .heap import freed_memory_kept
+from .heap import freed_memory_kept, give_back
 from .output import emit
 
 if TYPE_CHECKING:
@@ -70,7 +70,10 @@ def _run(args: argparse.Namespace) -> int:
 
         # a large report's tables are kept beside it: the next command asking for one reads it
         options = {"libraries": bool(args.libraries)}
-        tables = [stats_table(report, n, reports[n], options) for n in names]
+        tables = []
+        for n in names:
+            tables.append(stats_table(report, n, reports[n], options))
+            give_back()  # one table's arrays are gone: its peak is not kept under the next one's
         # every report asked for by name is printed, empty or not; of all, those with rows
         text = render_present(tables) if args.format == "table" and not args.names else \
             FORMATS[args.format](tables)
