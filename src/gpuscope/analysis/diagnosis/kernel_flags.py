@@ -32,8 +32,7 @@ def codes_of(names: pd.Series) -> tuple[np.ndarray, list[str]]:
     """The code of each value of ``names`` (a categorical column, or any column whose values are
     taken as text) and the texts by code: ``texts[codes[i]] == str(names.iloc[i])``."""
     if isinstance(names.dtype, pd.CategoricalDtype) and not names.isna().any():
-        # the column's own codes (8 to 32 bits, not to be changed): 64-bit copies of ten million cost 80 MB
-        return names.cat.codes.to_numpy(), [str(c) for c in names.cat.categories]
+        return names.cat.codes.to_numpy().astype(np.int64), [str(c) for c in names.cat.categories]
     codes, uniques = pd.factorize(names.astype(str), sort=False)
     return codes.astype(np.int64), [str(u) for u in uniques]
 
