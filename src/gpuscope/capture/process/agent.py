@@ -150,10 +150,10 @@ class Agent:
         if self._stopped or os.getpid() != self._pid:
             return
         self._stopped = True
-        self._say_ending()
-        held = _hold_sigint()
+        held = _hold_sigint()  # before anything of the agent's runs: a second Ctrl-C raises in no frame of its own
         waiting = self._hold_program_handlers()
         try:
+            self._say_ending()
             if self._launcher is not None and self._launcher.gone():
                 self._orphaned()
             self._deliver()
@@ -171,7 +171,11 @@ class Agent:
         """The main thread has ended: the process is ending, unless threads of the program go on."""
         main = threading.main_thread()
         if not any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
-            self._say_ending()
+            held = _hold_sigint()
+            try:
+                self._say_ending()
+            finally:
+                _release_sigint(held)
 
     def stop_at_exit(self) -> None:
         """:meth:`stop`, run by atexit: the program is ending already, so what the program's own signal
