@@ -6,96 +6,145 @@ import json
 import shlex
 from typing import Any
 
+from ..analysis.diagnosis.finding import Finding
 from ..experiment.measure import FixResult, TryResult, timed_step
 from ..safe_text import terminal
 from ..units import duration
 
 
-def _pct(share: float | None) -> str:
+STEP_WORDS = {"torch": "optimizer steps", "gpuscope": "gpuscope.step() marks", "module": "calls of the outermost module"}
+
+
+def pct(share: float | None) -> str:
+    """A share of the step as a whole percentage ("-": none)."""
     return "-" if share is None else f"{share * 100:.0f}%"
 
 
-def _gain(f: FixResult) -> str:
+def gain_text(f: FixResult) -> str:
+    """The measured gain: its median, 95% interval and rounds ("-": not measured)."""
     g = f.gain
     if g is None:
         return "-"
     if g.low is None or g.high is None:
-        return f"{_pct(g.median)} (1 round: no interval)"
-    return f"{_pct(g.median)} (95% interval {_pct(g.low)} to {_pct(g.high)}, {g.rounds} rounds)"
+        return f"{pct(g.median)} (1 round: no interval)"
+    return f"{pct(g.median)} (95% interval {pct(g.low)} to {pct(g.high)}, {g.rounds} rounds)"
 
 
-def _numbers(f: FixResult) -> str:
+def numbers_text(f: FixResult) -> str:
+    """Whether the program's numbers still agreed with the fix, and by how much."""
     a = f.agreement
     if a is None or a.agrees is None:
         return terminal(a.note) if a is not None else "not compared"
     word = "agree" if a.agrees else "DIFFER"
-    text = f"{a.note} {word}: largest relative difference {a.difference:.2g}, tolerance {a.tolerance:g}"
+    text = f"{terminal(a.note)} {word}: largest relative difference {a.difference:.2g}, tolerance {a.tolerance:g}"
     if a.what == "losses":
         pairs = ", ".join(f"{x:.5g}/{y:.5g}" for x, y in zip(a.fixed, a.written))
         text += f" (with the fix / as written: {pairs})"
     return text
 
 
+def answers_text(f: FixResult) -> str:
+    """The finding the fix answers ("named with --fix" where none)."""
+    finding = f.planned.finding
+    return f"answers {terminal(finding.rule)}: {terminal(finding.title)}" if finding is not None else "named with --fix"
+
+
+def crash_text(f: FixResult) -> str:
+    """How a fix crashed the program: how it ended, the round, and the program's error line."""
+    how = ", ".join(x for x in (f.ending.replace("was ", ""), f"round {f.crashed_round}" if f.crashed_round else "")
+                    if x)
+    return (f"CRASHED the program ({terminal(how)}): {terminal(f.detail)}" if how
+            else f"CRASHED the program: {terminal(f.detail)}")
+
+
+def compile_text(f: FixResult) -> str | None:
+    """What torch.compile did in the runs with the fix (None: it did not run)."""
+    if not f.dynamo:
+        return None
+    return "torch.compile: " + ", ".join(f"{terminal(k).replace('_', ' ')} {v}" for k, v in f.dynamo.items())
+
+
+def program_line(result: TryResult) -> str:
+    """The program tried, as a shell would run it."""
+    return terminal(shlex.join(result.program.argv))
+
+
+def timing_line(result: TryResult) -> str:
+    """Where the program ran, the rounds, and how its steps were timed."""
+    b = result.budget
+    return (f"in {terminal(result.program.cwd)}; {result.rounds} round{'s' if result.rounds != 1 else ''}, the program "
+            f"as written and each fix interleaved, collection off, step marks kept; each run stopped at "
+            f"{b.steps} steps or at the first step past {b.time_s:g} s; steps timed after {result.warmup} of warm-up")
+
+
+def baseline_line(result: TryResult) -> str:
+    """The program as written: its step, or how it failed."""
+    if result.baseline_error:
+        return f"the program as written FAILED: {terminal(result.baseline_error)}"
+    if result.step_ns is not None:
+        what = STEP_WORDS.get(result.step_source, "steps")
+        return f"as written: {duration(result.step_ns)} per step ({what})"
+    return "as written: no steps timed (the program marks none, or ran fewer than the warm-up)"
+
+
+def not_tried_line(finding: Finding) -> str:
+    """A top finding that needs a code change: its rule, estimate, title and place."""
+    return (f"{terminal(finding.rule)} ({pct(finding.share)} estimated): {terminal(finding.title)}; "
+            f"at {terminal(finding.location)}")
+
+
+def unconfirmed_line(result: TryResult) -> str | None:
+    """The fixes that did not bear out their estimate (None: none)."""
+    if not result.unconfirmed:
+        return None
+    return (f"Unconfirmed: {', '.join(terminal(f.planned.fix.name) for f in result.unconfirmed)} (a crash, no gain, "
+            f"or an estimate more than {pct(result.tolerance)} outside its interval)")
+
+
+NO_FIX = "No fix that gpuscope can apply answers the top findings."
+NOT_TRIED = "Not tried (needs a code change):"
+
+
 def _fix_block(f: FixResult, base_ns: float | None) -> list[str]:
-    fix, finding = f.planned.fix, f.planned.finding
-    answers = (f"answers {finding.rule}: {terminal(finding.title)}" if finding is not None
-               else "named with --fix")
-    out = [f"{fix.name}: {fix.title}", f"  {answers}"
-           + (" (changes numerics)" if fix.changes_numerics else "")]
+    fix = f.planned.fix
+    out = [f"{terminal(fix.name)}: {terminal(fix.title)}",
+           f"  {answers_text(f)}" + (" (changes numerics)" if fix.changes_numerics else "")]
     if f.status == "crashed":
-        how = ", ".join(x for x in (f.ending.replace("was ", ""), f"round {f.crashed_round}" if f.crashed_round else "")
-                        if x)
-        out.append(f"  CRASHED the program ({how}): {terminal(f.detail)}" if how
-                   else f"  CRASHED the program: {terminal(f.detail)}")
+        out.append(f"  {crash_text(f)}")
         return out
     if f.status == "not applied":
         out.append(f"  not applied: {terminal(f.detail)}")
         return out
-    out.append(f"  applied: {terminal(f.detail)}")
-    if f.dynamo:
-        out.append("  torch.compile: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in f.dynamo.items()))
-    if f.status == "no steps":
+    if f.status == "no steps":  # the detail says why: what was applied is not known
         out.append(f"  not measured: {terminal(f.detail)}")
         return out
+    out.append(f"  applied: {terminal(f.detail)}")
+    compiled = compile_text(f)
+    if compiled:
+        out.append(f"  {compiled}")
     verdict = f" -> {f.verdict}" if f.verdict else ""
-    out.append(f"  estimated gain {_pct(f.planned.estimate)}, measured {_gain(f)}{verdict}")
+    out.append(f"  estimated gain {pct(f.planned.estimate)}, measured {gain_text(f)}{verdict}")
     if base_ns and f.step_ns:
         out.append(f"  step {duration(base_ns)} as written, {duration(f.step_ns)} with the fix")
-    out.append(f"  numbers: {_numbers(f)}")
+    out.append(f"  numbers: {numbers_text(f)}")
     return out
 
 
 def render_text(result: TryResult) -> str:
     """The result in lines for a terminal."""
-    p = result.program
-    b = result.budget
-    lines = [f"gpuscope try: {terminal(shlex.join(p.argv))}",
-             f"  in {terminal(p.cwd)}; {result.rounds} round{'s' if result.rounds != 1 else ''}, the program as "
-             f"written and each fix interleaved, collection off, step marks kept; each run stopped at "
-             f"{b.steps} steps or at the first step past {b.time_s:g} s; steps timed after {result.warmup} of warm-up"]
-    if result.baseline_error:
-        lines.append(f"the program as written FAILED: {terminal(result.baseline_error)}")
-    elif result.step_ns is not None:
-        what = {"torch": "optimizer steps", "gpuscope": "gpuscope.step() marks",
-                "module": "calls of the outermost module"}.get(result.step_source, "steps")
-        lines.append(f"as written: {duration(result.step_ns)} per step ({what})")
-    else:
-        lines.append("as written: no steps timed (the program marks none, or ran fewer than the warm-up)")
-    lines.append("")
+    lines = [f"gpuscope try: {program_line(result)}", f"  {timing_line(result)}", baseline_line(result), ""]
     if not result.fixes:
-        lines.append("No fix that gpuscope can apply answers the top findings.")
+        lines.append(NO_FIX)
     for f in result.fixes:
         lines += _fix_block(f, result.step_ns)
         lines.append("")
     if result.needs_edit:
-        lines.append("Not tried (needs a code change):")
-        for finding in result.needs_edit:
-            lines.append(f"  {finding.rule} ({_pct(finding.share)} estimated): {terminal(finding.title)}; "
-                         f"at {terminal(finding.location)}")
+        lines.append(NOT_TRIED)
+        lines += [f"  {not_tried_line(finding)}" for finding in result.needs_edit]
         lines.append("")
-    if result.unconfirmed:
-        lines.append(f"Unconfirmed: {', '.join(f.planned.fix.name for f in result.unconfirmed)} (a crash, no gain, "
-                     f"or an estimate more than {_pct(result.tolerance)} outside its interval)")
+    unconfirmed = unconfirmed_line(result)
+    if unconfirmed:
+        lines.append(unconfirmed)
     return "\n".join(lines).rstrip() + "\n"
 
 

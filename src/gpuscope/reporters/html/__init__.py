@@ -2,7 +2,7 @@
 
 :mod:`.content` gathers what the page shows from the analyses, :mod:`.page` writes the document
 with its scripts (assets/, Chart.js vendored there with its license), :mod:`.server` answers the
-viewer's window queries.
+viewer's window queries; :mod:`.try_section` the fixes ``gpuscope try`` measured, when given.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ def sections(report: Report, origin: int) -> dict[str, Any]:
             "roofline": roofline_data(report), "tables": stats_data(report)}
 
 
-def file_page(report: Report, index: TimelineIndex, budget: int | None = None, viewer: str = "gpuscope view") -> str:
+def file_page(report: Report, index: TimelineIndex, budget: int | None = None, viewer: str = "gpuscope view",
+              tried: dict[str, Any] | None = None) -> str:
     """Return the self-contained page of ``report`` (``gpuscope report``): every section, and the
     timeline with at most ``budget`` slices whole (default :data:`.content.STATIC_SLICES`), the
     lanes past them as summaries per pixel, which the page's run section says (naming ``viewer``,
-    the command that shows every slice)."""
+    the command that shows every slice); with ``tried`` (:func:`.try_section.try_data`), the
+    section of the fixes ``gpuscope try`` measured."""
     from .content import STATIC_SLICES, detail_note, timeline_static
     from .page import render
 
@@ -47,6 +49,8 @@ def file_page(report: Report, index: TimelineIndex, budget: int | None = None, v
     note = detail_note(index, timeline, viewer)
     if note:
         content["run"]["detail"] = [note]
+    if tried is not None:
+        content["tried"] = tried
     return render({"mode": "file", "title": title, "content": content, "timeline": timeline}, title)
 
 

@@ -41,6 +41,22 @@
     for (const n of d.notes) sk.append(GS.el("li", { class: "note", text: n }));
   }
 
+  // The fixes gpuscope try measured (gpuscope report --try): its texts, as the terminal gave them.
+  function tried(t) {
+    $("tried").hidden = false; $("nav-tried").hidden = false;
+    const dl = GS.clear($("tried-facts"));
+    for (const [k, v] of t.facts) dl.append(GS.el("dt", { text: k }), GS.el("dd", { text: v }));
+    GS.clear($("tried-table")).append(GS.table(t.fixes, true));
+    const not = GS.clear($("tried-not"));
+    if (t.not_tried.length) {
+      const ul = GS.el("ul");
+      for (const n of t.not_tried) ul.append(GS.el("li", { text: n }));
+      not.append(GS.el("p", { text: t.not_tried_title }), ul);
+    }
+    const lines = GS.clear($("tried-lines"));
+    for (const n of t.lines) lines.append(GS.el("li", { class: n.startsWith("Unconfirmed") ? "warning" : "note", text: n }));
+  }
+
   function roofline(r) {
     let chart = null;
     const draw = which => {
@@ -76,7 +92,7 @@
       if (c.run) run(c.run);
       return;
     }
-    run(c.run); diagnosis(c.diagnosis); roofline(c.roofline); tables(c.tables);
+    run(c.run); diagnosis(c.diagnosis); if (c.tried) tried(c.tried); roofline(c.roofline); tables(c.tables);
     if (c.steps && !tl.steps_found) {  // found with the analyses, where the index left them out
       GS.timeline.meta.steps = c.steps; GS.timeline.draw();
       $("tl-note").textContent = $("tl-note").textContent.replace(STEPS_LATER, "");
