@@ -12,7 +12,8 @@ from ..safe_text import terminal
 from ..units import duration
 
 
-STEP_WORDS = {"torch": "optimizer steps", "gpuscope": "gpuscope.step() marks", "module": "calls of the outermost module"}
+STEP_WORDS = {"torch": "optimizer steps", "gpuscope": "gpuscope.step() marks",
+              "module": "calls of the outermost module"}
 
 
 def pct(share: float | None) -> str:

@@ -66,7 +66,8 @@ def try_data(result: TryResult, source: str) -> dict[str, Any]:
     table (one row per fix, ``[raw, text]`` cells), ``not_tried`` the top findings that need a code
     change (lines), ``lines`` the closing notes (no fix to try, the unconfirmed ones)."""
     facts = [("Result", terminal(source)), ("Program", try_text.program_line(result)),
-             ("How steps were timed", try_text.timing_line(result)), ("The program as written", try_text.baseline_line(result))]
+             ("How steps were timed", try_text.timing_line(result)),
+             ("The program as written", try_text.baseline_line(result))]
     if result.report:
         facts.insert(1, ("Findings from", terminal(result.report)))
     if result.top_findings:
