@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,3 +183,34 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = d / "report1.gpuscope"
     assert path.is_file(), res.describe()
     yield path
+
+
+def chromium_path() -> str | None:
+    """Return the Chromium to drive: $GPUSCOPE_CHROMIUM, else Debian's chromium on PATH."""
+    for name in (os.environ.get("GPUSCOPE_CHROMIUM"), "chromium", "chromium-browser"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+# Here, once for the whole session: two sync Playwright instances cannot run at the same time, and a fixture
+# imported into two test modules would start one per module.
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium; skipped where there is none, unless GPUSCOPE_REQUIRE_BROWSER is set (CI)."""
+    required = bool(os.environ.get("GPUSCOPE_REQUIRE_BROWSER"))
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if required:
+            pytest.fail("playwright is not installed (pip install -e '.[test]')")
+        pytest.skip("playwright is not installed")
+    path = chromium_path()
+    if path is None:
+        if required:
+            pytest.fail("no chromium on PATH (apt-get install chromium)")
+        pytest.skip("no chromium on PATH")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -118,35 +117,6 @@ class View:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def chromium_path() -> str | None:
-    """Return the Chromium to drive: $GPUSCOPE_CHROMIUM, else Debian's chromium on PATH."""
-    for name in (os.environ.get("GPUSCOPE_CHROMIUM"), "chromium", "chromium-browser"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """A headless Chromium; skipped where there is none, unless GPUSCOPE_REQUIRE_BROWSER is set (CI)."""
-    required = bool(os.environ.get("GPUSCOPE_REQUIRE_BROWSER"))
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if required:
-            pytest.fail("playwright is not installed (pip install -e '.[test]')")
-        pytest.skip("playwright is not installed")
-    path = chromium_path()
-    if path is None:
-        if required:
-            pytest.fail("no chromium on PATH (apt-get install chromium)")
-        pytest.skip("no chromium on PATH")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 class Page:

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from .html_pages import IMG_NAME, SCRIPT_NAME, Gpuscope, Page, View, browser, markup_names_report, page_data  # noqa: F401
+from .html_pages import IMG_NAME, SCRIPT_NAME, Gpuscope, Page, View, markup_names_report, page_data  # noqa: F401
 from .test_html_report import urllib_text
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ from gpuscope.experiment.runs import Budget, Outcome, Program
 from gpuscope.reporters.html import try_section
 from gpuscope.reporters.try_text import render_json, render_text
 
-from .html_pages import IMG_NAME, SCRIPT_NAME, Gpuscope, Page, browser, page_data, training_run  # noqa: F401
+from .html_pages import IMG_NAME, SCRIPT_NAME, Gpuscope, Page, page_data, training_run  # noqa: F401
 
 CPU = Path(__file__).resolve().parents[1] / "workloads" / "cpu"
 MS = 1_000_000
