@@ -18,7 +18,7 @@ import pytest
 from report_builder import ReportBuilder
 from roofline_builder import CEILINGS, add_device, add_torch_op, install_torch_ops_contract
 
-from gpuscope.analysis.work import carried as carried_work
+from gpuscope.analysis import op_windows
 from gpuscope.analysis.work import carried_summary
 from gpuscope.analysis.ceilings import save
 from gpuscope.analysis.work.kernels import kernel_work
@@ -124,7 +124,7 @@ def test_a_version_4_report_without_the_window_table_still_reads(tmp_path: Path,
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [json.dumps(4)])
     con.close()
     with Report.open(path) as r:
-        assert r.count("torch_op_window") == 0 and not carried_work.sampled(r)
+        assert r.count("torch_op_window") == 0 and not op_windows.sampled(r)
         assert kernel_work(r)["flops"].notna().sum() == 3
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..trace.report import Report
 from .ceilings import LABELS, Ceilings, for_report
-from .work import carried as carried_work
+from . import op_windows
 from .work import carried_summary
 from .work.kernels import WRITER_KERNEL, has_torch_ops, kernel_work
 from .steps import step_source, steps_table
@@ -160,9 +160,9 @@ def step_point(report: Report, ceilings: Ceilings | None = None) -> tuple[pd.Ser
     source = step_source(report)
     steps = report.sql(f"SELECT count(*) FROM {steps_table(report, source)}")[0][0] if source.kind else 0
     what = "the whole run"
-    windows_only = not report.count("kernel") and carried_work.sampled(report)  # no kernels to carry work to
+    windows_only = not report.count("kernel") and op_windows.sampled(report)  # no kernels to carry work to
     if windows_only:
-        steps = carried_work.steps_in_windows(report, steps_table(report, source)) if steps else 0
+        steps = op_windows.steps_in_windows(report, steps_table(report, source)) if steps else 0
         what = "the sample windows"
     if steps:
         items = items[items["in_step"].fillna(False).astype(bool)]

@@ -22,7 +22,7 @@ from .attribution import (
     parent_tree,
     temp_table,
 )
-from .work.carried import sampled, windows
+from .op_windows import sampled, windows
 from .table import Column, Table
 
 TORCH_OPS = "gpuscope_torch_op"

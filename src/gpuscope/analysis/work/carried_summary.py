@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from ...trace.report import Report
-from .carried import _SUMMARY, Carried, sampled, windows
+from ..op_windows import sampled, windows
+from .carried import _SUMMARY, Carried
 from .kernels import kernel_work
 
 

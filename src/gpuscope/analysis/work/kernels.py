@@ -17,7 +17,7 @@ cores), and ``n/a`` for other work (and FP64, whose tensor-core use cannot be to
 
 With ``--trace torch-shapes`` operators are recorded in sample windows only; kernels launched
 outside them take the work of sampled launches of the same kernel configuration
-(:mod:`.carried_work`).
+(:mod:`.carried`).
 
 In a report without kernels (a program profiled on the CPU), the items are the operators
 themselves, timed by their duration on the CPU (tensor-core use ``n/a``).
@@ -142,7 +142,7 @@ def kernel_work(report: Report) -> pd.DataFrame:
     ``pid``, ``start_ns``, ``time_ns``, ``torch_op_id`` and ``op_name`` (its operator; NULL when
     none), ``work_kind``, ``precision``, ``flops``, ``matrix_flops``, ``bytes`` (NaN without a work
     model), ``tensor_cores``, ``source`` (``model``; ``carried`` where a launch outside the operator
-    sample windows took the work of sampled launches of its configuration, :mod:`.carried_work`; ``ncu``
+    sample windows took the work of sampled launches of its configuration, :mod:`.carried`; ``ncu``
     where a kernel without a work model took its name's measured means; None), ``layer`` (the PyTorch
     module that owns it, else None), ``owner``
     (the owning PyTorch range of any kind, or ``(not in a module)``), ``in_step``.
