@@ -8,7 +8,7 @@ every mode runs once per workload, the order of the modes turning from round to 
 traced over untraced of the same round, summarized by its median and range over rounds.
 
 The overhead-line check: for each traced run of a training workload, the report's estimate of the
-time collection added (analysis/overhead.py, the end-of-run line) against the measured slowdown,
+time collection added (analysis/steps/overhead.py, the end-of-run line) against the measured slowdown,
 the traced run's ``total_s`` minus the untraced one's of the same round (both from the script's
 start to the end of its loop). Their ratio (estimate / measured) is summarized the same way; the
 target is 0.7 to 1.3.
@@ -90,7 +90,7 @@ def command(mode: str, workload: str, out: str, scratch: str) -> tuple[list[str]
 
 def estimate(report_path: str) -> dict[str, object]:
     """Return the report's overhead estimate: total ns, its parts, and what it says it can not see."""
-    from gpuscope.analysis.overhead import collection_overhead
+    from gpuscope.analysis.steps.overhead import collection_overhead
     from gpuscope.trace.report import Report
 
     with Report.open(report_path) as report:

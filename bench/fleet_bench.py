@@ -54,8 +54,8 @@ def measure(engine: str, folders: list[str]) -> tuple[float, float]:
     code = f"""
 import resource, sys, time, tempfile
 from pathlib import Path
-from gpuscope.analysis.fleet.sources import open_sources
-from gpuscope.analysis.fleet.engines import run_summaries
+from gpuscope.analysis.distributed.fleet.sources import open_sources
+from gpuscope.analysis.distributed.fleet.engines import run_summaries
 folders = {folders!r}
 t0 = time.perf_counter()
 sources = open_sources(folders, Path(tempfile.mkdtemp()), print)

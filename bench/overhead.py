@@ -15,7 +15,7 @@ copies and sets, + synchronization sites, + launch anchors, + PyTorch module ran
 and host samplers, + operator samples: the default), on the launch-bound MLP and the GPT eager loop, as many
 interleaved rounds as fit ``--budget-s`` (rounds start only while the slowest round so far still
 fits). It writes the JSON (``--out``) and the markdown table (``--md``), with, for each traced run,
-the end-of-run line's estimate (analysis/overhead.py) against the measured slowdown: the traced
+the end-of-run line's estimate (analysis/steps/overhead.py) against the measured slowdown: the traced
 run's ``program_s`` (from the workload's start to its last step) minus the untraced one's of the
 same round, and against the steps' part of it (the timed steps' extra time: mean step minus the
 untraced run's, times the steps), which leaves out the start-up the line does not count.
@@ -186,7 +186,7 @@ def _estimate(report: str) -> dict:
     """The end-of-run line's estimate of a traced run (total ns and parts), or nothing without the report."""
     sys.path.insert(0, str(ROOT / "src"))
     try:
-        from gpuscope.analysis.overhead import collection_overhead
+        from gpuscope.analysis.steps.overhead import collection_overhead
         from gpuscope.trace.report import Report
 
         with Report.open(report) as r:

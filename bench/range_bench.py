@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuscope.analysis import attribution
-from gpuscope.analysis.range_summaries import REPORTS
+from gpuscope.analysis.ops import attribution
+from gpuscope.analysis.ranges.summaries import REPORTS
 from gpuscope.trace.report import Report
 from gpuscope.trace.writer import ReportWriter
 

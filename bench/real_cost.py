@@ -139,7 +139,7 @@ def line_of(report: str, src: str) -> dict[str, Any]:
     (ns, share of wall) and each probe's ratio; {} where the report cannot be read."""
     code = (
         "import json, sys\n"
-        "from gpuscope.analysis.overhead import collection_overhead\n"
+        "from gpuscope.analysis.steps.overhead import collection_overhead\n"
         "from gpuscope.trace.report import Report\n"
         "with Report.open(sys.argv[1]) as r:\n"
         "    o = collection_overhead(r)\n"

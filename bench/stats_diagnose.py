@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscope.analysis.cuda_summaries import cuda_gpu_kern_sum
+from gpuscope.analysis.ops.cuda_summaries import cuda_gpu_kern_sum
 from gpuscope.trace.report import Report
 
 FORMATS = ("table", "csv")
@@ -37,7 +37,7 @@ def mark(name):
 import gpuscope.cli
 gpuscope.cli.build_parser()
 mark("import gpuscope.cli, build the argument parser")
-from gpuscope.analysis.cuda_summaries import cuda_gpu_kern_sum
+from gpuscope.analysis.ops.cuda_summaries import cuda_gpu_kern_sum
 from gpuscope.reporters import FORMATS
 from gpuscope.trace.report import Report
 mark("imports stats needs (analysis, reporters, trace.report: duckdb)")
@@ -58,7 +58,7 @@ print(json.dumps(marks))
 IMPORT_MODULES = [
     "gpuscope.cli", "gpuscope.cli.profile", "gpuscope.run.program", "gpuscope.trace.writer",
     "gpuscope.cli.export", "gpuscope.trace.chrome", "gpuscope.cli.stats",
-    "gpuscope.analysis.cuda_summaries", "gpuscope.trace.report", "gpuscope.reporters",
+    "gpuscope.analysis.ops.cuda_summaries", "gpuscope.trace.report", "gpuscope.reporters",
     "gpuscope.reporters.terminal", "pandas", "numpy", "duckdb",
 ]  # fmt: skip
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.ceilings import Ceilings, save
+from gpuscope.analysis.roofline.ceilings import Ceilings, save
 from gpuscope.trace.report import Report
 
 DEVICE = "Test GPU"
@@ -91,14 +91,14 @@ def roofline_report(path: Path, **meta: Any) -> Report:
 
 
 def install_torch_ops_contract() -> None:
-    """Make ``gpuscope.analysis.torch_ops`` available: the real module where it exists, otherwise a
+    """Make ``gpuscope.analysis.ranges.operators`` available: the real module where it exists, otherwise a
     small stand-in with the same contract (innermost operator on the launching thread)."""
     try:
-        import gpuscope.analysis.torch_ops  # noqa: F401
+        import gpuscope.analysis.ranges.operators  # noqa: F401
         return
     except ImportError:
         pass
-    from gpuscope.analysis.attribution import ops_table, temp_table
+    from gpuscope.analysis.ops.attribution import ops_table, temp_table
 
     def torch_ops_table(report: Report) -> str:
         return temp_table(report, "test_torch_ops", """
@@ -116,10 +116,10 @@ def install_torch_ops_contract() -> None:
              AND t.start_ns <= o.launch_ns AND o.launch_ns <= t.end_ns
             GROUP BY o.op_id""")
 
-    module = types.ModuleType("gpuscope.analysis.torch_ops")
+    module = types.ModuleType("gpuscope.analysis.ranges.operators")
     module.torch_ops_table = torch_ops_table  # type: ignore[attr-defined]
     module.op_kernels_table = op_kernels_table  # type: ignore[attr-defined]
-    sys.modules["gpuscope.analysis.torch_ops"] = module
+    sys.modules["gpuscope.analysis.ranges.operators"] = module
     import gpuscope.analysis
 
-    gpuscope.analysis.torch_ops = module  # type: ignore[attr-defined]
+    gpuscope.analysis.ranges.operators = module  # type: ignore[attr-defined]

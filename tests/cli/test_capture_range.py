@@ -39,7 +39,7 @@ def _run(gs: Gpuscope, *options: str, epochs: int = 4, trace: str = "torch") -> 
 
 
 def _steps(report: gpuscope.trace.report.Report) -> list[str]:
-    from gpuscope.analysis.step_table import step_sum
+    from gpuscope.analysis.steps.table import step_sum
 
     return [r["Step"] for r in step_sum(report).records() if r["Step"].isdigit()]
 

@@ -11,7 +11,7 @@ import pytest
 
 import gpuscope
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.reporters import diagnosis_formats
 
 from .conftest import Gpuscope

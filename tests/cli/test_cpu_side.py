@@ -4,7 +4,7 @@ the default collectors on a machine without a GPU."""
 from __future__ import annotations
 
 import gpuscope
-from gpuscope.analysis.cpu import cpu_hotspots, cpu_hotspots_lines, cpu_thread_sum, host_summary
+from gpuscope.analysis.cpu.summaries import cpu_hotspots, cpu_hotspots_lines, cpu_thread_sum, host_summary
 
 from .conftest import Gpuscope
 

@@ -110,8 +110,8 @@ def test_the_readme_picture_shows_the_breakdown_and_the_first_finding(browser: A
 
 
 def test_a_click_in_the_file_shows_what_the_viewer_shows_for_that_kernel(browser: Any, adam: Path) -> None:
-    from gpuscope.analysis.timeline_details import details
-    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.analysis.timeline.details import details
+    from gpuscope.analysis.timeline.tracks import build_index
     from gpuscope.trace.report import Report
     from gpuscope.units import human
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import gpuscope
-from gpuscope.analysis.rank_summaries import rank_steps
+from gpuscope.analysis.distributed.summaries import rank_steps
 
 from .conftest import Gpuscope
 

@@ -148,7 +148,7 @@ def test_calibration_keeps_a_higher_cached_ceiling_and_says_so(gs: Gpuscope, tmp
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A cached FP32 far above what this machine measures (an idle morning) survives a new run, which
     says it kept it; --replace takes the run's value."""
-    from gpuscope.analysis.ceilings import Ceilings, cache_path, cpu_name
+    from gpuscope.analysis.roofline.ceilings import Ceilings, cache_path, cpu_name
 
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     path = cache_path(cpu_name())

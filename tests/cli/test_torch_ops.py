@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import gpuscope
-from gpuscope.analysis.torch_ops import op_sum, torch_ops_table
+from gpuscope.analysis.ranges.operators import op_sum, torch_ops_table
 from gpuscope.capture import collectors as traces
 
 from .conftest import Gpuscope

@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analysis.attribution import ops_table
-from gpuscope.analysis.steps import op_steps_table, step_source
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.ops.attribution import ops_table
+from gpuscope.analysis.steps.source import op_steps_table, step_source
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.trace.report import Report
 from gpuscope.trace.trim import capture_limited
 

@@ -106,9 +106,9 @@ def layers(report_path: str, trace_path: str, skip_steps: str = "3") -> dict[str
     """
     import torch_truth
 
-    from gpuscope.analysis.attribution import ops_table
-    from gpuscope.analysis.layers import _owned
-    from gpuscope.analysis.steps import step_source
+    from gpuscope.analysis.ops.attribution import ops_table
+    from gpuscope.analysis.ranges.layers import _owned
+    from gpuscope.analysis.steps.source import step_source
 
     truth = torch_truth.kernel_counts(trace_path)
     calls = torch_truth.module_calls(trace_path)
@@ -124,7 +124,7 @@ def layers(report_path: str, trace_path: str, skip_steps: str = "3") -> dict[str
                                             "ON s.id = g.name_id WHERE g.category = 'backward'")}
         owned = _owned(r, step_source(r))
         by_kind = dict(r.sql(f"SELECT coalesce(row_kind, 'outside'), sum(d) FROM ({owned}) WHERE in_step GROUP BY 1"))
-        from gpuscope.analysis.step_table import step_sum
+        from gpuscope.analysis.steps.table import step_sum
 
         busy = sum(row[4] for row in step_sum(r).rows if row[1].isdigit())
         ours = {(name, cat): n for name, cat, n in r.sql(
@@ -171,7 +171,7 @@ def sync(report_path: str, lines_path: str) -> dict[str, Any]:
     time after each call (until the next GPU operation starts) is reported too: it is what the
     synchronization costs the GPU.
     """
-    from gpuscope.analysis.sync import sync_site_frame, sync_sum
+    from gpuscope.analysis.ops.sync import sync_site_frame, sync_sum
 
     lines = json.load(open(lines_path))
     base = os.path.basename(lines["file"])
@@ -211,7 +211,7 @@ def sync(report_path: str, lines_path: str) -> dict[str, Any]:
 
 def graphs(report_path: str, facts_path: str) -> dict[str, Any]:
     """Kernels of CUDA graph replays are attributed to the range around the replay."""
-    from gpuscope.analysis.attribution import innermost
+    from gpuscope.analysis.ops.attribution import innermost
 
     facts = json.load(open(facts_path))
     with gpuscope.load(report_path) as r:

@@ -24,7 +24,7 @@ import duckdb
 import pandas as pd
 
 import gpuscope
-from gpuscope.analysis.attribution import innermost
+from gpuscope.analysis.ops.attribution import innermost
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WL = os.path.join(HERE, "workloads")

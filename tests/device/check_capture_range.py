@@ -57,7 +57,7 @@ from capture_truth import (
     to_facts,
     windows,
 )
-from gpuscope.analysis.attribution import ops_table
+from gpuscope.analysis.ops.attribution import ops_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WL = os.path.join(HERE, "workloads")

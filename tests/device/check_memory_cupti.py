@@ -94,7 +94,7 @@ def program(truth_path: str) -> None:
 def check(report_path: Path, truth: dict[str, Any]) -> dict[str, Any]:
     """Return the verdict: the report's CUDA-level memory against the truth."""
     import gpuscope
-    from gpuscope.analysis.memory_sum import memory_sum
+    from gpuscope.analysis.memory.summaries import memory_sum
 
     checks: dict[str, bool] = {}
     info: dict[str, Any] = {}

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.probe import probe_timings
+from gpuscope.analysis.steps.probe import probe_timings
 from gpuscope.trace.report import Report
 
 SKIP = 5  # the first steps of an untraced run are warm-up

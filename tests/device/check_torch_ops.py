@@ -24,8 +24,8 @@ from collections import Counter
 from typing import Any
 
 import gpuscope
-from gpuscope.analysis.attribution import innermost_table, ops_table, ranges_table
-from gpuscope.analysis.torch_ops import op_kernels_table, torch_ops_table
+from gpuscope.analysis.ops.attribution import innermost_table, ops_table, ranges_table
+from gpuscope.analysis.ranges.operators import op_kernels_table, torch_ops_table
 
 
 def check(report_path: str, timing_with: str | None, timing_without: str | None) -> dict[str, Any]:

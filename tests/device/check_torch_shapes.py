@@ -27,9 +27,9 @@ from typing import Any
 import pandas as pd
 
 import gpuscope
-from gpuscope.analysis.work import carried_summary
-from gpuscope.analysis.work.kernels import kernel_work
-from gpuscope.analysis.roofline import kernel_points
+from gpuscope.analysis.roofline.work import carried_summary
+from gpuscope.analysis.roofline.work.kernels import kernel_work
+from gpuscope.analysis.roofline.points import kernel_points
 
 MIN_SHARE = 0.005
 TOLERANCE = 0.01

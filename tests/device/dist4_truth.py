@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 import gpuscope
-from gpuscope.analysis.collectives import BUS_FACTOR, collectives
-from gpuscope.analysis.rank_summaries import rank_steps
+from gpuscope.analysis.distributed.collectives import BUS_FACTOR, collectives
+from gpuscope.analysis.distributed.summaries import rank_steps
 
 
 def kernels(r, pid: int) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Time a program's steps without any profiler: run it as ``python PROGRAM ARGS`` would, with a global
 optimizer-step hook that notes when each ``optimizer.step()`` ends, and print the mark-to-mark
-durations as JSON. The same measure as the overhead probe's (analysis/probe.py), so the probe's
+durations as JSON. The same measure as the overhead probe's (analysis/steps/probe.py), so the probe's
 steps with collection off can be set against it.
 
     python tests/device/probe_truth.py tests/workloads/conv_train_bf16.py > untraced.json

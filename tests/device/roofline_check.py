@@ -66,7 +66,7 @@ def _matmul_flops(m: int) -> float:
 
 
 def check_ceilings() -> dict[str, Any]:
-    from gpuscope.analysis.ceilings import ceilings_table, save
+    from gpuscope.analysis.roofline.ceilings import ceilings_table, save
     from gpuscope.run.roof_benchmark import calibrate
 
     t0 = time.monotonic()
@@ -102,8 +102,8 @@ def compare_ops(report: Path) -> list[dict[str, Any]]:
     """Per matrix-product and convolution operator of ``report``: the work model's FLOPs and the FLOPs
     ncu counted in all its kernels (launches matched by kernel name and order)."""
     import gpuscope
-    from gpuscope.analysis.work.measured import launch_metrics
-    from gpuscope.analysis.work.kernels import kernel_work
+    from gpuscope.analysis.roofline.work.measured import launch_metrics
+    from gpuscope.analysis.roofline.work.kernels import kernel_work
 
     with gpuscope.load(str(report)) as r:
         work = kernel_work(r)

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from report_builder import ReportBuilder
 
-from gpuscope.analysis import attribution
-from gpuscope.analysis.attribution import FOREVER, innermost, op_ranges
+from gpuscope.analysis.ops import attribution
+from gpuscope.analysis.ops.attribution import FOREVER, innermost, op_ranges
 from gpuscope.trace.report import Report
 
 STEPS = 4

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.analysis.calibration import calibration_table, combine, merge
-from gpuscope.analysis.ceilings import Ceilings, load_cached, save
+from gpuscope.analysis.roofline.calibration import calibration_table, combine, merge
+from gpuscope.analysis.roofline.ceilings import Ceilings, load_cached, save
 from gpuscope.run.roof_benchmark import Sizes, calibrate
 
 DEVICE = "CPU Test Machine"
@@ -86,8 +86,8 @@ def test_cpu_calibration_repeats_its_benchmarks(tmp_path: Path, monkeypatch: pyt
 
 
 def test_an_unstable_calibration_is_named_wherever_its_ceilings_are_used() -> None:
-    from gpuscope.analysis.ceilings import ceilings_table
-    from gpuscope.analysis.roofline import ceilings_note
+    from gpuscope.analysis.roofline.ceilings import ceilings_table
+    from gpuscope.analysis.roofline.points import ceilings_note
 
     shaky = _run("noon", 3e9, 45e9, {"dram": 0.02, "fp32": 0.42})
     assert "unstable when measured: FP32 varied 42% over the repeats" in ceilings_note(shaky)

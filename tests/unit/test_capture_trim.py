@@ -10,10 +10,10 @@ from typing import Callable
 import duckdb
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.attribution import ops_table
-from gpuscope.analysis.capture_summary import capture_summary
-from gpuscope.analysis.steps import op_steps_table, step_source, steps_table
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.ops.attribution import ops_table
+from gpuscope.analysis.steps.capture import capture_summary
+from gpuscope.analysis.steps.source import op_steps_table, step_source, steps_table
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.trace import schema, trim
 from gpuscope.trace.report import Report
 

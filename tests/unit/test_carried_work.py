@@ -18,12 +18,12 @@ import pytest
 from report_builder import ReportBuilder
 from roofline_builder import CEILINGS, add_device, add_torch_op, install_torch_ops_contract
 
-from gpuscope.analysis import op_windows
-from gpuscope.analysis.work import carried_summary
-from gpuscope.analysis.ceilings import save
-from gpuscope.analysis.work.kernels import kernel_work
-from gpuscope.analysis.roofline import kernel_points, roofline_sum, step_point
-from gpuscope.analysis.torch_ops import op_sum
+from gpuscope.analysis.ranges import op_windows
+from gpuscope.analysis.roofline.work import carried_summary
+from gpuscope.analysis.roofline.ceilings import save
+from gpuscope.analysis.roofline.work.kernels import kernel_work
+from gpuscope.analysis.roofline.points import kernel_points, roofline_sum, step_point
+from gpuscope.analysis.ranges.operators import op_sum
 from gpuscope.trace.report import Report
 
 GEMM = "nvjet_sm90_tst_128x256_64x4_bz_TNT"

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from roofline_builder import CEILINGS, install_torch_ops_contract, roofline_report
 
-from gpuscope.analysis.ceilings import Ceilings, cache_path, for_device, load_cached, save
-from gpuscope.analysis.roofline import kernel_points, layer_points
+from gpuscope.analysis.roofline.ceilings import Ceilings, cache_path, for_device, load_cached, save
+from gpuscope.analysis.roofline.points import kernel_points, layer_points
 from gpuscope.errors import GpuscopeError
 from gpuscope.run.roof_benchmark import Sizes, calibrate
 from gpuscope.reporters import roofline_plot

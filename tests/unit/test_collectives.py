@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.collectives import collectives, overlap_ns, parse_kernel, parse_op, parse_range, tensor_bytes
+from gpuscope.analysis.distributed.collectives import (
+    collectives, overlap_ns, parse_kernel, parse_op, parse_range, tensor_bytes,
+)
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.rank_summaries import collective_sum, rank_steps, rank_sum
-from gpuscope.analysis.ranks import rank_table
+from gpuscope.analysis.distributed.summaries import collective_sum, rank_steps, rank_sum
+from gpuscope.analysis.distributed.ranks import rank_table
 from gpuscope.capture.python.ranks import from_environment
 from gpuscope.trace.report import Report
 from rank_reports import MS, nccl_straggler

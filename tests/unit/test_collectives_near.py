@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.collectives import arrivals, busy_union, collectives, overlap_ns
-from gpuscope.analysis.rank_summaries import _compute_near, _timed_collectives
+from gpuscope.analysis.distributed.collectives import arrivals, busy_union, collectives, overlap_ns
+from gpuscope.analysis.distributed.summaries import _compute_near, _timed_collectives
 from gpuscope.trace.report import Report
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuscope.analysis import column_fetch
 from gpuscope.analysis.column_fetch import fetch_arrays, kept_rows
-from gpuscope.analysis.op_rows import in_order
+from gpuscope.analysis.ops.rows import in_order
 from gpuscope.trace.report import Report
 
 # 5,000 rows: NULLs only in the third DuckDB vector of one column, in every vector of another
@@ -70,8 +70,8 @@ def test_kept_rows_are_those_of_the_filter(mlp_api: Report) -> None:
 def test_operations_read_in_small_chunks_are_the_same(recorded: Callable[[str], Path], name: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuscope.analysis.diagnosis.timeline import load_ops
-    from gpuscope.analysis.pattern_steps import _gpu_tokens
-    from gpuscope.analysis.rank_summaries import timed_collectives
+    from gpuscope.analysis.steps.from_pattern import _gpu_tokens
+    from gpuscope.analysis.distributed.summaries import timed_collectives
 
     path = recorded(name)
     with Report.open(path) as report:

@@ -10,13 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.cuda_summaries import (
-    REPORTS,
-    cuda_api_sum,
-    cuda_gpu_kern_sum,
-    cuda_gpu_mem_size_sum,
-    cuda_gpu_mem_time_sum,
-    cuda_gpu_sum,
+from gpuscope.analysis.ops.cuda_summaries import (
+    REPORTS, cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum, cuda_gpu_sum,
     cuda_kern_exec_sum,
 )
 from gpuscope.trace.report import Report
@@ -146,8 +141,8 @@ def test_reports_without_api_calls_say_how_to_get_them(recorded) -> None:
 
 def test_every_report_is_registered() -> None:
     from gpuscope.analysis import STATS_REPORTS, stats_reports
-    from gpuscope.analysis.cpu import REPORTS as CPU_REPORTS
-    from gpuscope.analysis.range_summaries import REPORTS as RANGE_REPORTS
+    from gpuscope.analysis.cpu.summaries import REPORTS as CPU_REPORTS
+    from gpuscope.analysis.ranges.summaries import REPORTS as RANGE_REPORTS
 
     assert tuple(REPORTS) == (
         "cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",

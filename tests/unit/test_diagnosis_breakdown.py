@@ -140,7 +140,7 @@ def test_the_range_that_launched_most_operations_weighs_them_and_names_the_categ
     """Summed in the report's database, not one Python object per operation: the innermost range at
     each operation's launch, by count or by weight; operations launched outside every range count
     for nothing."""
-    from gpuscope.analysis.attribution import ops_table
+    from gpuscope.analysis.ops.attribution import ops_table
     from report_builder import torch_training
 
     with torch_training(tmp_path / "t.gpuscope") as report:

@@ -16,12 +16,12 @@ import pytest
 from diagnosis_sim import MAIN_TID, Sim
 from report_builder import add_torch_op
 
-from gpuscope.analysis.datasheet import datasheet
+from gpuscope.analysis.roofline.datasheet import datasheet
 from gpuscope.analysis.diagnosis import Diagnosis, Finding, diagnose
 from gpuscope.analysis.diagnosis.rules.attention import FUSED_EFFICIENCY
 from gpuscope.analysis.diagnosis.rules.idle import BUSY_GPU_MAX_SHARE
 from gpuscope.analysis.diagnosis.rules.kernels import TARGET_EFFICIENCY, TENSOR_CORE_SPEEDUP
-from gpuscope.analysis.work.matrix import causal_pairs
+from gpuscope.analysis.roofline.work.matrix import causal_pairs
 from gpuscope.trace.report import Report
 
 US = 1_000

@@ -15,9 +15,9 @@ import pytest
 from gpuscope.analysis.diagnosis.breakdown import PARTS, _sorted, _sorted_unique
 from gpuscope.analysis.diagnosis.context import STEADY_COLUMNS, Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
-from gpuscope.analysis.attribution import ordered_frame
+from gpuscope.analysis.ops.attribution import ordered_frame
 from gpuscope.analysis.diagnosis.timeline import _START_ORDER, KINDS, _ops_query, load_ops
-from gpuscope.analysis.pattern_steps import _TOKEN_ORDER, _gpu_tokens, _tokens_query
+from gpuscope.analysis.steps.from_pattern import _TOKEN_ORDER, _gpu_tokens, _tokens_query
 from gpuscope.trace.report import Report
 
 
@@ -190,7 +190,7 @@ def test_steady_idle_is_the_selection_of_steady_pieces(recorded: Callable[[str],
 @pytest.mark.parametrize("name", ["mlp_api", "cuda_graph", "dist4_fsdp", "diagnosis_pageable_copy",
                                   "program_dataloader_and_sync"])
 def test_tokens_from_the_loaded_operations_are_those_read(recorded: Callable[[str], Path], name: str) -> None:
-    from gpuscope.analysis.pattern_steps import given_operations, tokens_of
+    from gpuscope.analysis.steps.from_pattern import given_operations, tokens_of
 
     with Report.open(recorded(name)) as report:
         ops = load_ops(report)

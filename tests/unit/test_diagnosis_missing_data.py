@@ -98,7 +98,7 @@ def test_a_failing_roofline_is_said_and_the_rest_runs(recorded: Callable[[str], 
     def broken(report: Report, *args: object) -> None:
         raise RuntimeError("no ceilings for this GPU")
 
-    monkeypatch.setattr("gpuscope.analysis.roofline.kernel_points", broken)
+    monkeypatch.setattr("gpuscope.analysis.roofline.points.kernel_points", broken)
     with Report.open(recorded("mlp_default")) as report:
         diag = diagnose(report)
     assert "RuntimeError: no ceilings for this GPU" in _skipped(diag)["below_roofline"]

@@ -269,7 +269,7 @@ def test_below_roofline_with_roofline_points(tmp_path: Path, monkeypatch: pytest
         "achieved_flops_per_s": [2.8e10, 1.6e14], "attainable_flops_per_s": [2.8e11, 2e14],
         "efficiency": [0.1, 0.8], "bound": ["memory", "compute"], "tensor_cores": ["n/a", "used"],
         "layer": ["Net.norm", "Net.fc"]})
-    monkeypatch.setattr("gpuscope.analysis.roofline.kernel_points", lambda report, *a, **k: points)
+    monkeypatch.setattr("gpuscope.analysis.roofline.points.kernel_points", lambda report, *a, **k: points)
 
     def body(sim: Sim) -> None:
         for _ in range(3):

@@ -17,9 +17,9 @@ import pytest
 from import_helpers import gpuscope_cli
 from report_builder import ReportBuilder, add_stack, add_sync_site
 
-from gpuscope.analysis.diff import diff
-from gpuscope.analysis.diff_data import run_data
-from gpuscope.analysis.diff_stats import compare
+from gpuscope.analysis.diff.compare import diff
+from gpuscope.analysis.diff.data import run_data
+from gpuscope.analysis.diff.stats import compare
 from gpuscope.reporters.diff import render_json, render_markdown, render_text
 from gpuscope.trace.report import Report
 
@@ -244,8 +244,8 @@ def test_the_shared_filter_escapes_every_bidirectional_control() -> None:
 
 
 def test_a_kernel_that_ran_on_one_side_only_is_said_gone_or_new() -> None:
-    from gpuscope.analysis.diff import DiffResult, Item
-    from gpuscope.analysis.diff_stats import Change
+    from gpuscope.analysis.diff.compare import DiffResult, Item
+    from gpuscope.analysis.diff.stats import Change
 
     faster = Change(10 * MS, 8 * MS, -0.2, -0.25, -0.15, (20, 20))
     gone = Item("kernel", "ncclKernel_SendRecv_RING_LL", Change(2 * MS, 0.0, -1.0, -1.0, -1.0, (20, 20)), 1.0)

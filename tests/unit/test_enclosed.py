@@ -1,4 +1,4 @@
-"""The pair-free range computations (analysis/enclosed.py, analysis/nesting.py) against a plain
+"""The pair-free range computations (analysis/ops/enclosed.py, analysis/ops/nesting.py) against a plain
 pair-by-pair evaluation of their definitions, on random reports: nested and overlapping ranges on
 several threads of two processes (some never ended, some with no operation inside), operations
 outside every range and operations whose thread is unknown. Batches and pyramid blocks are made
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from report_builder import ReportBuilder
 
-from gpuscope.analysis import enclosed, nesting
-from gpuscope.analysis.attribution import FOREVER, innermost
+from gpuscope.analysis.ops import enclosed, nesting
+from gpuscope.analysis.ops.attribution import FOREVER, innermost
 from gpuscope.trace.report import Report
 
 PIDS = (100, 200)

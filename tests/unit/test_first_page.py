@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuscope.analysis.cpu import HostSummary, cpu_hotspots, cpu_hotspots_lines
-from gpuscope.analysis.cpu_profile import IMPORTS, SampleRate, rate_note, user_path
+from gpuscope.analysis.cpu.summaries import HostSummary, cpu_hotspots, cpu_hotspots_lines
+from gpuscope.analysis.cpu.profile import IMPORTS, SampleRate, rate_note, user_path
 from gpuscope.analysis.table import Column, Table
 from gpuscope.reporters import FORMATS
 from gpuscope.reporters.terminal import elide, format_table

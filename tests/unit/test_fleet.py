@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.fleet.engines import parse_engine, run_dask, run_duckdb
-from gpuscope.analysis.fleet.queries import QUERIES
-from gpuscope.analysis.fleet.sources import open_sources, runs_differ
+from gpuscope.analysis.distributed.fleet.engines import parse_engine, run_dask, run_duckdb
+from gpuscope.analysis.distributed.fleet.queries import QUERIES
+from gpuscope.analysis.distributed.fleet.sources import open_sources, runs_differ
 from gpuscope.errors import GpuscopeError
 from rank_reports import MS, nccl_straggler
 

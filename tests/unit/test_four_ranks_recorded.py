@@ -20,7 +20,7 @@ from typing import Callable
 
 import pytest
 
-from gpuscope.analysis.collectives import collectives
+from gpuscope.analysis.distributed.collectives import collectives
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.trace.report import Report
 

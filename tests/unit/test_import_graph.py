@@ -9,6 +9,7 @@ module level, inside functions (lazy imports) and under ``TYPE_CHECKING``.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,115 @@ def test_a_module_outside_every_stage_is_named(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="gpuscope.helpers belongs to no stage"):
         stage_of("gpuscope.helpers")
     assert set(import_graph(pkg)) == {"gpuscope", "gpuscope.helpers"}
+
+
+# --- Inside analysis: the packages and the imports docs/architecture.md draws between them ---
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+ANALYSIS_SHARED = {"table", "column_fetch"}  # any analysis package may import these modules
+ANALYSIS_TOP = {"__init__", "overview", "frames"}  # these modules may import any analysis package
+
+
+def drawn_packages(text: str) -> dict[str, set[str]]:
+    """Return package -> the packages it may import, from the block between the 'analysis packages'
+    markers: a line ``name -> a, b,`` (the list continued on the next lines while it ends with a
+    comma); two spaces or more end the list, and what follows describes the package."""
+    block = text.split("<!-- analysis packages: begin -->", 1)[1].split("<!-- analysis packages: end -->", 1)[0]
+    out: dict[str, set[str]] = {}
+    current = None
+    continues = False
+    for line in block.splitlines():
+        head = re.match(r"\s*([a-z_]+)\s+->(.*)$", line)
+        if head:
+            current, rest = head.group(1), head.group(2)
+            out[current] = set()
+        elif continues and current is not None and line.strip():
+            rest = line
+        else:
+            continues = False
+            continue
+        if head and (rest.startswith("  ") or not rest.strip()):  # nothing listed: the description follows
+            rest = ""
+        chunk = re.split(r"\s{2,}", rest.strip())[0] if rest.strip() else ""
+        listed = re.fullmatch(r"[a-z_]+(?:, ?[a-z_]+)*,?", chunk)
+        targets = chunk if listed else ""
+        out[current] |= {t.strip() for t in targets.split(",") if t.strip()}
+        continues = targets.endswith(",")
+    return out
+
+
+def package_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Return (importer, imported) for every import between two analysis parts: a package, or one of
+    the modules directly in analysis/ (table, column_fetch, __init__, overview, frames)."""
+    def part(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[:2] != ["gpuscope", "analysis"]:
+            return None
+        return "__init__" if len(parts) == 2 else parts[2]
+
+    out = set()
+    for module, targets in graph.items():
+        a = part(module)
+        for target in targets:
+            b = part(target)
+            if a and b and a != b:
+                out.add((a, b))
+    return out
+
+
+def against_drawing(edges: set[tuple[str, str]], drawn: dict[str, set[str]]) -> list[str]:
+    """Return 'a -> b' for each import between analysis parts that the drawing does not allow."""
+    out = []
+    for a, b in sorted(edges):
+        if a in ANALYSIS_TOP or b in ANALYSIS_SHARED:
+            continue
+        if b not in drawn.get(a, set()):
+            out.append(f"{a} -> {b}")
+    return out
+
+
+def test_the_drawing_lists_every_analysis_package_and_nothing_else() -> None:
+    drawn = drawn_packages(ARCHITECTURE.read_text())
+    packages = {p.name for p in (PACKAGE / "analysis").iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.stem for p in (PACKAGE / "analysis").glob("*.py")}
+    assert set(drawn) == packages
+    assert modules == ANALYSIS_SHARED | ANALYSIS_TOP
+    for name, targets in drawn.items():
+        assert targets <= packages, f"{name} may import {targets - packages}, which are no packages"
+
+
+def test_analysis_imports_follow_the_drawing() -> None:
+    drawn = drawn_packages(ARCHITECTURE.read_text())
+    assert against_drawing(package_edges(import_graph()), drawn) == []
+
+
+def test_the_drawing_has_no_loop() -> None:
+    drawn = drawn_packages(ARCHITECTURE.read_text())
+    assert cycles({f"gpuscope.analysis.{a}": {f"gpuscope.analysis.{b}" for b in bs} for a, bs in drawn.items()}) == []
+
+
+def test_an_import_against_the_drawing_is_named(tmp_path: Path) -> None:
+    text = ("<!-- analysis packages: begin -->\n"
+            "    ops     ->                 operations\n"
+            "    steps   -> ops             steps\n"
+            "    diff    -> ops, steps,     comparing\n"
+            "               memory\n"
+            "    memory  ->                 peaks\n"
+            "<!-- analysis packages: end -->\n")
+    drawn = drawn_packages(text)
+    assert drawn == {"ops": set(), "steps": {"ops"}, "diff": {"ops", "steps", "memory"}, "memory": set()}
+    pkg = _write(tmp_path, {
+        "__init__.py": "",
+        "analysis/__init__.py": "from .steps import source\n",
+        "analysis/table.py": "",
+        "analysis/ops/__init__.py": "",
+        "analysis/ops/rows.py": "from ..table import Table\n",
+        "analysis/steps/__init__.py": "",
+        "analysis/steps/source.py": "from ..ops import rows\n",
+        "analysis/memory/__init__.py": "",
+        "analysis/memory/peak.py": "def f():\n    from ..steps.source import x\n",
+        "analysis/ops/sync.py": "from gpuscope.analysis.diff import compare\n",
+        "analysis/diff/__init__.py": "",
+        "analysis/diff/compare.py": "from ..memory import peak\n",
+    })
+    assert against_drawing(package_edges(import_graph(pkg)), drawn) == ["memory -> steps", "ops -> diff"]

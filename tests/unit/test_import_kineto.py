@@ -14,9 +14,9 @@ import pytest
 from conftest import FIXTURES
 from import_helpers import load_json, shared
 
-from gpuscope.analysis.roofline import roofline_sum
-from gpuscope.analysis.step_table import step_sum
-from gpuscope.analysis.work.model import op_work_json
+from gpuscope.analysis.roofline.points import roofline_sum
+from gpuscope.analysis.steps.table import step_sum
+from gpuscope.analysis.roofline.work.model import op_work_json
 from gpuscope.trace.importers import import_trace
 from gpuscope.trace.report import Report
 
@@ -139,7 +139,7 @@ def test_recorded_trace_matches_capture_of_the_same_program(recorded, tmp_path: 
 
 
 def test_a_thread_written_as_a_negative_number_gets_a_lane_named_by_its_unsigned_id(tmp_path: Path) -> None:
-    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.analysis.timeline.tracks import build_index
 
     # PyTorch's profiler writes some CUPTI threads' ids as signed 32-bit numbers
     events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": -1029147072,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from import_helpers import shared
 
-from gpuscope.analysis.diff import diff
-from gpuscope.analysis.diff_data import run_data
+from gpuscope.analysis.diff.compare import diff
+from gpuscope.analysis.diff.data import run_data
 from gpuscope.trace.importers import import_trace
 from gpuscope.trace.report import Report
 

@@ -1,4 +1,4 @@
-"""The innermost range at an instant, by sweep (analysis/innermost.py), against the range join it
+"""The innermost range at an instant, by sweep (analysis/ops/innermost.py), against the range join it
 replaces: of the ranges that contain the instant (both ends included), the one that started last,
 the later id on a tie; nested or not, ended or open."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.attribution import FOREVER
-from gpuscope.analysis.innermost import segments
+from gpuscope.analysis.ops.attribution import FOREVER
+from gpuscope.analysis.ops.innermost import segments
 
 
 def _brute(ranges: pd.DataFrame, pid: int, tid: int, t: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscope.analysis.launch_sites import launch_sum
+from gpuscope.analysis.ops.launch_sites import launch_sum
 from tests.report_builder import ReportBuilder, add_stack
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.layers import layer_sum, module_labels
+from gpuscope.analysis.ranges.layers import layer_sum, module_labels
 from gpuscope.trace.report import Report
 
 MS = 1_000_000
@@ -53,8 +53,8 @@ def _layers(path: Path, classes: list[tuple[str, str]]) -> Report:
 
 
 def test_layer_tables_and_the_viewer_show_the_class(tmp_path: Path) -> None:
-    from gpuscope.analysis.timeline_details import details
-    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.analysis.timeline.details import details
+    from gpuscope.analysis.timeline.tracks import build_index
 
     classes = [("Sequential", "Sequential"), ("Sequential.0", "Linear"), ("Sequential.2", "Linear"),
                ("Sequential.2", "Conv2d")]
@@ -72,7 +72,7 @@ def test_layer_tables_and_the_viewer_show_the_class(tmp_path: Path) -> None:
 
 
 def test_diff_matches_layers_by_name_whatever_their_label(tmp_path: Path) -> None:
-    from gpuscope.analysis.diff_data import run_data
+    from gpuscope.analysis.diff.data import run_data
 
     with _layers(tmp_path / "a.gpuscope", [("Sequential.0", "Linear")]) as r:
         with_class = run_data(r, "a")

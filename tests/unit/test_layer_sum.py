@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from report_builder import TORCH_OPS, ReportBuilder, torch_training
 
-from gpuscope.analysis.layers import layer_sum
+from gpuscope.analysis.ranges.layers import layer_sum
 
 GPU_TOTAL = sum(end - start for _, _, _, start, end, _ in TORCH_OPS)  # 3730 ns
 IN_STEPS = GPU_TOTAL - 10  # the tail kernel ran after the last step mark

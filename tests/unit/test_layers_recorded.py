@@ -9,8 +9,8 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from gpuscope.analysis.layers import kernels_per_range, layer_sum
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.ranges.layers import kernels_per_range, layer_sum
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.trace.report import Report
 
 _spec = importlib.util.spec_from_file_location("device_check", Path(__file__).parents[1] / "device" / "check.py")

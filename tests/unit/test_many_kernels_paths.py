@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuscope.analysis.ceilings import Ceilings
+from gpuscope.analysis.roofline.ceilings import Ceilings
 from gpuscope.analysis.diagnosis import kernel_names
 from gpuscope.analysis.diagnosis.steady_work import roof_ns, roofs_ns
 

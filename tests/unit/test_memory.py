@@ -10,7 +10,7 @@ import pytest
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.memory_sum import memory_sum
+from gpuscope.analysis.memory.summaries import memory_sum
 from gpuscope.capture.python.cuda_memory import CudaMemory
 from gpuscope.capture.python.stacks import StackTable
 from gpuscope.capture.python.torch_memory import MemoryTotals, TorchMemory
@@ -241,7 +241,7 @@ def _oom_report(path: Path, requested: int, free: int, reserved: int) -> Report:
 
 def test_out_of_memory_state_and_what_would_fit(tmp_path: Path) -> None:
     from gpuscope.analysis.diagnosis.rules.out_of_memory import OutOfMemory
-    from gpuscope.analysis.memory_oom import oom_states
+    from gpuscope.analysis.memory.oom import oom_states
 
     gib = 1024 * MIB
     with _oom_report(tmp_path / "a.gpuscope", requested=4 * gib, free=1 * gib, reserved=4 * gib) as r:

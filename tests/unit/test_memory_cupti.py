@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from fake_cupti import FakeBuffer, RawLayout
 
-from gpuscope.analysis.memory_sum import memory_sum
+from gpuscope.analysis.memory.summaries import memory_sum
 from gpuscope.capture.cupti.activity import CuptiCollector, _kinds, struct_dtypes
 from gpuscope.capture.cupti.buffers import StrideTable, struct_versions, walk
 from gpuscope.spool import SpoolWriter

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.memory_sum import memory_sum
+from gpuscope.analysis.memory.summaries import memory_sum
 from gpuscope.trace.report import Report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

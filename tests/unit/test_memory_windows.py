@@ -8,8 +8,8 @@ from typing import Any
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.memory_oom import oom_states
-from gpuscope.analysis.memory_sum import memory_sum
+from gpuscope.analysis.memory.oom import oom_states
+from gpuscope.analysis.memory.summaries import memory_sum
 from gpuscope.trace.report import Report
 
 COLS = ("ts_ns", "pid", "tid", "device_id", "kind", "address", "bytes", "allocated_bytes", "reserved_bytes",

@@ -1,6 +1,6 @@
 """Module ranges in some steps only (capture/python/module_steps.py): the policy, the gate the
 PyTorch hooks follow at each step's end, and the layer table reading only the steps that have them
-(analysis/module_steps.py)."""
+(analysis/ranges/module_steps.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 from range_rows import recorded_rows  # noqa: E402
-from gpuscope.analysis.layers import layer_sum
-from gpuscope.analysis.module_steps import module_steps, ranged_step_counts
-from gpuscope.analysis.rank_layers import layer_times
-from gpuscope.analysis.steps import step_source
+from gpuscope.analysis.ranges.layers import layer_sum
+from gpuscope.analysis.ranges.module_steps import module_steps, ranged_step_counts
+from gpuscope.analysis.distributed.layers import layer_times
+from gpuscope.analysis.steps.source import step_source
 from gpuscope.capture.python.module_steps import DEFAULT, ModuleSteps, StepGate, from_env
 from gpuscope.capture.python.ranges import RangeRecorder
 from gpuscope.capture.python.torch_hooks import TorchHooks

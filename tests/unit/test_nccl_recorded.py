@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.rank_summaries import collective_sum, rank_sum
+from gpuscope.analysis.distributed.summaries import collective_sum, rank_sum
 from gpuscope.trace.report import Report
 
 
@@ -55,7 +55,7 @@ def test_a_long_ddp_job_has_no_false_hang_and_one_finding_per_fix(recorded: Call
     # 300 steps: rank 1 recorded the c10d operators of its start-up collectives, rank 0 did not (they
     # fell outside its operator sample windows); matched by group on one side only, rank 1 seemed to wait
     # seconds for a rank 0 that "never entered" an all-gather, and each rank's findings came twice
-    from gpuscope.analysis.collectives import arrivals, collectives
+    from gpuscope.analysis.distributed.collectives import arrivals, collectives
 
     with Report.open(recorded("nccl_ddp_300_steps")) as report:
         coll = collectives(report)

@@ -12,9 +12,9 @@ import pytest
 from conftest import FIXTURES
 from roofline_builder import MANGLED, install_torch_ops_contract, roofline_report
 
-from gpuscope.analysis.kernel_metrics import kernel_metrics, kernel_metrics_table, profile_selection
-from gpuscope.analysis.work.measured import launch_metrics
-from gpuscope.analysis.work.kernels import kernel_work
+from gpuscope.analysis.roofline.kernel_metrics import kernel_metrics, kernel_metrics_table, profile_selection
+from gpuscope.analysis.roofline.work.measured import launch_metrics
+from gpuscope.analysis.roofline.work.kernels import kernel_work
 from gpuscope.capture.process import ncu_replay as runner
 from gpuscope.errors import GpuscopeError
 from gpuscope.trace import ncu_import as ncu
@@ -181,8 +181,8 @@ def test_random_number_and_fill_kernels_have_the_bytes_they_write_and_no_flops(r
     gemm_conv)."""
     import json
 
-    from gpuscope.analysis.torch_ops import torch_ops_table
-    from gpuscope.analysis.work.kernels import kernel_work
+    from gpuscope.analysis.ranges.operators import torch_ops_table
+    from gpuscope.analysis.roofline.work.kernels import kernel_work
 
     with Report.open(recorded("gemm_conv")) as r:
         kw = kernel_work(r)
@@ -210,7 +210,7 @@ def test_bf16_kernels_measured_through_the_half_counters_are_named_bf16(recorded
     """ncu's hfma/hadd/hmul counters take BF16 and FP16 instructions alike; in gemm_conv (all bf16)
     every kernel whose name says BFloat16 has its half FLOPs as bf16, in the measured launches and in
     the roofline's precision."""
-    from gpuscope.analysis.work.kernels import kernel_work
+    from gpuscope.analysis.roofline.work.kernels import kernel_work
 
     with Report.open(recorded("gemm_conv")) as r:
         per = launch_metrics(r)
@@ -228,7 +228,7 @@ def test_bf16_kernels_measured_through_the_half_counters_are_named_bf16(recorded
 
 
 def test_half_precision_from_kernel_names() -> None:
-    from gpuscope.analysis.work.measured import half_precision
+    from gpuscope.analysis.roofline.work.measured import half_precision
 
     assert half_precision("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>") == "bf16"
     assert half_precision("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") == "bf16"
@@ -245,8 +245,8 @@ def test_a_kernel_named_neither_takes_bf16_from_its_operator(recorded) -> None: 
     operator's tensors: bf16 under a bf16 convolution, fp16 left as measured under a float32 sum."""
     import pandas as pd
 
-    from gpuscope.analysis.torch_ops import torch_ops_table
-    from gpuscope.analysis.work.kernels import _half_from_operator
+    from gpuscope.analysis.ranges.operators import torch_ops_table
+    from gpuscope.analysis.roofline.work.kernels import _half_from_operator
 
     with Report.open(recorded("gemm_conv")) as r:
         ops = torch_ops_table(r)

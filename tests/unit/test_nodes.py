@@ -10,11 +10,13 @@ import duckdb
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.collectives import _groups_alike, arrivals, bus_bandwidth, collectives, data_bytes, group_of
+from gpuscope.analysis.distributed.collectives import (
+    _groups_alike, arrivals, bus_bandwidth, collectives, data_bytes, group_of,
+)
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.nodes import clock_offsets, merge_nodes, one_run
-from gpuscope.analysis.rank_layers import rank_layer_sum
-from gpuscope.analysis.rank_summaries import collective_sum, rank_sum
+from gpuscope.analysis.distributed.nodes import clock_offsets, merge_nodes, one_run
+from gpuscope.analysis.distributed.layers import rank_layer_sum
+from gpuscope.analysis.distributed.summaries import collective_sum, rank_sum
 from gpuscope.trace.files import expand
 from gpuscope.trace.merge import PID_STRIDE, pid_shifts
 from gpuscope.trace.report import Report

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.attribution import OPS, _exists, ops_table, ordered_frame
-from gpuscope.analysis.op_rows import _lexsort, op_frame
+from gpuscope.analysis.ops.attribution import OPS, _exists, ops_table, ordered_frame
+from gpuscope.analysis.ops.rows import _lexsort, op_frame
 from gpuscope.trace.report import Report
 
 COLUMNS = {"op_id": "op_id", "kind": "enum_code(kind::ENUM('kernel', 'memcpy', 'memset', 'graph'))", "pid": "pid",
@@ -74,7 +74,7 @@ def test_a_report_without_operations_gives_the_tables_empty_frame(recorded: Call
 @pytest.mark.parametrize("most_tied", [0, 10**6])
 def test_ties_on_the_first_keys_read_again_or_all_at_once(recorded: Callable[[str], Path], most_tied: int,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuscope.analysis.op_rows as op_rows
+    import gpuscope.analysis.ops.rows as op_rows
 
     monkeypatch.setattr(op_rows, "MOST_TIED", most_tied)
     columns = {"pid": "pid", "start_ns": "start_ns", "kernel": "kind = 'kernel'", "end": "end_ns + 1"}

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.timeline_details import PATH_INNER, PATH_OUTER, details
-from gpuscope.analysis.timeline_file_details import gpu_details
-from gpuscope.analysis.timeline_tracks import _lanes_of, build_index
+from gpuscope.analysis.timeline.details import PATH_INNER, PATH_OUTER, details
+from gpuscope.analysis.timeline.file_details import gpu_details
+from gpuscope.analysis.timeline.tracks import _lanes_of, build_index
 
 OPEN = 60
 LAUNCHES = 30

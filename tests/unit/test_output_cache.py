@@ -68,7 +68,7 @@ def test_analyze_and_roofline_of_a_large_report_answer_from_the_kept_output(reco
         raise AssertionError("derived again")
 
     import gpuscope.analysis.diagnosis as diagnosis
-    import gpuscope.analysis.roofline as roofline
+    import gpuscope.analysis.roofline.points as roofline
 
     monkeypatch.setattr(diagnosis, "diagnose", derive)
     monkeypatch.setattr(roofline, "roofline_sum", derive)

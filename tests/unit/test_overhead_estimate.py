@@ -9,7 +9,7 @@ from pathlib import Path
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.overhead import CUPTI_NS_PER_RECORD, OverheadPart, collection_overhead
+from gpuscope.analysis.steps.overhead import CUPTI_NS_PER_RECORD, OverheadPart, collection_overhead
 from gpuscope.reporters.overview import overhead_line
 
 
@@ -120,7 +120,7 @@ def test_cupti_cost_per_launch_as_each_process_measured_it(tmp_path: Path) -> No
 
 
 def test_profiling_share_of_launch_overhead() -> None:
-    from gpuscope.analysis.overhead import CollectionOverhead, profiling_share_ns
+    from gpuscope.analysis.steps.overhead import CollectionOverhead, profiling_share_ns
 
     # per-call parts (estimated) over the steps: 60 ms over 1 s of steps; measured parts over the wall: 20 ms
     # over 10 s. A 2 ms step: 60e6 * 2e6 / 1e9 + 20e6 * 2e6 / 10e9 = 120 µs + 4 µs
@@ -137,7 +137,7 @@ def test_profiling_share_of_launch_overhead() -> None:
 
 def test_the_diagnosis_says_how_much_launch_overhead_is_profilings(mlp_api: object) -> None:
     from gpuscope.analysis.diagnosis import diagnose
-    from gpuscope.analysis.overhead import collection_overhead, profiling_share_ns
+    from gpuscope.analysis.steps.overhead import collection_overhead, profiling_share_ns
 
     d = diagnose(mlp_api)  # type: ignore[arg-type]
     (p,) = d.processes

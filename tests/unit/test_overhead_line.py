@@ -10,8 +10,8 @@ from typing import Callable
 
 from report_builder import ReportBuilder
 
-from gpuscope.analysis.capture_summary import capture_summary
-from gpuscope.analysis.overhead import OverheadPart, collection_overhead
+from gpuscope.analysis.steps.capture import capture_summary
+from gpuscope.analysis.steps.overhead import OverheadPart, collection_overhead
 from gpuscope.analysis.overview import overview
 from gpuscope.reporters.overview import overhead_line, render
 from gpuscope.trace.report import Report

@@ -16,7 +16,7 @@ import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
 from gpuscope.analysis.diagnosis.context import Context
-from gpuscope.analysis.probe import ProbeTiming, _split, probe_timings, split_steps, step_ranges
+from gpuscope.analysis.steps.probe import ProbeTiming, _split, probe_timings, split_steps, step_ranges
 from gpuscope.capture.capture_range import CaptureSpec
 from gpuscope.capture.process.window import PROBE_EVERY, PROBE_FIRST, PROBE_STEPS, CaptureWindow
 from gpuscope.trace.report import Report
@@ -251,7 +251,7 @@ def test_a_cpu_run_measures_what_recording_every_operator_costs(tmp_path: Path) 
         steps = [int(s) for (s,) in report.sql(
             "SELECT DISTINCT step FROM (SELECT row_number() OVER (ORDER BY start_ns) AS step, start_ns FROM nvtx_range "
             "WHERE kind = 'mark' AND category = 'step' AND source = 'torch')")]
-        from gpuscope.analysis.step_table import step_sum
+        from gpuscope.analysis.steps.table import step_sum
 
         listed = {int(r[1]) for r in step_sum(report).rows if str(r[1]).isdigit()}
     assert timing.probes == 3 and len(timing.off_ns) == 6 and timing.measured
@@ -263,7 +263,7 @@ def test_a_cpu_run_measures_what_recording_every_operator_costs(tmp_path: Path) 
 
 
 def test_memory_of_a_run_with_probes_is_not_cut_into_windows(tmp_path: Path) -> None:
-    from gpuscope.analysis.memory_sum import memory_sum
+    from gpuscope.analysis.memory.summaries import memory_sum
 
     with Report.open(_profile(tmp_path, "memory", "-t", "torch,memory")) as report:
         assert report.count("capture_window") >= 2  # the probes' windows
@@ -276,7 +276,7 @@ def test_no_overhead_probe_records_every_step(tmp_path: Path) -> None:
     with Report.open(_profile(tmp_path, "whole", "--no-overhead-probe")) as report:
         assert report.count("capture_window") == 0
         assert probe_timings(report) == {}
-        from gpuscope.analysis.step_table import step_sum
+        from gpuscope.analysis.steps.table import step_sum
 
         listed = {int(r[1]) for r in step_sum(report).rows if str(r[1]).isdigit()}
     assert listed == set(range(1, 81))
@@ -285,7 +285,7 @@ def test_no_overhead_probe_records_every_step(tmp_path: Path) -> None:
 def test_a_probe_at_the_last_steps_leaves_step_sum_readable(tmp_path: Path) -> None:
     """11 steps: the probe starts after step 10, and the loop ends inside it, so no step with
     collection off is timed; the step summary says so instead of failing."""
-    from gpuscope.analysis.step_table import step_sum
+    from gpuscope.analysis.steps.table import step_sum
 
     with Report.open(_profile(tmp_path, "short", "-t", "torch", "--args-steps", "11")) as report:
         (timing,) = probe_timings(report).values()

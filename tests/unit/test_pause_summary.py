@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscope.analysis.capture_summary import capture_summary
+from gpuscope.analysis.steps.capture import capture_summary
 from report_builder import ReportBuilder
 
 

@@ -9,7 +9,7 @@ import pytest
 from diagnosis_sim import Sim
 
 from gpuscope.analysis.diagnosis import Diagnosis, diagnose
-from gpuscope.analysis.power import PowerBudget
+from gpuscope.analysis.roofline.power import PowerBudget
 
 US = 1_000
 MS = 1_000_000
@@ -74,5 +74,5 @@ def test_old_reports_without_a_power_limit_get_no_model(tmp_path: Path) -> None:
         sim.step()
     sim.memory(10**9)
     with sim.open() as report:
-        from gpuscope.analysis.power import power_budget
+        from gpuscope.analysis.roofline.power import power_budget
         assert power_budget(report, 0, 0, 2**62) is None

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from report_builder import ReportBuilder, torch_training
 
-from gpuscope.analysis.range_summaries import nvtx_gpu_proj_sum, nvtx_sum
+from gpuscope.analysis.ranges.summaries import nvtx_gpu_proj_sum, nvtx_sum
 from gpuscope.trace.report import Report
 
 STEPS = 4
@@ -55,7 +55,7 @@ def test_nvtx_sum_counts_ranges_that_never_ended(tmp_path: Path) -> None:
 
 def _projection(report: Report, same_thread: bool = True) -> pd.DataFrame:
     """Per range instance, from the operations whose launch it encloses: independent of the SQL."""
-    from gpuscope.analysis.attribution import op_ranges
+    from gpuscope.analysis.ops.attribution import op_ranges
 
     pairs = op_ranges(report, same_thread=same_thread).dropna(subset=["range_name"])
     return pairs.groupby(["range_name", "range_start_ns"]).agg(
@@ -128,7 +128,7 @@ def test_reports_without_ranges_say_so(tmp_path: Path) -> None:
 
 
 def test_ranges_without_gpu_work(tmp_path: Path) -> None:
-    from gpuscope.analysis.range_summaries import REPORTS
+    from gpuscope.analysis.ranges.summaries import REPORTS
 
     b = ReportBuilder(tmp_path / "r.gpuscope")
     b.range("Net", 0, 100, 1, category="forward")

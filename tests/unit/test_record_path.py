@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fake_cupti import FakeBuffer
-from gpuscope.analysis.cuda_summaries import cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_time_sum
+from gpuscope.analysis.ops.cuda_summaries import cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_time_sum
 from gpuscope.capture.cupti.activity import CuptiCollector
 from gpuscope.spool import SpoolWriter
 from gpuscope.trace.report import Report

@@ -77,7 +77,7 @@ def test_cuda_graph_kernels_belong_to_the_range_around_the_replay(recorded) -> N
 
 
 def test_whole_graph_launches_are_one_operation_each(recorded) -> None:
-    from gpuscope.analysis.attribution import innermost
+    from gpuscope.analysis.ops.attribution import innermost
 
     with Report.open(recorded("cuda_graph_whole")) as r:
         assert r.count("graph_launch") == 22

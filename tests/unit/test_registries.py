@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.capture import collectors
 from gpuscope.capture.cupti.activity import CuptiCollector
 from gpuscope.capture.cupti.callbacks import CallbackHub, TimedCalls

@@ -21,14 +21,9 @@ from conftest import GOLDEN
 from report_builder import ReportBuilder
 from roofline_builder import CEILINGS, add_device, add_torch_op, install_torch_ops_contract, roofline_report
 
-from gpuscope.analysis.ceilings import Ceilings, ceilings_table, for_device, for_report, save
-from gpuscope.analysis.roofline import (
-    POINT_COLUMNS,
-    kernel_points,
-    layer_points,
-    roofline_layer_sum,
-    roofline_sum,
-    step_point,
+from gpuscope.analysis.roofline.ceilings import Ceilings, ceilings_table, for_device, for_report, save
+from gpuscope.analysis.roofline.points import (
+    POINT_COLUMNS, kernel_points, layer_points, roofline_layer_sum, roofline_sum, step_point,
 )
 from gpuscope.errors import GpuscopeError
 from gpuscope.reporters import FORMATS

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from report_builder import probe_run
 
-from gpuscope.analysis.overhead import collection_overhead
-from gpuscope.analysis.step_counts import describe_counts, step_counts
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.steps.overhead import collection_overhead
+from gpuscope.analysis.steps.counts import describe_counts, step_counts
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.reporters.overview import overhead_line
 from gpuscope.trace.report import Report
 
@@ -87,8 +87,8 @@ def test_a_negative_slowdown_is_noise_everywhere(tmp_path: Path) -> None:
 def test_the_viewer_marks_the_probe_steps_instead_of_leaving_gaps(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The timeline's steps are the recorded ones, in order; the probe's steps come apart, each with
     what happened in it, and survive the index kept beside the report."""
-    from gpuscope.analysis import timeline_store
-    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.analysis.timeline import store as timeline_store
+    from gpuscope.analysis.timeline.tracks import build_index
     from gpuscope.trace import sidecar
 
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "user-cache"))

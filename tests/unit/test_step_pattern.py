@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.step_pattern import find_pattern
-from gpuscope.analysis.steps import pattern_steps, step_source, step_windows, steps_table
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.steps.pattern import find_pattern
+from gpuscope.analysis.steps.source import pattern_steps, step_source, step_windows, steps_table
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.trace.report import Report
 
 
@@ -104,7 +104,7 @@ def test_step_sum_and_analyze_agree(name: str, recorded: Callable[[str], Path]) 
 
 
 def test_hashes_of_every_k_tokens_wrap_as_unsigned() -> None:
-    from gpuscope.analysis.step_pattern import _hashes
+    from gpuscope.analysis.steps.pattern import _hashes
 
     tokens = np.array([-11, -2, 5, 2**62, -(2**63), 7, 7, -1], dtype=np.int64)
     for k in (1, 3, 8):

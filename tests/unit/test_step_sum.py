@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from report_builder import ReportBuilder, torch_training
 
-from gpuscope.analysis.step_table import step_sum
+from gpuscope.analysis.steps.table import step_sum
 from gpuscope.trace.report import Report
 
 SUMMARY = ["mean", "median", "p95", "stddev"]

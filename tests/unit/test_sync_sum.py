@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscope.analysis.sync import is_library, sync_site_frame, sync_sum
+from gpuscope.analysis.ops.sync import is_library, sync_site_frame, sync_sum
 from tests.report_builder import ReportBuilder, add_stack, add_sync_site
 
 TORCH = "/usr/lib/python3.12/site-packages/torch/_tensor.py"

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuscope.analysis import timeline_lod
-from gpuscope.analysis.timeline_buckets import buckets, longest
-from gpuscope.analysis.timeline_lod import build, grid, levels
-from gpuscope.analysis.timeline_tracks import Lane, TimelineIndex, Track, build_index
-from gpuscope.analysis.timeline_window import window
+from gpuscope.analysis.timeline import lod as timeline_lod
+from gpuscope.analysis.timeline.buckets import buckets, longest
+from gpuscope.analysis.timeline.lod import build, grid, levels
+from gpuscope.analysis.timeline.tracks import Lane, TimelineIndex, Track, build_index
+from gpuscope.analysis.timeline.window import window
 from gpuscope.trace import sidecar
 from gpuscope.trace.report import Report
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuscope.analysis import timeline_store
-from gpuscope.analysis.timeline_tracks import build_index
-from gpuscope.analysis.timeline_window import counters, window
+from gpuscope.analysis.timeline import store as timeline_store
+from gpuscope.analysis.timeline.tracks import build_index
+from gpuscope.analysis.timeline.window import counters, window
 from gpuscope.trace import sidecar
 from report_builder import torch_training
 
@@ -123,7 +123,7 @@ def test_a_large_reports_analyses_wait_for_a_request_and_are_kept(training) -> N
 
 
 def test_thread_lanes_carry_the_threads_recorded_names(recorded) -> None:
-    from gpuscope.analysis.timeline_tracks import build_index
+    from gpuscope.analysis.timeline.tracks import build_index
     from gpuscope.trace.report import Report
 
     with Report.open(recorded("cpu_train_small")) as report:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuscope.analysis.timeline_details import details, search, span_summary
-from gpuscope.analysis.timeline_tracks import Lane, TimelineIndex, Track, build_index
-from gpuscope.analysis.timeline_window import counters, lane_window, window
+from gpuscope.analysis.timeline.details import details, search, span_summary
+from gpuscope.analysis.timeline.tracks import Lane, TimelineIndex, Track, build_index
+from gpuscope.analysis.timeline.window import counters, lane_window, window
 from report_builder import torch_training
 
 

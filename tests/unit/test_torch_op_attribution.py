@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.analysis.attribution import ops_table
-from gpuscope.analysis.torch_ops import OUTSIDE, op_kernels_table, op_sum, torch_ops_table
+from gpuscope.analysis.ops.attribution import ops_table
+from gpuscope.analysis.ranges.operators import OUTSIDE, op_kernels_table, op_sum, torch_ops_table
 from gpuscope.trace.report import Report
 from report_builder import ReportBuilder, add_torch_op
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpuscope.analysis.work.model import Work, causal_pairs, op_work, op_work_json
+from gpuscope.analysis.roofline.work.model import Work, causal_pairs, op_work, op_work_json
 
 BF, F32, F16, F64 = "bfloat16", "float32", "float16", "float64"
 

@@ -40,16 +40,16 @@ STATS_REPORTS = (
 
 def stats_reports() -> dict[str, Callable[[Report], Table]]:
     """Return the function of every report of ``gpuscope stats`` by name, in STATS_REPORTS order."""
-    from .cpu import REPORTS as CPU
-    from .memory_sum import REPORTS as MEMORY
-    from .cuda_summaries import REPORTS as CUDA
-    from .range_summaries import REPORTS as RANGES
-    from .roofline import REPORTS as ROOFLINE
-    from .launch_sites import REPORTS as LAUNCHES
-    from .sync import REPORTS as SYNC
-    from .torch_ops import REPORTS as TORCH_OPS
-    from .rank_layers import REPORTS as RANK_LAYERS
-    from .rank_summaries import REPORTS as RANKS
+    from .cpu.summaries import REPORTS as CPU
+    from .memory.summaries import REPORTS as MEMORY
+    from .ops.cuda_summaries import REPORTS as CUDA
+    from .ranges.summaries import REPORTS as RANGES
+    from .roofline.points import REPORTS as ROOFLINE
+    from .ops.launch_sites import REPORTS as LAUNCHES
+    from .ops.sync import REPORTS as SYNC
+    from .ranges.operators import REPORTS as TORCH_OPS
+    from .distributed.layers import REPORTS as RANK_LAYERS
+    from .distributed.summaries import REPORTS as RANKS
 
     found = {**CUDA, **RANGES, **CPU, **SYNC, **LAUNCHES, **TORCH_OPS, **ROOFLINE, **MEMORY, **RANKS, **RANK_LAYERS}
     return {name: found[name] for name in STATS_REPORTS}

@@ -19,9 +19,9 @@ from ..trace.report import Report
 from ..trace.stacks import is_own, short_path, stack_paths
 from ..units import machine_label
 from . import STATS_REPORTS, stats_reports
-from .cpu_profile import user_path
-from .diff_parts import line_label, part_times
-from .steps import step_source, step_windows
+from .cpu.profile import user_path
+from .diff.parts import line_label, part_times
+from .steps.source import step_source, step_windows
 from .table import Table
 
 SAMPLE_COLUMNS = ["ts_ns", "pid", "tid", "thread", "weight_ns", "function", "file", "line", "program_line", "stack"]
@@ -55,7 +55,7 @@ def steps_frame(report: Report) -> pd.DataFrame:
     ``busy_compute`` ... ``idle_warmup``; CPU side: ``cpu_data``, ``cpu_forward``,
     ``cpu_backward``, ``cpu_optimizer``, ``cpu_other``), as ``gpuscope diff`` compares them.
     ``frame.attrs``: ``step_source`` (where the steps came from) and ``parts`` (name -> label)."""
-    from .diff_parts import part_labels
+    from .diff.parts import part_labels
 
     source = step_source(report)
     windows = step_windows(report, source).reset_index(drop=True)

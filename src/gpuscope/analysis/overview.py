@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 from ..trace.report import Report
 from ..units import human
-from .capture_summary import CaptureSummary, capture_summary
-from .cpu import cpu_hotspots_lines, host_summary
-from .cuda_summaries import cuda_gpu_kern_sum
-from .layers import layer_sum
-from .overhead import CollectionOverhead, collection_overhead
+from .steps.capture import CaptureSummary, capture_summary
+from .cpu.summaries import cpu_hotspots_lines, host_summary
+from .ops.cuda_summaries import cuda_gpu_kern_sum
+from .ranges.layers import layer_sum
+from .steps.overhead import CollectionOverhead, collection_overhead
 from .table import Table
 
 
@@ -148,7 +148,7 @@ def _top_lines(report: Report, top: int) -> Table | None:
     past the first two (the sampling rate, when it fell short)."""
     if not report.count("cpu_sample"):
         return None
-    from .cpu_profile import IMPORTS
+    from .cpu.profile import IMPORTS
 
     full = cpu_hotspots_lines(report)
     imports = [r for r in full.rows if r[6] == IMPORTS[0]]

@@ -44,8 +44,8 @@ def _sides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.diff import diff
-    from ..analysis.diff_data import run_data
+    from ..analysis.diff.compare import diff
+    from ..analysis.diff.data import run_data
     from ..reporters.diff import RENDERERS
     from ..trace.report import Report
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..analysis.fleet import FLEET_REPORTS
+from ..analysis.distributed.fleet import FLEET_REPORTS
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
 from .nodes import merged, nodes_of_one_run
@@ -39,9 +39,9 @@ def _warn(message: str) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     """Print the fleet summaries of the reports given."""
-    from ..analysis.fleet.engines import parse_engine, run_summaries  # noqa: PLC0415
-    from ..analysis.fleet.sources import open_sources, runs_differ  # noqa: PLC0415
-    from ..analysis.fleet.tables import to_table  # noqa: PLC0415
+    from ..analysis.distributed.fleet.engines import parse_engine, run_summaries  # noqa: PLC0415
+    from ..analysis.distributed.fleet.sources import open_sources, runs_differ  # noqa: PLC0415
+    from ..analysis.distributed.fleet.tables import to_table  # noqa: PLC0415
 
     from ..analysis import STATS_REPORTS, stats_reports  # noqa: PLC0415
 

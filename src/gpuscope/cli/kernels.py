@@ -85,7 +85,7 @@ def shlex_quote(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.kernel_metrics import kernel_metrics_table, profile_selection
+    from ..analysis.roofline.kernel_metrics import kernel_metrics_table, profile_selection
     from ..trace import ncu_import as ncu
     from ..trace.outputs import check, write_output
     from ..trace.report import Report

@@ -1,5 +1,5 @@
 """The per-node reports of one multi-node run, given together to ``stats``, ``analyze`` or ``view``:
-merged into one temporary report with their clocks aligned (analysis/nodes.py), then read as one."""
+merged into one temporary report with their clocks aligned (analysis/distributed/nodes.py), then read as one."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def report_files(paths: list[str]) -> list[Path] | None:
 def nodes_of_one_run(paths: list[str]) -> list[Path] | None:
     """The distinct report files of ``paths`` when they are the nodes of one run (each holds ranks of one
     world size, no rank twice); None otherwise."""
-    from ..analysis.nodes import one_run  # noqa: PLC0415
+    from ..analysis.distributed.nodes import one_run  # noqa: PLC0415
     from ..trace.report import Report  # noqa: PLC0415
 
     files = report_files(paths)
@@ -68,7 +68,7 @@ def nodes_of_one_run(paths: list[str]) -> list[Path] | None:
 def merged(files: list[Path]) -> Iterator[Path]:
     """A temporary report of ``files`` (nodes of one run) with aligned clocks; says on stderr which
     offset each report got and how it was found."""
-    from ..analysis.nodes import merge_nodes  # noqa: PLC0415
+    from ..analysis.distributed.nodes import merge_nodes  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="gpuscope-nodes-") as work:
         output = Path(work) / ("nodes" + FILE_SUFFIX)

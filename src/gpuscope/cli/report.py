@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.timeline_tracks import build_index
+    from ..analysis.timeline.tracks import build_index
     from ..reporters.html import file_page
     from ..trace.outputs import check, write_output
     from ..trace.report import Report

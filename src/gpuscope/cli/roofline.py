@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
         from ..trace.outputs import check
 
         check(out, args.force_overwrite)
-    from ..analysis.ceilings import ceilings_table, for_report, save
+    from ..analysis.roofline.ceilings import ceilings_table, for_report, save
 
     tables = []
     if args.calibrate:
         from ..run.roof_benchmark import calibrate
 
-        from ..analysis.calibration import calibration_table, merge
-        from ..analysis.ceilings import LABELS, load_cached
+        from ..analysis.roofline.calibration import calibration_table, merge
+        from ..analysis.roofline.ceilings import LABELS, load_cached
 
         _say(f"measuring the ceilings of {args.device} (about ten seconds)")
         measured = calibrate(args.device, repeats=args.repeats)
@@ -75,12 +75,7 @@ def run(args: argparse.Namespace) -> int:
                  "--replace takes this run's")
         _say(f"wrote {path}")
     if args.report:
-        from ..analysis.roofline import (
-            kernel_points,
-            layer_points,
-            roofline_layer_sum,
-            roofline_sum,
-        )
+        from ..analysis.roofline.points import kernel_points, layer_points, roofline_layer_sum, roofline_sum
         from ..trace.report import Report
 
         from ..reporters import output_cache

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..analysis import STATS_REPORTS, stats_reports
-from ..analysis.fleet import FLEET_REPORTS
+from ..analysis.distributed.fleet import FLEET_REPORTS
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
 from ..reporters.terminal import render_present
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _say_capture(path: str, report: Report) -> None:
     """Say on stderr that a capture range limited the report, and what it missed."""
-    from ..analysis.capture_summary import capture_summary
+    from ..analysis.steps.capture import capture_summary
 
     summary = capture_summary(report)
     if summary is None:

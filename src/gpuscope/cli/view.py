@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GpuscopeError
 
 if TYPE_CHECKING:
-    from ..analysis.timeline_tracks import TimelineIndex
+    from ..analysis.timeline.tracks import TimelineIndex
     from ..reporters.html.server import Viewer
 
 NAME = "view"
@@ -39,7 +39,7 @@ def _say(message: str) -> None:
 
 
 def _keep(path: Path, index: TimelineIndex, key: dict[str, int], viewer: Viewer) -> None:
-    from ..analysis import timeline_store
+    from ..analysis.timeline import store as timeline_store
 
     if timeline_store.keep(path, index, key) is None:
         _say(f"warning: could not keep the timeline index beside {path} or in the cache directory; "
@@ -50,8 +50,8 @@ def _keep(path: Path, index: TimelineIndex, key: dict[str, int], viewer: Viewer)
 def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
     """Return the viewer of the report at ``path`` (its index read from beside it, else built and
     kept in the background) and a line that says which and how long it took."""
-    from ..analysis import timeline_store
-    from ..analysis.timeline_tracks import build_index
+    from ..analysis.timeline import store as timeline_store
+    from ..analysis.timeline.tracks import build_index
     from ..reporters.html import FILE_EVENT_CAP
     from ..reporters.html.server import Viewer
     from ..trace import sidecar
@@ -83,8 +83,8 @@ def _open(path: str, no_cache: bool) -> tuple[Viewer, str]:
 
 def _comparison(paths: list[Path]) -> dict[str, Any]:
     """Return the page's comparison of the two reports (as ``gpuscope diff BASE NEW`` finds it)."""
-    from ..analysis.diff import diff
-    from ..analysis.diff_data import run_data
+    from ..analysis.diff.compare import diff
+    from ..analysis.diff.data import run_data
     from ..reporters.html.diff_page import diff_data
     from ..trace.report import Report
 

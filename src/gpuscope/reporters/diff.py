@@ -8,9 +8,9 @@ import json
 import textwrap
 from typing import Any
 
-from ..analysis.diff import DiffResult, Item
-from ..analysis.diff_data import describe
-from ..analysis.diff_stats import Change
+from ..analysis.diff.compare import DiffResult, Item
+from ..analysis.diff.data import describe
+from ..analysis.diff.stats import Change
 from ..safe_text import markdown, terminal
 from ..units import human
 from .table_fit import GAP, fit

@@ -53,7 +53,7 @@ def _code_fingerprint() -> str:
 
 def _calibrations() -> list[list[Any]]:
     """The cached calibrations (name, size, modification time): they change roofline ceilings."""
-    from ..analysis.ceilings import cache_dir
+    from ..analysis.roofline.ceilings import cache_dir
 
     try:
         entries = sorted(os.scandir(cache_dir()), key=lambda e: e.name)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import textwrap
 
-from ..analysis.capture_summary import CaptureSummary
-from ..analysis.overhead import CollectionOverhead
+from ..analysis.steps.capture import CaptureSummary
+from ..analysis.steps.overhead import CollectionOverhead
 from ..analysis.overview import Overview
 from ..safe_text import terminal as safe
 from ..units import duration

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..analysis.ceilings import LABELS, Ceilings
+from ..analysis.roofline.ceilings import LABELS, Ceilings
 from ..errors import GpuscopeError
 from ..safe_text import html as esc
 from ..safe_text import plot as plot_text
@@ -53,7 +53,7 @@ def _matplotlib() -> Any:
 
 
 def figure(points: pd.DataFrame, ceilings: Ceilings, title: str) -> Figure:
-    """Return the roofline chart of ``points`` (columns of :func:`..analysis.roofline.kernel_points`)."""
+    """Return the roofline chart of ``points`` (columns of :func:`..analysis.roofline.points.kernel_points`)."""
     _matplotlib()
     from matplotlib.figure import Figure
 

@@ -81,7 +81,7 @@ def profile(
             trace=trace,
             not_recorded=not_recorded(trace),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            # the host's real time beside its monotonic clock: aligns reports of several hosts (analysis/nodes.py)
+            # the host's real time beside its monotonic clock: aligns reports of several hosts (analysis/distributed/nodes.py)
             clock_anchor={"realtime_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()},
         )
         try:

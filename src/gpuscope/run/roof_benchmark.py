@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..analysis.calibration import combine
-from ..analysis.ceilings import Ceilings, cpu_name
+from ..analysis.roofline.calibration import combine
+from ..analysis.roofline.ceilings import Ceilings, cpu_name
 from ..errors import GpuscopeError
 
 # GPUs whose FP64 matrix products run on tensor cores (DMMA)

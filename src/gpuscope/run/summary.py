@@ -67,8 +67,8 @@ def _diagnosis(report: Report) -> tuple[str | None, str]:
         from ..analysis.diagnosis import diagnose
         from ..reporters.findings_table import render_short
 
-        from ..analysis.step_counts import describe_counts, step_counts
-        from ..analysis.steps import step_source
+        from ..analysis.steps.counts import describe_counts, step_counts
+        from ..analysis.steps.source import step_source
         from ..trace.trim import capture_limited
 
         diag = diagnose(report)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...trace.report import Report
 from .breakdown import ProcessBreakdown
 from .context import MIN_SHARE, Context, Process, fmt_ns
-from ..ranks import rank_of
+from ..distributed.ranks import rank_of
 from .finding import Finding, Skipped, cap_to_step, merge_ranks
 from .result import Diagnosis
 from .rule import Rule
@@ -39,7 +39,7 @@ def _setup_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]
 def _profiling_notes(report: Report, processes: list[ProcessBreakdown]) -> list[str]:
     """For each process with kernel launch overhead, how much of it is profiling's own
     (:func:`...overhead.profiling_share_ns`)."""
-    from ..overhead import collection_overhead, profiling_share_ns
+    from ..steps.overhead import collection_overhead, profiling_share_ns
 
     if not any(p.mean_parts()["idle_launch"] > 0 for p in processes):
         return []

@@ -6,12 +6,12 @@ blocking call of the process (see :mod:`.timeline`); each piece gets one part:
 
 **GPU busy**: a kernel, CUDA graph, device-to-device copy or memset of the process runs (on any of
 its devices). Split by the bound class of the kernel (``compute``, ``memory``, ``latency`` from
-``gpuscope.analysis.roofline.kernel_points``; ``unknown`` without it, and for graphs, copies and
+``gpuscope.analysis.roofline.points.kernel_points``; ``unknown`` without it, and for graphs, copies and
 memsets); time when several run at once is shared equally among them.
 
 **GPU idle**, when none of those runs, by cause, the first that applies:
 
-1. *compilation/warm-up*: the step is a warm-up step (:mod:`..steps`: the leading steps each longer
+1. *compilation/warm-up*: the step is a warm-up step (:mod:`..steps.source`: the leading steps each longer
    than 1.5x the median step): torch.compile, cuDNN autotuning, lazy initialization.
 2. *host-device transfers*: a copy that involves host memory (HtoD, DtoH, PtoP, ...) runs while no
    kernel does; or the host is blocked in a copy call; or the GPU ran dry while the host waited for

@@ -13,10 +13,10 @@ import pandas as pd
 
 from ...units import duration, size
 from ...trace.report import Report
-from ..attribution import innermost_table, ranges_table
-from ..launch_sites import after_launches, sampled_lines
-from ..power import PowerBudget, power_budget
-from ..probe import ProbeTiming, probe_timings
+from ..ops.attribution import innermost_table, ranges_table
+from ..ops.launch_sites import after_launches, sampled_lines
+from ..roofline.power import PowerBudget, power_budget
+from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
@@ -30,8 +30,8 @@ class Process:
 
     timeline: ProcessTimeline
     breakdown: ProcessBreakdown
-    probe: ProbeTiming | None = None  # its steps timed with collection off (analysis/probe.py)
-    power: PowerBudget | None = None  # its GPU's power over the steady steps (analysis/power.py)
+    probe: ProbeTiming | None = None  # its steps timed with collection off (analysis/steps/probe.py)
+    power: PowerBudget | None = None  # its GPU's power over the steady steps (analysis/roofline/power.py)
 
     @property
     def pid(self) -> int:
@@ -112,7 +112,7 @@ class Process:
 
     def gpu_gain(self, idle_ns: float) -> float:
         """What removing ``idle_ns`` of GPU idle time per step saves when the GPU ran at its power limit
-        (analysis/power.py: the same work must then fit the same power); all of it otherwise."""
+        (analysis/roofline/power.py: the same work must then fit the same power); all of it otherwise."""
         if self.power is None or not self.power.limited:
             return idle_ns
         return self.power.gain_ns(self.base_ns, idle_ns)
@@ -218,7 +218,7 @@ class Context:
     @cached_property
     def _roofline_and_reason(self) -> tuple[pd.DataFrame | None, str]:
         try:
-            from ..roofline import kernel_points  # type: ignore[import-not-found,unused-ignore]
+            from ..roofline.points import kernel_points  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             return None, "the roofline analysis is not available in this gpuscope"
         try:
@@ -410,7 +410,7 @@ class Context:
 
     def launch_lines(self, pid: int, launches: np.ndarray, top: int = 3) -> list[tuple[str, str, float]]:
         """The program lines that Python samples show just after the given launch times (within
-        :data:`..launch_sites.WINDOW_NS` of each): where the program launched that work, as
+        :data:`..ops.launch_sites.WINDOW_NS` of each): where the program launched that work, as
         :meth:`program_lines` gives them."""
         return self.program_lines(pid, *after_launches(launches), top) if len(launches) else []
 

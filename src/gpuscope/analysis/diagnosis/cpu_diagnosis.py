@@ -18,7 +18,7 @@ from .context import MIN_SHARE, fmt_ns
 from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
 from .cpu_context import CpuContext
 from .cpu_rules import CPU_RULES, CpuRule
-from ..ranks import rank_of
+from ..distributed.ranks import rank_of
 from .finding import Finding, Skipped, cap_to_step, merge_ranks
 from .rule import Rule
 
@@ -68,7 +68,7 @@ def _scope(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
     warm = int(p.steps["warmup"].sum())
     steady = len(p.steady)
     text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
-    if counts:  # the words of analysis/step_counts.py: found, recorded, warm-up, in the overhead probe
+    if counts:  # the words of analysis/steps/counts.py: found, recorded, warm-up, in the overhead probe
         return text + counts + startup + "."
     text += f"steps: {source}"
     if warm and warm < len(p.steps):
@@ -101,7 +101,7 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
     findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
     skipped += [Skipped(r.name, GPU_REASON) for r in gpu_rules]
     processes = [p.breakdown for p in ctx.processes]
-    from ..probe import probe_timings
+    from ..steps.probe import probe_timings
 
     ctx.notes += [f"Process {t.pid}: profiling's own cost, measured: {t.describe()}; the times above are of the "
                   "recorded steps." for t in probe_timings(report).values() if t.measured]

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ...trace.report import Report
-from ..pattern_steps import calling_line
+from ..steps.from_pattern import calling_line
 from ...trace.stacks import Frame, is_library, is_own, short_path, stack_paths
 
 _IMPORTING = re.compile(r"^<frozen importlib\._bootstrap(?:_external)?>$|[/\\]importlib[/\\]__init__\.py$")

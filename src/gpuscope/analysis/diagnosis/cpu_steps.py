@@ -1,6 +1,6 @@
 """The windows of a CPU-side diagnosis: the program's steps, or one window after start-up.
 
-Steps are those of :mod:`..steps` (``find_steps``: gpuscope.step() marks, PyTorch's optimizer
+Steps are those of :mod:`..steps.source` (``find_steps``: gpuscope.step() marks, PyTorch's optimizer
 steps, ranges named ``step``, or the program's repeating operator sequence); set-up and warm-up
 steps are shown but left out of the means. Without steps, the run after start-up counts as one
 window. Start-up (interpreter start, imports, building the model and the data) is never steady
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from .. import steps as steps_mod
+from ..steps import source as steps_mod
 
 WARMUP_FACTOR = 1.5  # leading steps longer than this times the median are warm-up (as step_sum)
 COLUMNS = ["pid", "step", "start_ns", "end_ns", "setup"]

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ...trace.report import Report
-from ..collective_groups import UNMATCHED
-from ..collectives import group_key
-from ..ranks import label, rank_of
+from ..distributed.groups import UNMATCHED
+from ..distributed.collectives import group_key
+from ..distributed.ranks import label, rank_of
 from .context import data_dict, fmt_ns
 from .cpu_frames import frame_text, load_stacks
 from .finding import Finding
@@ -32,7 +32,7 @@ class Missed:
 
 def missed_collectives(report: Report, coll: pd.DataFrame) -> list[Missed]:
     """For each ranked process with collectives, the first collective (by time) that others entered
-    and it never did; ``coll`` as :func:`..collectives.arrivals` returns it."""
+    and it never did; ``coll`` as :func:`..distributed.collectives.arrivals` returns it."""
     ranked = set(rank_of(report)) & set(coll["pid"].astype(int))
     if len(ranked) < 2:
         return []

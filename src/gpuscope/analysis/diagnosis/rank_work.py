@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..collectives import interval_union
+from ..distributed.collectives import interval_union
 from .timeline import Timelines
 
 COLUMNS = ["pid", "start_ns", "host_ns", "loader_ns", "kernel_ns", "queue_ns"]

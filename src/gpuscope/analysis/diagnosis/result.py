@@ -83,7 +83,7 @@ def _scope(p: ProcessBreakdown, source: str, counts: str | None = None) -> str:
     warm = int(p.steps["warmup"].sum())
     steady = len(p.steady)
     text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
-    if counts:  # the words of analysis/step_counts.py: found, recorded, warm-up, in the overhead probe
+    if counts:  # the words of analysis/steps/counts.py: found, recorded, warm-up, in the overhead probe
         return text + counts + "."
     text += f"steps: {source}"
     if warm and warm < len(p.steps):
@@ -92,10 +92,10 @@ def _scope(p: ProcessBreakdown, source: str, counts: str | None = None) -> str:
 
 
 def counts_by_process(report: Report) -> dict[int, str]:
-    """Per process, its steps in the words every output uses (analysis/step_counts.py)."""
+    """Per process, its steps in the words every output uses (analysis/steps/counts.py)."""
     from ...trace.trim import capture_limited
-    from ..step_counts import describe_counts, step_counts
-    from ..steps import step_source
+    from ..steps.counts import describe_counts, step_counts
+    from ..steps.source import step_source
 
     source = step_source(report)
     limited = capture_limited(report.meta)

@@ -1,8 +1,8 @@
 """The work of each kernel of the steady steps, for the rules that model a fix from the roofs: its
-FLOPs, matrix FLOPs, bytes, precision and kind (:func:`..work.kernels.kernel_work`: the operators'
+FLOPs, matrix FLOPs, bytes, precision and kind (:func:`..roofline.work.kernels.kernel_work`: the operators'
 shapes handed to their kernels, carried to kernels launched outside the operator sample windows),
 its operator's call, and the time the same work takes at the device's roofs
-(:mod:`..ceilings`).
+(:mod:`..roofline.ceilings`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..ceilings import Ceilings, for_report
+from ..roofline.ceilings import Ceilings, for_report
 from .context import Context, Process
 
 WORK_COLUMNS = ("flops", "matrix_flops", "bytes", "precision", "work_kind", "op_name", "torch_op_id", "tensor_cores")
@@ -34,7 +34,7 @@ def _work(ctx: Context) -> pd.DataFrame:
         frame = pd.DataFrame(columns=["item", *WORK_COLUMNS])
         if ctx.report.count("torch_op"):
             try:
-                from ..work.kernels import kernel_work
+                from ..roofline.work.kernels import kernel_work
 
                 frame = kernel_work(ctx.report)
             except Exception as exc:  # noqa: BLE001  (a failing analysis must not stop the others; said in notes)
@@ -89,7 +89,7 @@ def roof_ns(c: Ceilings, flops: float, matrix_flops: float, nbytes: float, preci
             tensor: bool) -> float | None:
     """The time (ns) work of one precision takes at the roofs: its matrix part at the tensor-core
     peak (``tensor``) or the CUDA-core peak, the rest at the CUDA-core peak, and its bytes at the
-    DRAM bandwidth, whichever is longer (:mod:`..roofline`); None without those roofs."""
+    DRAM bandwidth, whichever is longer (:mod:`..roofline.points`); None without those roofs."""
     peak = c.peak(precision, tensor=tensor)
     vector = c.peak(precision, tensor=False)
     if not peak or not vector or not c.dram_bytes_per_s or not np.isfinite(flops) or not np.isfinite(nbytes):
@@ -113,11 +113,11 @@ def roofs_ns(c: Ceilings, flops: np.ndarray, matrix_flops: np.ndarray, nbytes: n
 
 
 def op_calls(ctx: Context, ids: list[int]) -> dict[int, tuple[str, list[Any], list[Any], list[Any], dict[str, Any]]]:
-    """The operator calls ``ids`` (``torch_op_id`` of :func:`..torch_ops.torch_ops_table`): name,
+    """The operator calls ``ids`` (``torch_op_id`` of :func:`..ranges.operators.torch_ops_table`): name,
     shapes, dtypes, output shapes and scalars, parsed."""
     if not ids:
         return {}
-    from ..torch_ops import torch_ops_table
+    from ..ranges.operators import torch_ops_table
 
     table = torch_ops_table(ctx.report)
     listed = ", ".join(str(int(i)) for i in sorted(set(ids)))

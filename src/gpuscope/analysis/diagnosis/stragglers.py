@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from ..collective_groups import OUTSIDE, step_of
-from ..rank_summaries import rank_steps, timed_collectives
-from ..ranks import label, rank_of
+from ..distributed.groups import OUTSIDE, step_of
+from ..distributed.summaries import rank_steps, timed_collectives
+from ..distributed.ranks import label, rank_of
 from .context import data_dict, fmt_ns
 from .finding import Finding
 
@@ -78,7 +78,7 @@ class RankWaits:
 
 def _processes_with_work(report: Report) -> int:
     """How many processes have kernels, PyTorch operators or ranges: the records collectives are
-    found in (:func:`..collectives.collectives`)."""
+    found in (:func:`..distributed.collectives.collectives`)."""
     parts = " UNION ".join(f"SELECT DISTINCT pid FROM {t}" for t in ("kernel", "torch_op", "nvtx_range"))
     return int(report.sql(f"SELECT count(*) FROM ({parts})")[0][0])
 

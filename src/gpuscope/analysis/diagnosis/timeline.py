@@ -1,7 +1,7 @@
 """One process's timeline as arrays: its GPU operations, what blocked its host, its DataLoader waits
 and its steps, ready for interval arithmetic in numpy.
 
-GPU operations are those of :func:`..attribution.ops_table` (same ``op_id``), with the attributes
+GPU operations are those of :func:`..ops.attribution.ops_table` (same ``op_id``), with the attributes
 the diagnosis needs: stream, bytes, pageable or pinned memory, whether the call was asynchronous.
 An operation is *busy* work (kernels, CUDA graph launches, device-to-device copies, memsets) or a
 *transfer* (a copy that involves host memory or another device: HtoD, DtoH, HtoH, PtoP, ...).
@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from ..attribution import ops_table
-from ..op_rows import op_frame
-from ..pattern_steps import given_operations
-from ..steps import StepSource, step_source, step_windows
-from ..sync import sync_site_frame
+from ..ops.attribution import ops_table
+from ..ops.rows import op_frame
+from ..steps.from_pattern import given_operations
+from ..steps.source import StepSource, step_source, step_windows
+from ..ops.sync import sync_site_frame
 
 HOST_MEMORY_COPIES = ("HtoD", "DtoH", "HtoH", "HtoA", "AtoH", "PtoP")
 COPY_APIS = ("cudaMemcpy", "cuMemcpy")
@@ -48,7 +48,7 @@ _OP_COLUMNS = ("op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns",
 
 
 def _op_columns() -> dict[str, str]:
-    """Every GPU operation's attributes all kinds have (:func:`..attribution.ops_table`'s own
+    """Every GPU operation's attributes all kinds have (:func:`..ops.attribution.ops_table`'s own
     columns). The kind comes as its position in :data:`KINDS`: ten million strings, one object
     each, cost gigabytes on their way into pandas."""
     return {c: f"enum_code(kind::{_KINDS})" if c == "kind" else c for c in _OP_COLUMNS}
@@ -209,7 +209,7 @@ def _calls(report: Report, sites: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFra
 
 
 def _windows(report: Report, source: StepSource) -> dict[int, pd.DataFrame]:
-    """Step windows per process (:func:`..steps.step_windows`); processes without steps are absent."""
+    """Step windows per process (:func:`..steps.source.step_windows`); processes without steps are absent."""
     windows = step_windows(report, source)
     out = {}
     for pid, mine in windows.groupby("pid", sort=True):
@@ -223,7 +223,7 @@ def _whole(report: Report, pid: int, first: int, last: int) -> pd.DataFrame:
     """The windows of a process without steps: its GPU work, within its capture windows if any."""
     spans = [(first, last)]
     if report.count("capture_window"):
-        from ..windows import windows_table
+        from ..steps.windows import windows_table
 
         rows = report.sql(f"SELECT start_ns, end_ns FROM {windows_table(report)} WHERE pid = ? ORDER BY start_ns", [pid])
         spans = [(max(first, int(a)), min(last, int(b))) for a, b in rows] or spans

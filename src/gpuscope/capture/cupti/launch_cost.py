@@ -6,7 +6,7 @@ the machine (the CPU, the driver, a virtual machine's scheduling), so it is meas
 process, once, when the program is done: an empty kernel launched in blocks on the program's
 current CUDA context, with gpuscope's record kinds on (and off, in turn), then after gpuscope has
 detached from CUPTI. The median difference per launch between the blocks with the kinds on and
-the detached ones is the cost; analysis/overhead.py multiplies it by the kernels, copies and sets
+the detached ones is the cost; analysis/steps/overhead.py multiplies it by the kernels, copies and sets
 recorded. Detached, not only disabled: most of CUPTI's work inside a launch stays after its kinds
 are disabled, until CUPTI is detached (bench/RESULTS.md). The cost is measured for both ways a
 kernel is launched: through the driver (``cuLaunchKernel``: Triton's kernels) and through the CUDA

@@ -10,7 +10,7 @@ opened and what closed it (``step 10 to step 20``).
 The *overhead probe*: in a run recorded whole, with steps, collection is switched off for
 :data:`PROBE_STEPS` steps at the end of step :data:`PROBE_FIRST` and every :data:`PROBE_EVERY` steps
 after it, at least :data:`PROBE_MIN_GAP_NS` after the last probe ended. Step marks are kept, so
-the report times those steps without the profiler beside the recorded ones (analysis/probe.py).
+the report times those steps without the profiler beside the recorded ones (analysis/steps/probe.py).
 The windows around a probe are ordinary capture windows whose
 reasons name it; the one after a probe opens once the collectors are back on, so that the step
 that paid for switching them on is in neither group. When the steps stop during a probe (the loop

@@ -11,7 +11,7 @@ Outside those steps the wrapper passes the call straight to PyTorch.
 Steps are counted as the capture window counts them (process/window.py): the program's own step
 marks (``gpuscope.step()``, else optimizer steps), or, in a program with neither, its outermost
 module calls; a better source starting the count again starts the first steps again. The layer
-tables read only the steps that have module ranges (analysis/layers.py), and the summary says how
+tables read only the steps that have module ranges (analysis/ranges/layers.py), and the summary says how
 many steps had them.
 
 ``GPUSCOPE_MODULE_STEPS``: ``all`` (the default for now) records every step; ``sample`` records the

@@ -5,7 +5,7 @@ to be on by default. The work of the kernels that carry most GPU time (GEMMs, co
 attention) follows from the shapes of the operators that launched them, and a training or
 inference loop launches the same kernels with the same shapes iteration after iteration. So the
 recorder records operators for a short window of steady iterations, and the analysis carries their
-work to every other launch of the same kernel configuration (analysis/work/carried.py).
+work to every other launch of the same kernel configuration (analysis/roofline/work/carried.py).
 
 The window, as a small state machine (:class:`OpSample`):
 

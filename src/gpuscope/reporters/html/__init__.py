@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...analysis.timeline_tracks import TimelineIndex
+from ...analysis.timeline.tracks import TimelineIndex
 from ...trace.report import Report
 
 # Past this many timeline slices the viewer computes the tables and findings in a process of its

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.table import Table
-from ...analysis.timeline_tracks import TimelineIndex
-from ...analysis.timeline_window import counters, lane_window
+from ...analysis.timeline.tracks import TimelineIndex
+from ...analysis.timeline.window import counters, lane_window
 from ...trace.report import Report
 from ..overview import capture_line, overhead_line
 from ...units import duration, human, machine, scaled
@@ -135,8 +135,8 @@ def stats_data(report: Report) -> list[dict[str, Any]]:
 def roofline_data(report: Report) -> dict[str, Any]:
     """Return the roofline: the device's ceilings and one point per kernel and per layer (the
     columns of ``kernel_points``), with the texts a tooltip shows."""
-    from ...analysis.ceilings import LABELS, for_report
-    from ...analysis.roofline import kernel_points, layer_points
+    from ...analysis.roofline.ceilings import LABELS, for_report
+    from ...analysis.roofline.points import kernel_points, layer_points
 
     ceilings = for_report(report)
     roofs = [{"key": k, "label": LABELS.get(k, k), "value": float(v), "source": src,
@@ -202,11 +202,11 @@ def file_details(report: Report, index: TimelineIndex, lane_ids: list[int]) -> d
     """Return the details of the GPU operations of ``lane_ids`` for a file, compactly: ``{"fields":
     [[[label, text], ...], ...], "lanes": {lane: {"fields": [position in fields, or -1 per slice],
     "correlation": [id or None per slice]}}}``; an entry of fields lists what
-    :func:`...analysis.timeline_details.details` gives after start and duration (texts as the
+    :func:`...analysis.timeline.details.details` gives after start and duration (texts as the
     viewer shows them), its ``Correlation`` text left empty (the slice's own goes there), and,
     last, ``Launched by`` when the launch is known. Operations that share all but their
     correlation share an entry."""
-    from ...analysis.timeline_file_details import gpu_details
+    from ...analysis.timeline.file_details import gpu_details
 
     found = gpu_details(report, index, lane_ids)
     entries: dict[tuple[tuple[str, str], ...], int] = {}

@@ -38,7 +38,7 @@ def compute(report_path: Path, origin: int, with_steps: bool) -> dict[str, Any]:
     with Report.open(report_path) as report:
         content = sections(report, origin)
         if with_steps:
-            from ...analysis.steps import step_windows
+            from ...analysis.steps.source import step_windows
 
             content["steps"] = [{"pid": int(r.pid), "step": int(r.step), "start": int(r.start_ns) - origin,
                                  "end": int(r.end_ns) - origin} for r in step_windows(report).itertuples(index=False)]

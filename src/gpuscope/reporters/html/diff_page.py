@@ -1,7 +1,7 @@
 """The page of ``gpuscope view BASE NEW``: the two runs' timelines one above the other, aligned on
 the same steps, and the comparison of ``gpuscope diff`` as tables.
 
-The comparison comes from :func:`...analysis.diff.diff` over :func:`...analysis.diff_data.run_data`
+The comparison comes from :func:`...analysis.diff.compare.diff` over :func:`...analysis.diff.data.run_data`
 of each report, and its texts from :mod:`..diff` (the text report's), so the page computes no
 number of its own. Tables use the cells of :func:`.content.table_data`: ``[raw value, text]``.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...analysis.diff import DiffResult, Item
-from ...analysis.timeline_tracks import TimelineIndex
+from ...analysis.diff.compare import DiffResult, Item
+from ...analysis.timeline.tracks import TimelineIndex
 from ...units import human
 from ..diff import TITLES, _head, _row, _text, as_dict
 from .page import render

@@ -2,7 +2,7 @@
 
 Routes (GET, JSON but the page): ``/`` the page; ``/api/content[?compute=1]`` the analyses' sections;
 ``/api/window?t0&t1&px[&bin=1]`` the window on screen with level of detail
-(:mod:`...analysis.timeline_window`, from the pyramid of :mod:`...analysis.timeline_lod` once read
+(:mod:`...analysis.timeline.window`, from the pyramid of :mod:`...analysis.timeline.lod` once read
 or built; ``bin=1``: in the binary form of :mod:`.window_bin`; a request whose connection the page
 has closed, cancelling it, is not computed); each answer's ``Server-Timing`` header says how long
 its query and its encoding took;
@@ -35,8 +35,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from ...analysis.timeline_tracks import TimelineIndex
-from ...analysis.timeline_window import counters, window
+from ...analysis.timeline.tracks import TimelineIndex
+from ...analysis.timeline.window import counters, window
 from . import window_bin
 from ...errors import GpuscopeError
 from ...trace.report import Report
@@ -60,7 +60,7 @@ class Viewer:
     def start_lod(self) -> None:
         """Read the levels of detail kept beside the report, else build them in the background
         (seconds on ten million slices; windows are computed from the slices until then) and keep them."""
-        from ...analysis import timeline_lod
+        from ...analysis.timeline import lod as timeline_lod
 
         found = timeline_lod.cached(self.report.path) if self.key is not None else None
         if found is not None:
@@ -69,7 +69,7 @@ class Viewer:
         threading.Thread(target=self._build_lod, name="gpuscope-lod", daemon=True).start()
 
     def _build_lod(self) -> None:
-        from ...analysis import timeline_lod
+        from ...analysis.timeline import lod as timeline_lod
 
         background_priority()
         try:
@@ -134,7 +134,7 @@ class Viewer:
 
     def slice(self, lane: int, i: int) -> dict[str, Any] | None:
         """Return one slice's details, their values as text."""
-        from ...analysis.timeline_details import details  # pandas and the analyses: on first use, not at start
+        from ...analysis.timeline.details import details  # pandas and the analyses: on first use, not at start
 
         with self.lock:
             d = details(self.report, self.index, lane, i)
@@ -144,7 +144,7 @@ class Viewer:
 
     def summary(self, t0: int, t1: int) -> dict[str, Any]:
         """Return what ran in a span, its values as text."""
-        from ...analysis.timeline_details import span_summary
+        from ...analysis.timeline.details import span_summary
 
         s = span_summary(self.index, t0, t1)
         s["busy"] = [[name, f"{100 * b:.1f}%"] for name, b in s["busy"]]
@@ -252,7 +252,7 @@ def _lists(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def _search(index: TimelineIndex, text: str) -> dict[str, Any]:
-    from ...analysis.timeline_details import search
+    from ...analysis.timeline.details import search
 
     return search(index, text)
 

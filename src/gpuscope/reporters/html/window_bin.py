@@ -1,6 +1,6 @@
 """The binary form of a timeline window, as the viewer's page asks for it (``/api/window?...&bin=1``).
 
-The same answer as the JSON of :func:`...analysis.timeline_window.window`, but its arrays as
+The same answer as the JSON of :func:`...analysis.timeline.window.window`, but its arrays as
 little-endian arrays the page views in place (``assets/timeline.js``, ``decodeWindow``) instead of
 text to print and parse: a zoom's answer is smaller and costs less on both sides.
 

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...ceilings import for_report
-from ...work.matrix import causal_pairs
+from ...roofline.ceilings import for_report
+from ...roofline.work.matrix import causal_pairs
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
 from ..kernel_flags import name_codes, per_code

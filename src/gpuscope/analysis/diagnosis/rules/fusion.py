@@ -35,8 +35,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ...work.call import Call
-from ...work.model import op_work
+from ...roofline.work.call import Call
+from ...roofline.work.model import op_work
 from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
 from ..kernel_flags import name_flags

@@ -269,13 +269,13 @@ def _graphed_kernels(ctx: Context, p: Process) -> int:
 def _untraced_step(ctx: Context, p: Process) -> float:
     """The steady step without the profiler: the overhead probe's measurement where it ran
     (:attr:`Process.base_ns`), else the recorded step less the collection overhead estimated for
-    its kernel launch overhead (:func:`...overhead.profiling_share_ns`, as the diagnosis's notes
+    its kernel launch overhead (:func:`...steps.overhead.profiling_share_ns`, as the diagnosis's notes
     say it)."""
     if p.profiling_ns or (p.probe is not None and p.probe.measured):
         return p.base_ns
     key = ("untraced_step", p.pid)
     if key not in ctx.cache:
-        from ...overhead import collection_overhead, profiling_share_ns
+        from ...steps.overhead import collection_overhead, profiling_share_ns
 
         mean = p.breakdown.mean_parts()
         own = 0
@@ -293,7 +293,7 @@ class DataLoading(Rule):
     needs = ("gpu", "torch")
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        from ...cpu import host_summary
+        from ...cpu.summaries import host_summary
 
         host = host_summary(ctx.report)
         out = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...memory import peak_bytes
+from ...memory.peak import peak_bytes
 from ..context import Context, data_dict, fmt_bytes, fmt_ns
 from ..finding import Finding
 from ..rule import Rule

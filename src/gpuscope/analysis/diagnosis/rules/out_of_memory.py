@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...memory_oom import oom_states
+from ...memory.oom import oom_states
 from ..context import Context, data_dict, fmt_bytes
 from ..finding import Finding
 from ..rule import Rule

@@ -1,0 +1,1 @@
+"""The CPU side: sampled stacks as hot functions, lines and threads."""

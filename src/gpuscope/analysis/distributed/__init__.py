@@ -1,0 +1,1 @@
+"""Several processes as one job: ranks, collectives, nodes, and queries over many reports (fleet)."""

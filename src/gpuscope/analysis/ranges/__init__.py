@@ -1,0 +1,1 @@
+"""Ranges: NVTX and annotation ranges, PyTorch modules (layers) and operators, and the GPU work inside each."""
