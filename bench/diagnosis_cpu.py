@@ -40,7 +40,7 @@ NOTHING = 0.05  # a balanced program: no finding and no measured gain above this
 
 # program -> (what is wrong, the rule expected on top; None: nothing above NOTHING)
 PROGRAMS: dict[str, tuple[str, str | None]] = {
-    "dataloader_starved": ("DataLoader(num_workers=0), Python in the Dataset", "cpu_data_loader"),
+    "dataloader_starved": ("DataLoader(num_workers=0), Python in the Dataset", "data_loader"),
     "infer_hot_line": ("inference, argmax in Python over the logits", "cpu_hot_line"),
     "one_thread": ("torch.set_num_threads(1) on large matmuls", "cpu_idle_cores"),
     "balanced": ("nothing (batches from memory, every core)", None),

@@ -84,8 +84,8 @@ def test_analyze_a_report_recorded_without_a_gpu(gs: Gpuscope) -> None:
     assert res.returncode == 0, res.describe()
     out = res.stdout
     assert out.startswith("CPU Step-Time Breakdown (no GPU operations) (cpu_step_breakdown)")
-    assert "Data loading (waiting for batches)" in out and "[cpu_data_loader]" in out
+    assert "Data loading (waiting for batches)" in out and "[data_loader]" in out
     assert "[cpu_startup]" not in out and "start-up before the first step" in out  # a note, not a finding
     doc = json.loads(gs.run("analyze", "-f", "json", report).stdout)
-    assert doc["analysis"] == "cpu" and doc["findings"][0]["rule"] == "cpu_data_loader"
+    assert doc["analysis"] == "cpu" and doc["findings"][0]["rule"] == "data_loader"
     assert doc["step_source"] == "PyTorch's marks at the end of optimizer.step()"

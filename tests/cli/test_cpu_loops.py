@@ -127,7 +127,7 @@ def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope, program: str) ->
 
 
 def test_the_batched_call_keeps_the_work_and_pays_the_fixed_cost_once() -> None:
-    from gpuscope.analysis.diagnosis.cpu_rules.hot_line import batched_saving, work_share
+    from gpuscope.analysis.diagnosis.rules.hot_line import batched_saving, work_share
 
     # 8 calls of 100 us per step, 10% of it per-element work: one call pays 90 us once and 8 x 10 us
     assert batched_saving(800e3, 8, 0.1) == pytest.approx(800e3 - 90e3 - 80e3)
@@ -146,7 +146,7 @@ def test_a_products_work_is_the_least_time_its_identical_calls_took() -> None:
     """Products split over threads that wake late wait at most calls: the waits are per-call cost
     (one batched call waits once), not per-element work. The work of 40 identical products is what
     the fastest took; the other calls' time beyond it counts as fixed cost."""
-    from gpuscope.analysis.diagnosis.cpu_rules.hot_line import work_share
+    from gpuscope.analysis.diagnosis.rules.hot_line import work_share
 
     rows, t = [], 0
     for i in range(40):  # a view, then the product: 250 us, or 2 ms where it waited for a thread

@@ -107,5 +107,5 @@ def test_two_nodes_of_a_torchrun_job_profiled_one_report_each(gs: Gpuscope) -> N
     assert {"default_pg (0)", "pair (1)"} <= groups, groups
     analyze = gs.run("analyze", *reports, "-f", "json")
     top = json.loads(analyze.stdout)["findings"][0]
-    assert top["rule"] == "cpu_straggler" and top["data"]["straggler_rank"] == 1, top
+    assert top["rule"] == "straggler" and top["data"]["straggler_rank"] == 1, top
     assert top["data"]["cause_part"] == "cpu_data"

@@ -80,7 +80,7 @@ def test_every_rank_is_recorded_and_the_straggler_is_the_top_finding(gs: Gpuscop
     assert set(ranks["backend"]) == {"gloo"} and agents == 1  # torchrun's own process has no rank
     doc = json.loads(gs.run("analyze", "job.gpuscope", "-f", "json").stdout)
     top = doc["findings"][0]
-    assert top["rule"] == "cpu_straggler", [f["rule"] for f in doc["findings"]]
+    assert top["rule"] == "straggler", [f["rule"] for f in doc["findings"]]
     assert top["data"]["straggler_rank"] == 1 and top["data"]["cause_part"] == "cpu_data"
     # 8 samples of 2 ms per batch: rank 0 waits about 16 ms per step for rank 1
     assert 8e6 < top["saving_ns"] < 40e6, top
@@ -116,7 +116,7 @@ def test_a_rank_that_never_reaches_a_collective_is_named_with_its_last_stack(gs:
     assert res.returncode != 0, res.describe()
     doc = json.loads(gs.run("analyze", "hung.gpuscope", "-f", "json").stdout)
     top = doc["findings"][0]
-    assert top["rule"] == "cpu_hung_rank", [f["rule"] for f in doc["findings"]]
+    assert top["rule"] == "hung_rank", [f["rule"] for f in doc["findings"]]
     assert top["data"]["hung_rank"] == 1 and top["data"]["kind"] == "all_reduce"
     assert "wait_for_a_lost_peer" in (top["data"]["stack"] or ""), top
     assert top["data"]["waited_ns"] > 2e9  # rank 0 waited until its timeout

@@ -45,9 +45,9 @@ def test_dataloader_workers_measured_against_the_cpu_diagnosis(dataloader_try: t
     r, here, kept = dataloader_try
     assert r.returncode == 0, r.describe()  # confirmed: --fail-if-unconfirmed lets it pass
     data = json.loads(r.stdout)
-    assert data["top_findings"][0] == "cpu_data_loader", r.describe()  # the CPU diagnosis ranks the wait first
+    assert data["top_findings"][0] == "data_loader", r.describe()  # the CPU diagnosis ranks the wait first
     fix = data["fixes"][0]
-    assert fix["name"] == "dataloader_workers" and fix["finding"]["rule"] == "cpu_data_loader"
+    assert fix["name"] == "dataloader_workers" and fix["finding"]["rule"] == "data_loader"
     workers = fix["settings"]["num_workers"]
     assert fix["status"] == "measured" and f"num_workers={workers}" in fix["detail"], r.describe()
     cut = re.search(r"torch\.set_num_threads\((\d+)\) \(was (\d+); (\d+) cores\)", fix["detail"])

@@ -72,7 +72,7 @@ def test_the_page_shows_what_a_real_try_measured(real_try: tuple[Path, Path, dic
     w = rows["dataloader_workers"]
     assert w["Estimated gain"] == _pct(workers["estimated_gain"])
     assert w["Measured gain"] == f"{_pct(workers['measured_gain']['median'])} (1 round: no interval)"
-    assert w["Answers"] == "answers cpu_data_loader: The loop waits for its DataLoader"
+    assert w["Answers"] == "answers data_loader: The loop waits for its DataLoader"
     assert w["Status"] == f"measured -> {workers['verdict']}" and workers["verdict"]
     assert w["Numbers"].startswith("first 5 losses agree")
     facts = dict(data["content"]["tried"]["facts"])

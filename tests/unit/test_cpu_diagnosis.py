@@ -47,7 +47,7 @@ def _actionable(diag: CpuDiagnosis) -> list:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("program, rule, marker", [
-    ("dataloader_starved", "cpu_data_loader", "the per-sample Python that costs"),
+    ("dataloader_starved", "data_loader", "the per-sample Python that costs"),
     ("infer_hot_line", "cpu_hot_line", "the hot line"),
 ])
 def test_the_planted_problem_comes_first_at_its_line(diagnoses: dict[str, CpuDiagnosis], program: str, rule: str,
@@ -112,7 +112,7 @@ def test_steps_come_from_the_optimizer_and_start_up_is_left_out(diagnoses: dict[
 @pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
 def test_every_format_shows_the_cpu_breakdown_and_findings(diagnoses: dict[str, CpuDiagnosis], fmt: str) -> None:
     text = diagnosis_formats()[fmt](diagnoses["dataloader_starved"])
-    assert "cpu_data_loader" in text
+    assert "data_loader" in text
     # the GPU rules not checked: named one by one in json, one line in the text formats
     assert ("host_sync" in text) if fmt == "json" else ("GPU rules" in text and "not checked" in text)
     assert ("Data loading" in text) if fmt != "json" else ('"cpu_data"' in text)
@@ -185,7 +185,7 @@ def test_loading_that_waits_is_hidden_by_a_worker_even_on_a_busy_machine(tmp_pat
     with Report.open(unpack_fixture("cpu_try_dataloader", tmp_path)) as report:
         diag = diagnose(report)
     top = _actionable(diag)[0]
-    assert top.rule == "cpu_data_loader" and top.data["other_cores"] > 0.5
+    assert top.rule == "data_loader" and top.data["other_cores"] > 0.5
     assert top.data["loader_on_cpu"] < 0.2 and top.data["workers"] == 1
     assert top.saving_ns >= 0.8 * top.data["wait_ns"]
     assert any("ran on a core" in e and "without taking cores" in e for e in top.evidence)

@@ -10,7 +10,7 @@ import pytest
 from gpuscope.analysis.diagnosis.cpu_breakdown import CPU_PARTS, DATA, FORWARD, OPTIMIZER, OTHER, split_steps
 from gpuscope.analysis.diagnosis.cpu_context import carry_back
 from gpuscope.analysis.diagnosis.cpu_frames import classify, is_own, is_user, library_path, user_frame
-from gpuscope.analysis.diagnosis.cpu_rules.data_loader import best_workers, hidden_wait
+from gpuscope.analysis.diagnosis.rules.data_loader import best_workers, hidden_wait
 from gpuscope.analysis.diagnosis.cpu_steps import import_end, leading_warmup
 
 SITE = "/home/u/.venv/lib/python3.11/site-packages"

@@ -74,7 +74,7 @@ def test_a_program_file_is_read_from_this_checkout_when_the_recorded_path_is_els
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hot-line rule reads the program's lines: a report recorded in another checkout finds them
     under the reader's working directory by their path relative to where the program ran."""
-    from gpuscope.analysis.diagnosis.cpu_rules.base import local_file, source_text
+    from gpuscope.analysis.diagnosis.rules.cpu_side import local_file, source_text
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "train.py").write_text("x = 1\nlogits = model(tokens)\n")

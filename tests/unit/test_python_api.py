@@ -40,7 +40,7 @@ def test_a_cpu_report_gives_its_steps_parts_samples_and_findings(recorded) -> No
     assert samples["thread"].eq("MainThread").any() and samples["program_line"].str.contains(":").any()
     getitem = samples[samples["program_line"].str.contains("__getitem__")]
     assert len(getitem) and all(isinstance(s, tuple) and s for s in getitem["stack"])
-    assert findings.loc[0, "rule"] == "cpu_data_loader" and 0 < findings.loc[0, "share"] <= 1
+    assert findings.loc[0, "rule"] == "data_loader" and 0 < findings.loc[0, "share"] <= 1
     assert isinstance(findings.loc[0, "evidence"], list) and findings.attrs["skipped"]
     assert {"DataLoader.__next__", "SGD.step"} <= set(layers["Name"])
     assert hot.attrs["name"] == "cpu_hotspots_lines" and "Wall Self (ns)" in hot.columns

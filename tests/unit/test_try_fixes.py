@@ -56,7 +56,6 @@ def test_interval_judges_estimates_and_losses() -> None:
 @pytest.mark.parametrize(("rule", "expected"), [
     ("no_tensor_cores", {"tf32", "bf16_autocast"}),
     ("precision", {"tf32", "bf16_autocast"}),
-    ("cpu_data_loader", {"dataloader_workers"}),
     ("data_loader", {"dataloader_workers"}),
     ("pageable_copies", {"pin_memory"}),
     ("unfused_elementwise", {"compile"}),
@@ -76,7 +75,7 @@ def test_expandable_segments_answers_fragmentation_only() -> None:
 
 
 def test_plan_tries_fixes_of_the_top_findings_and_lists_edits() -> None:
-    found = [finding("host_sync", 0.4), finding("cpu_data_loader", 0.3, workers=2), finding("launch_bound", 0.2),
+    found = [finding("host_sync", 0.4), finding("data_loader", 0.3, workers=2), finding("launch_bound", 0.2),
              finding("unfused_elementwise", 0.1)]
     plan = fixes.plan(found, top=3)
     tried = {p.fix.name: p for p in plan.tried}

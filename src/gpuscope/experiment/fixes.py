@@ -22,7 +22,7 @@ DEFAULT_WORKERS = 4  # DataLoader workers where the finding does not say how man
 
 
 def _workers(finding: Finding | None) -> dict[str, Any]:
-    """The DataLoader settings for ``finding``: its own count of workers (cpu_data_loader), else
+    """The DataLoader settings for ``finding``: its own count of workers (the data_loader finding's), else
     at most :data:`DEFAULT_WORKERS`, one core left to the loop."""
     named = int((finding.data if finding else {}).get("workers") or 0)
     cores = os.cpu_count() or 2
@@ -78,7 +78,7 @@ FIXES: tuple[Fix, ...] = (
         ("precision", "no_tensor_cores"), patch="bf16_autocast", changes_numerics=True, precision="bfloat16"),
     Fix("dataloader_workers", "DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=4, "
         "pin_memory=True on a GPU); torch.set_num_threads(cores - N) where PyTorch's threads and the workers "
-        "outnumber the cores", ("cpu_data_loader", "data_loader"), patch="dataloader", params=_workers),
+        "outnumber the cores", ("data_loader",), patch="dataloader", params=_workers),
     Fix("pin_memory", "DataLoader(pin_memory=True)", ("pageable_copies",), patch="pin_memory"),
     Fix("compile", "torch.compile(model)", ("unfused_elementwise", "launch_bound"), patch="compile"),
     Fix("compile_reduce_overhead", 'torch.compile(model, mode="reduce-overhead")', ("launch_bound",),

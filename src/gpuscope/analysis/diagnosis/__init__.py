@@ -1,9 +1,11 @@
 """Diagnosis: where the step time goes (:mod:`.breakdown`) and what to fix first (:mod:`.rules`).
 
 ``diagnose(report)`` splits each steady step into GPU busy time by bound class and GPU idle time by
-cause, runs every rule whose data the report has, and ranks their findings by estimated saving
-(share of the step; one-time findings by their share of the capture's steps). Rules whose data is
-missing are listed with the reason, and the others still run.
+cause (without GPU work: the step's wall time into data loading, forward, backward, optimizer and
+other Python, :mod:`.cpu_diagnosis`), runs every rule whose data the report has (:mod:`.engine`, the
+same pass on either side), and ranks their findings by estimated saving (share of the step;
+one-time findings by their share of the capture's steps). Rules whose data is missing are listed
+with the reason, and the others still run.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from ...trace.report import Report
 from .breakdown import ProcessBreakdown
 from .context import MIN_SHARE, Context, Process, fmt_ns
-from ..distributed.ranks import rank_of
-from .finding import Finding, Skipped, cap_to_step, merge_ranks
+from .engine import ranked, run_rules
+from .finding import Finding, Skipped
 from .result import Diagnosis
 from .rule import Rule
 
@@ -75,6 +77,8 @@ def _probe_notes(processes: list[Process]) -> list[str]:
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
+    A report with GPU operations is read on its GPU side, one without on its CPU side
+    (:mod:`.cpu_diagnosis`); the same rules run on either (each reads the sides it names).
     ``rules`` defaults to every rule of :data:`.rules.RULES`; findings saving less than ``min_share``
     of the step are left out.
     """
@@ -85,18 +89,8 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
         from .cpu_diagnosis import diagnose_cpu
 
         return diagnose_cpu(report, rules, min_share)
-    findings: list[Finding] = []
-    skipped: list[Skipped] = []
-    for rule in RULES if rules is None else rules:
-        reason = rule.skip(ctx)
-        if reason:
-            skipped.append(Skipped(rule.name, reason))
-            continue
-        findings += rule.evaluate(ctx)
-    findings = cap_to_step(findings, {p.pid: p.base_ns for p in ctx.processes},
-                           {p.pid: p.share for p in ctx.processes}, ctx.min_share, fmt_ns)
-    findings = merge_ranks(findings, rank_of(report), fmt_ns)
-    findings.sort(key=lambda f: (f.advisory, f.work_changing, -f.share, f.rule, f.title))
+    findings, skipped = run_rules(ctx, RULES if rules is None else rules)
+    findings = ranked(findings, ctx, lambda p: p.base_ns)
     processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)
     ctx.notes += _probe_notes(ctx.processes)

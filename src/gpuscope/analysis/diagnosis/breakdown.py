@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .step_means import StepsBreakdown
 from .timeline import COPY_APIS, ProcessTimeline
 
 SLACK_NS = 20_000
@@ -73,7 +74,7 @@ _CPU, _LAUNCH, _SYNC, _DATA, _TRANSFER, _WARMUP = range(4, 10)
 
 
 @dataclass
-class ProcessBreakdown:
+class ProcessBreakdown(StepsBreakdown):
     """The breakdown of one process.
 
     ``steps``: one row per step (``step``, ``start_ns``, ``duration_ns``, ``warmup`` and one column
@@ -90,12 +91,6 @@ class ProcessBreakdown:
     steps: pd.DataFrame
     idle: pd.DataFrame
     ops: pd.DataFrame
-
-    @property
-    def steady(self) -> pd.DataFrame:
-        """The steps that are not warm-up (all of them when every step is)."""
-        steady = self.steps[~self.steps["warmup"]]
-        return steady if len(steady) else self.steps
 
     def mean_parts(self) -> dict[str, float]:
         """The mean of each part over the steady steps, with ``duration_ns`` (without steps: the sum

@@ -18,6 +18,7 @@ from ..ops.launch_sites import after_launches, sampled_lines
 from ..roofline.power import PowerBudget, power_budget
 from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
+from .step_means import PerStep
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
 MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
@@ -25,7 +26,7 @@ HOST_PARTS = ("idle_cpu", "idle_launch", "idle_sync", "idle_data")  # GPU idle w
 
 
 @dataclass
-class Process:
+class Process(PerStep):
     """One process: its timeline, its breakdown, and per-step arithmetic."""
 
     timeline: ProcessTimeline
@@ -36,32 +37,6 @@ class Process:
     @property
     def pid(self) -> int:
         return self.timeline.pid
-
-    @cached_property
-    def steady_windows(self) -> pd.DataFrame:
-        """The windows of the steady steps: ``start_ns``, ``end_ns`` (and the step label)."""
-        s = self.breakdown.steady
-        return pd.DataFrame({"step": s["step"], "start_ns": s["start_ns"],
-                             "end_ns": s["start_ns"] + s["duration_ns"]}).reset_index(drop=True)
-
-    @property
-    def n_steps(self) -> int:
-        """The number of steady steps (1 for a capture without steps)."""
-        return max(len(self.steady_windows), 1) if self.breakdown.has_steps else 1
-
-    @cached_property
-    def step_ns(self) -> float:
-        """The mean duration of a steady step (the whole capture, without steps)."""
-        return self.breakdown.mean_parts()["duration_ns"]
-
-    @property
-    def unit(self) -> str:
-        """``per step``, or ``over the capture`` for a report without steps."""
-        return "per step" if self.breakdown.has_steps else "over the capture"
-
-    def per_step(self, total_ns: float) -> float:
-        """Return ``total_ns`` (over the steady steps) per step."""
-        return total_ns / self.n_steps
 
     @cached_property
     def host_idle_ns(self) -> float:
@@ -161,6 +136,8 @@ STEADY_COLUMNS = ("op_id", "name", "launch_ns", "start_ns", "end_ns", "critical"
 
 class Context:
     """The report and everything rules share, computed on first use."""
+
+    side = "gpu"  # the side of the report the rules read here (rule.GPU)
 
     def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
         self.report = report

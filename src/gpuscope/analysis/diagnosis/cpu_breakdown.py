@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .step_means import StepsBreakdown
+
 CPU_PARTS = ("cpu_data", "cpu_forward", "cpu_backward", "cpu_optimizer", "cpu_other")
 CPU_LABELS = {
     "cpu_data": "Data loading (waiting for batches)",
@@ -38,7 +40,7 @@ PRIORITY = (DATA, OPTIMIZER, BACKWARD, FORWARD)  # the first that covers a piece
 
 
 @dataclass
-class CpuBreakdown:
+class CpuBreakdown(StepsBreakdown):
     """The CPU breakdown of one process.
 
     ``steps``: one row per step (``step``, ``start_ns``, ``duration_ns``, ``warmup`` (set-up or
@@ -54,12 +56,6 @@ class CpuBreakdown:
     startup_ns: int = 0
     import_ns: float = 0.0
     parts: tuple[str, ...] = field(default=CPU_PARTS)
-
-    @property
-    def steady(self) -> pd.DataFrame:
-        """The steps that are not set-up or warm-up (all of them when every step is)."""
-        steady = self.steps[~self.steps["warmup"]]
-        return steady if len(steady) else self.steps
 
     def mean_parts(self) -> dict[str, float]:
         """The mean of each part over the steady steps, with ``duration_ns``."""

@@ -8,6 +8,7 @@ import json
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,11 @@ from .context import MIN_SHARE
 from .cpu_breakdown import CATEGORY_PART, CpuBreakdown, part_at, split_steps
 from .cpu_frames import StackInfo, load_stacks
 from .cpu_steps import CpuSteps, load_steps, run_window, whole_run
+from .step_means import PerStep
 
 
 @dataclass
-class CpuProcess:
+class CpuProcess(PerStep):
     """One process: its windows and breakdown, and its main thread's samples, ranges and operators.
 
     ``samples``: ``ts_ns``, ``weight_ns``, ``stack_id``, ``part`` (index of ``CPU_PARTS``),
@@ -36,34 +38,7 @@ class CpuProcess:
     ranges: pd.DataFrame
     ops: pd.DataFrame
 
-    @property
-    def n_steps(self) -> int:
-        """The number of steady windows (at least 1)."""
-        return max(len(self.breakdown.steady), 1)
-
-    @cached_property
-    def step_ns(self) -> float:
-        """The mean duration of a steady step (of the window, without steps)."""
-        return self.breakdown.mean_parts()["duration_ns"]
-
-    @property
-    def unit(self) -> str:
-        return "per step" if self.breakdown.has_steps else "over the run"
-
-    def per_step(self, total_ns: float) -> float:
-        """``total_ns`` (over the steady windows) per step."""
-        return total_ns / self.n_steps
-
-    def share(self, per_step_ns: float) -> float:
-        """A per-step time as a share of the step (0-1)."""
-        return per_step_ns / self.step_ns if self.step_ns else 0.0
-
-    @cached_property
-    def steady_windows(self) -> pd.DataFrame:
-        """The steady windows (``start_ns``, ``end_ns``)."""
-        s = self.breakdown.steady
-        return pd.DataFrame({"start_ns": s["start_ns"].to_numpy(np.int64),
-                             "end_ns": (s["start_ns"] + s["duration_ns"]).to_numpy(np.int64)})
+    WHOLE: ClassVar[str] = "the run"  # a run without steps is one window after its start-up
 
     @cached_property
     def steady_wall_ns(self) -> int:
@@ -72,7 +47,9 @@ class CpuProcess:
 
 
 class CpuContext:
-    """The report and everything the CPU rules share."""
+    """The report and everything the rules reading its CPU side share."""
+
+    side = "cpu"  # the side of the report the rules read here (rule.CPU)
 
     def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
         self.report = report

@@ -1,8 +1,9 @@
 """The diagnosis of a report without GPU operations: the CPU side is all there is.
 
 ``diagnose_cpu(report)`` splits each steady step's wall time into data loading, forward, backward,
-optimizer and other Python (:mod:`.cpu_breakdown`), runs the CPU rules (:mod:`.cpu_rules`) and ranks
-their findings by the time the fix saves per step. The GPU rules are listed as not checked. The
+optimizer and other Python (:mod:`.cpu_breakdown`), runs the rules that read the CPU side
+(:mod:`.rules`, through :mod:`.engine`) and ranks their findings by the time the fix saves per step.
+The GPU rules are listed as not checked. The
 result is a :class:`CpuDiagnosis`: a :class:`Diagnosis` whose tables show the CPU parts.
 """
 
@@ -17,16 +18,10 @@ from .result import Diagnosis
 from .context import MIN_SHARE, fmt_ns
 from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
 from .cpu_context import CpuContext
-from .cpu_rules import CPU_RULES, CpuRule
-from ..distributed.ranks import rank_of
-from .finding import Finding, Skipped, cap_to_step, merge_ranks
+from .engine import GPU_REASON, ranked, run_rules
 from .rule import Rule
 
-__all__ = ["CpuDiagnosis", "diagnose_cpu"]
-
-GPU_REASON = ("no GPU operations in this report: the CPU side is diagnosed instead (--trace cuda records GPU "
-              "work on a machine with an NVIDIA GPU)")
-
+__all__ = ["CpuDiagnosis", "GPU_REASON", "diagnose_cpu"]
 
 @dataclass
 class CpuDiagnosis(Diagnosis):
@@ -79,27 +74,14 @@ def _scope(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
 def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> CpuDiagnosis:
     """Return the CPU-side diagnosis of a report without GPU operations.
 
-    ``rules`` defaults to :data:`.cpu_rules.CPU_RULES`; rules given that are not CPU rules (the GPU
-    rules) are listed as not checked, with the reason.
+    ``rules`` defaults to :data:`.rules.RULES`; those that do not read the CPU side (the GPU rules)
+    are listed as not checked, with the reason.
     """
     from .rules import RULES
 
     ctx = CpuContext(report, min_share)
-    cpu_rules = CPU_RULES if rules is None else [r for r in rules if isinstance(r, CpuRule)]
-    gpu_rules = RULES if rules is None else [r for r in rules if not isinstance(r, CpuRule)]
-    findings: list[Finding] = []
-    skipped: list[Skipped] = []
-    for rule in cpu_rules:
-        reason = rule.skip(ctx)  # type: ignore[arg-type]
-        if reason:
-            skipped.append(Skipped(rule.name, reason))
-            continue
-        findings += rule.evaluate(ctx)
-    findings = cap_to_step(findings, {p.pid: p.step_ns for p in ctx.processes}, {p.pid: p.share for p in ctx.processes},
-                           ctx.min_share, fmt_ns)
-    findings = merge_ranks(findings, rank_of(report), fmt_ns)
-    findings.sort(key=lambda f: (f.advisory, -f.share, f.rule, f.title))
-    skipped += [Skipped(r.name, GPU_REASON) for r in gpu_rules]
+    findings, skipped = run_rules(ctx, RULES if rules is None else rules)
+    findings = ranked(findings, ctx, lambda p: p.step_ns)
     processes = [p.breakdown for p in ctx.processes]
     from ..steps.probe import probe_timings
 

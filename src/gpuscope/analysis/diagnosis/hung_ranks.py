@@ -88,7 +88,7 @@ def _last_stack(report: Report, pid: int) -> str | None:
     return frame_text(frame) if frame else None
 
 
-def hung_findings(report: Report, coll: pd.DataFrame, step_ns: float, prefix: str = "") -> list[Finding]:
+def hung_findings(report: Report, coll: pd.DataFrame, step_ns: float) -> list[Finding]:
     """One finding per rank that never reached a collective the others entered, first in the ranking."""
     ranks = rank_of(report)
     out = []
@@ -105,7 +105,7 @@ def hung_findings(report: Report, coll: pd.DataFrame, step_ns: float, prefix: st
                "peer; set a timeout in init_process_group (and TORCH_NCCL_ASYNC_ERROR_HANDLING) so that a hang "
                "fails fast.")
         saving = float(m.waited_ns)
-        out.append(Finding(prefix + "hung_rank", f"Rank {ranks.get(m.pid, m.pid)} never reached a collective the "
+        out.append(Finding("hung_rank", f"Rank {ranks.get(m.pid, m.pid)} never reached a collective the "
                            "others waited in", saving, max(1.0, saving / step_ns) if step_ns else 1.0, evidence,
                            f"{who}: {m.stack or 'no stack recorded (--trace cpu records one)'}", fix,
                            data=data_dict(hung_pid=m.pid, hung_rank=ranks.get(m.pid), kind=m.kind, seq=m.seq,

@@ -209,7 +209,7 @@ def _net_caused(waits: RankWaits) -> dict[int, float]:
 
 
 def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str],
-                       min_share: float, prefix: str = "", excess: Excess | None = None) -> list[Finding]:
+                       min_share: float, excess: Excess | None = None) -> list[Finding]:
     """The straggler finding (or, without one straggler, the imbalance finding) of a multi-rank report.
 
     ``means``: each process's mean steady step by part (a breakdown's ``mean_parts``); ``labels``:
@@ -219,9 +219,9 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
     causes :data:`STRAGGLER_SHARE` of the waits, at most the excess of its longest part.
     """
     if excess is not None:
-        return _from_work(waits, means, labels, min_share, prefix, excess)
+        return _from_work(waits, means, labels, min_share, excess)
     if waits.straggler is None:
-        return _imbalance(waits, min_share, prefix)
+        return _imbalance(waits, min_share)
     s = waits.straggler
     others = [p for p in waits.wait_ns if p != s]
     # what the others would stop losing: the waits it made them wait, not every wait they had
@@ -230,11 +230,11 @@ def straggler_findings(waits: RankWaits, means: dict[int, dict[str, float]], lab
     cause, fix, part, extra = _cause(s, others, means, labels)
     if part is not None:
         lost = min(lost, extra)
-    return _straggler(waits, s, lost, made_wait, means, labels, min_share, prefix, (cause, fix, part, extra))
+    return _straggler(waits, s, lost, made_wait, means, labels, min_share, (cause, fix, part, extra))
 
 
 def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dict[str, str], min_share: float,
-               prefix: str, excess: Excess) -> list[Finding]:
+               excess: Excess) -> list[Finding]:
     min_share = max(min_share, RANK_MIN_SHARE)
     net = _net_caused(waits)
     saving = {p: max(0.0, min(net[p], excess.of(p))) for p in net}
@@ -249,20 +249,20 @@ def _from_work(waits: RankWaits, means: dict[int, dict[str, float]], labels: dic
             found = _cause(s, others, means, labels, (part,) if part else ())
             found = found if found[2] else (*CAUSES.get(part or "idle_cpu", ("", "")), part, excess.of(s))
         elif len(excess.heavy) > 1 and s in excess.heavy:
-            return _uneven(waits, excess.heavy, step, excess, prefix)
+            return _uneven(waits, excess.heavy, step, excess)
         else:
             found = _cause(s, others, means, labels, tuple(q for q in labels if q.startswith("busy_")))
-        return _straggler(waits, s, saving[s], waits.caused.get(s, {}), means, labels, min_share, prefix, found,
+        return _straggler(waits, s, saving[s], waits.caused.get(s, {}), means, labels, min_share, found,
                           own=(excess.host.get(s, 0.0), excess.kernel.get(s, 0.0)))
     mean_step = float(np.mean(list(waits.step_ns.values())))
     if excess.heavy and mean_step and excess.heavy_ns / mean_step >= min_share:
-        return _uneven(waits, excess.heavy, mean_step, excess, prefix)
+        return _uneven(waits, excess.heavy, mean_step, excess)
     turns = min(float(np.mean(list(waits.wait_ns.values()))), excess.turns)
-    return _imbalance(waits, min_share, prefix, turns)
+    return _imbalance(waits, min_share, turns)
 
 
 def _straggler(waits: RankWaits, s: int, lost: float, made_wait: dict[int, float], means: dict[int, dict[str, float]],
-               labels: dict[str, str], min_share: float, prefix: str,
+               labels: dict[str, str], min_share: float,
                found: tuple[str, str, str | None, float], own: tuple[float, float] | None = None) -> list[Finding]:
     ranks = waits.ranks
     others = [p for p in waits.wait_ns if p != s]
@@ -292,7 +292,7 @@ def _straggler(waits: RankWaits, s: int, lost: float, made_wait: dict[int, float
     else:
         cause = "its own breakdown shows no part longer than the others' (steps not recorded on it)"
         fix = "Profile that rank's step (--trace torch,cpu) and compare it with the others'."
-    return [Finding(prefix + "straggler", f"Rank {ranks.get(s, s)} is the straggler: the others wait for it", lost, share,
+    return [Finding("straggler", f"Rank {ranks.get(s, s)} is the straggler: the others wait for it", lost, share,
                     evidence, f"{label(s, ranks)}: {cause}", fix,
                     data=data_dict(straggler_pid=s, straggler_rank=ranks.get(s), lost_ns=lost, cause_part=part,
                                    waits={str(p): made_wait.get(p, 0.0) for p in others}))]
@@ -309,7 +309,7 @@ def balance_saving(excess: Excess, heavy: list[int], ranks: int) -> float:
     return float(np.mean([excess.kernel.get(p, 0.0) for p in heavy])) * light / ranks
 
 
-def _uneven(waits: RankWaits, heavy: list[int], step: float, excess: Excess, prefix: str) -> list[Finding]:
+def _uneven(waits: RankWaits, heavy: list[int], step: float, excess: Excess) -> list[Finding]:
     """Several ranks run longer compute than the rest (uneven shards): one imbalance finding naming
     them, saving what an even split would (:func:`balance_saving`)."""
     ranks = waits.ranks
@@ -323,7 +323,7 @@ def _uneven(waits: RankWaits, heavy: list[int], step: float, excess: Excess, pre
                     f"rank's compute to the mean, {fmt_ns(lost)} per step less on the heavy ranks, which set the pace")
     fix = ("Give every rank the same work: split tensor-parallel layers evenly (heads and hidden units divisible by "
            "the group size), the same batch size and sequence lengths on every data-parallel rank.")
-    return [Finding(prefix + "load_imbalance", f"Uneven work: ranks {', '.join(str(ranks.get(p, p)) for p in sorted(heavy))} "
+    return [Finding("load_imbalance", f"Uneven work: ranks {', '.join(str(ranks.get(p, p)) for p in sorted(heavy))} "
                     "compute longer per step and the others wait", lost, lost / step if step else 0.0, evidence,
                     names, fix, data=data_dict(heavy_ranks=[ranks.get(p) for p in sorted(heavy)], wait_ns=waited, balance_ns=lost))]
 
@@ -348,7 +348,7 @@ def _cause(s: int, others: list[int], means: dict[int, dict[str, float]],
     return cause, fix, best, excess
 
 
-def _imbalance(waits: RankWaits, min_share: float, prefix: str, bound: float | None = None) -> list[Finding]:
+def _imbalance(waits: RankWaits, min_share: float, bound: float | None = None) -> list[Finding]:
     waited = total = float(np.mean(list(waits.wait_ns.values())))
     if bound is not None:
         total = min(total, bound)
@@ -366,7 +366,7 @@ def _imbalance(waits: RankWaits, min_share: float, prefix: str, bound: float | N
     fix = ("Balance the work per step across ranks: batches of equal size and sequence length (a length-grouped "
            "sampler), the same data pipeline speed everywhere; where the variation is inherent, fewer "
            "synchronizations per step (gradient accumulation with DDP's no_sync()) let it average out.")
-    return [Finding(prefix + "load_imbalance", "The ranks take turns being slowest: each waits for the others", total, share,
+    return [Finding("load_imbalance", "The ranks take turns being slowest: each waits for the others", total, share,
                     evidence, "every rank", fix, data=data_dict(wait_ns=total, last=dict(map(
                         lambda kv: (str(kv[0]), kv[1]), waits.last.items()))))]
 

@@ -1,19 +1,24 @@
-"""The diagnosis rules, in the order they run (GEMM loops before the idle rules that leave their
-gaps to them). Adding a rule: a :class:`..rule.Rule` subclass in a module here, and a line below."""
+"""The diagnosis rules, one per fix, in the order they run (GEMM loops before the idle rules that
+leave their gaps to them). Each reads the sides of a report it names (``sides``: with GPU work,
+without, or both). Adding a rule: a :class:`..rule.Rule` subclass in a module here, and a line below."""
 
 from __future__ import annotations
 
 from ..rule import Rule
 from .attention import FusedAttention, SdpaBackend
 from .copies import PageableCopies, StreamOverlap, SyncCopies
+from .data_loader import DataLoading
 from .fusion import UnfusedElementwise
 from .gemm_loops import SmallGemms
-from .idle import DataLoading, IdleCpuWork, LaunchBound, WarmUp
+from .hot_line import CpuHotLine
+from .idle import IdleCpuWork, LaunchBound, WarmUp
+from .idle_cores import CpuIdleCores
 from .kernels import BelowRoofline, NoTensorCores
 from .layout import ChannelsLast
 from .memory import GpuMemory
 from .out_of_memory import OutOfMemory
 from .precision import Precision
+from .startup import CpuStartup
 from .straggler import ExposedComm, Straggler
 from .sync import HostSync
 
@@ -38,6 +43,10 @@ RULES: list[Rule] = [
     GpuMemory(),
     OutOfMemory(),
     WarmUp(),
+    # the CPU side only (reports without GPU work)
+    CpuHotLine(),
+    CpuIdleCores(),
+    CpuStartup(),
 ]
 
 

@@ -18,7 +18,7 @@ WARMUP_MIN_NS = 1_000_000_000  # warm-up excess below this, without signs of com
 COMPILER_FILES = ("torch/_dynamo", "torch/_inductor", "triton/", "torch/_functorch")
 
 
-def _pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
+def steady_pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
     """The steady idle pieces of one cause (starts, ends), by start: two columns selected, not the
     frame of millions of pieces copied and sorted (they come in start order, each start once)."""
     idle = p.steady_idle
@@ -83,7 +83,7 @@ def graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _graph_capturable(ctx: Context, p: Process) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    starts, ends = _pieces(p, "idle_cpu")
+    starts, ends = steady_pieces(p, "idle_cpu")
     lo, hi = ctx.framework_ranges(p.pid)
     framework = _inside(starts, ends, lo, hi)
     gaps = _stretches(starts, ends)
@@ -185,7 +185,7 @@ class LaunchBound(Rule):
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
         for p in ctx.processes:
-            starts, ends = _pieces(p, "idle_launch")
+            starts, ends = steady_pieces(p, "idle_launch")
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
             launch_idle = p.per_step(float((ends - starts).sum()) - looped)
             cpu_starts, cpu_ends, graphed = graph_capturable(ctx, p)
@@ -285,56 +285,6 @@ def _untraced_step(ctx: Context, p: Process) -> float:
         ctx.cache[key] = p.step_ns - own
     out: float = ctx.cache[key]
     return out
-
-
-class DataLoading(Rule):
-    name = "data_loader"
-    description = "GPU idle while the training loop waits for the DataLoader's next batch."
-    needs = ("gpu", "torch")
-
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        from ...cpu.summaries import host_summary
-
-        host = host_summary(ctx.report)
-        out = []
-        for p in ctx.processes:
-            starts, ends = _pieces(p, "idle_data")
-            ns = p.own(p.per_step(float((ends - starts).sum())))
-            if p.share(ns) < ctx.min_share:
-                continue
-            loaders = p.timeline.loaders
-            w = p.steady_windows
-            mine = loaders[(loaders["end_ns"] > w["start_ns"].min()) & (loaders["end_ns"] <= w["end_ns"].max())]
-            wait = float((mine["end_ns"] - mine["start_ns"]).mean()) if len(mine) else 0.0
-            saving, workers = ns, 4
-            evidence = [f"GPU idle {per_step_text(p, ns)} while the loop waited in DataLoader.__next__",
-                        f"{len(mine) / p.n_steps:.1f} batches per step, {fmt_ns(wait)} per wait"]
-            if host is not None:
-                workers = max(1, min(8, host.cores - 1))
-                # with k workers loading takes 1/k as long and overlaps the rest of the step
-                rest = p.base_ns - ns
-                load = wait * len(mine) / p.n_steps / workers
-                saving = ns - max(0.0, load - rest)
-                evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "
-                                f"{fmt_ns(load)}, {'within' if load <= rest else 'more than'} the {fmt_ns(rest)} "
-                                "of the rest of the step")
-            if p.power_text(saving):
-                evidence.append(p.power_text(saving))
-            saving = p.gpu_gain(saving)
-            lines = ctx.program_lines(p.pid, starts, ends)
-            if lines:
-                evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
-            out.append(Finding(
-                rule=self.name, pid=p.pid, saving_ns=saving, share=p.share(saving),
-                title=f"Data loading stalls the GPU: {per_step_text(p, ns)} waiting for batches",
-                evidence=evidence,
-                location=f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__",
-                fix=(f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
-                     "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
-                     "(decode once, cache, move augmentation to the GPU)."),
-                data=data_dict(data_idle_ns=ns, wait_ns=wait, workers=workers),
-            ))
-        return out
 
 
 class WarmUp(Rule):

@@ -1,13 +1,17 @@
-"""``straggler`` (or ``load_imbalance``): the rank the others wait for in collectives, and why;
+"""``straggler`` (or ``load_imbalance``, ``hung_rank``): the rank the others wait for in collectives, and
+why, on reports with GPU work and without (gloo);
 ``exposed_comm``: NCCL collectives' time that no compute ran beside."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..breakdown import LABELS
 from ..context import Context, data_dict, fmt_ns
+from ..cpu_breakdown import CPU_LABELS
 from ..finding import Finding
 from ..hung_ranks import hung_findings
-from ..rule import Rule
+from ..rule import CPU, GPU, Rule
 from ..rank_work import rank_work
 from ..stragglers import cached_waits, skip_reason, straggler_findings, work_excess
 
@@ -17,19 +21,23 @@ EXPOSED_MIN_SHARE = 0.05  # exposed communication under this share of the step i
 class Straggler(Rule):
     name = "straggler"
     description = ("One rank arrives last at the collectives and the others wait for it (or the ranks take turns); "
-                   "why, from that rank's step breakdown against the others'.")
-    needs = ("gpu",)
+                   "why, from that rank's step breakdown against the others' (GPU parts, or without GPU work the "
+                   "loop's CPU parts).")
+    sides = (GPU, CPU)
+    needs = ()
 
-    def skip(self, ctx: Context) -> str | None:
-        return super().skip(ctx) or skip_reason(ctx)
+    def skip(self, ctx: Any) -> str | None:
+        return skip_reason(ctx)
 
-    def evaluate(self, ctx: Context) -> list[Finding]:
+    def evaluate(self, ctx: Any) -> list[Finding]:
         waits = cached_waits(ctx)
         if waits is None:
             return []
         means = {p.pid: p.breakdown.mean_parts() for p in ctx.processes}
         step = sum(waits.step_ns.values()) / len(waits.step_ns) if waits.step_ns else 0.0
         hung = hung_findings(ctx.report, waits.collectives, step)
+        if ctx.side == CPU:  # the ranks' steps split into the loop's parts; no kernels to compare
+            return hung + straggler_findings(waits, means, CPU_LABELS, ctx.min_share)
         excess = work_excess(waits.steps, rank_work(ctx.timelines, ctx.names))
         return hung + straggler_findings(waits, means, LABELS, ctx.min_share, excess=excess)
 

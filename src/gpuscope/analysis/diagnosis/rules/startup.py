@@ -12,7 +12,7 @@ from ..context import data_dict, fmt_ns
 from ..cpu_context import CpuContext
 from ..cpu_frames import frame_text
 from ..finding import Finding
-from .base import CpuRule, by_line
+from .cpu_side import CpuRule, by_line
 
 
 MOSTLY = 0.5  # share of the run's wall time from which a run without steps is mostly start-up

@@ -1,5 +1,5 @@
-"""The shape of a CPU-side rule (that of :class:`..rule.Rule`, on a :class:`..cpu_context.CpuContext`)
-and what several CPU rules share: sampled time by folded program line, and evidence text."""
+"""What the rules that read only the CPU side share: their shape (:class:`CpuRule`, a :class:`..rule.Rule`
+on a :class:`..cpu_context.CpuContext`), sampled time by folded program line, and evidence text."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from ..context import fmt_ns
 from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import Frame, frame_text
 from ..finding import Finding
-from ..rule import Rule
+from ..rule import CPU, Rule
 
 
 class CpuRule(Rule):
-    """A rule of the CPU-side diagnosis. ``needs`` names data of :meth:`CpuContext.missing`
+    """A rule that reads the CPU side only. ``needs`` names data of :meth:`CpuContext.missing`
     (``cpu_samples``, ``torch``, ``torch_ops``, ``host``, ``steps``)."""
 
+    sides: ClassVar[tuple[str, ...]] = (CPU,)
     needs: ClassVar[tuple[str, ...]] = ("cpu_samples",)
 
     def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]

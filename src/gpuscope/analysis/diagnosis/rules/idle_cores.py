@@ -14,7 +14,7 @@ from ..cpu_breakdown import BACKWARD, FORWARD
 from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import frame_text
 from ..finding import Finding
-from .base import CpuRule, by_line, per_step_text
+from .cpu_side import CpuRule, by_line, per_step_text
 
 GRAIN = 32_768  # elements: PyTorch splits an operator across threads only above this (at::internal::GRAIN_SIZE)
 MIN_OP_NS = 50_000  # shorter operators gain little from more threads (waking them costs microseconds)

@@ -18,7 +18,7 @@ from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import Frame, frame_text
 from ..finding import Finding
 from .idle_cores import largest_input
-from .base import CpuRule, by_line, per_step_text, source_text
+from .cpu_side import CpuRule, by_line, per_step_text, source_text
 
 TOP = 3  # lines reported, at most
 
@@ -162,7 +162,7 @@ class CpuHotLine(CpuRule):
             if not len(s):
                 continue
             infos = [ctx.stack(p.pid, int(i)) for i in s["stack_id"]]
-            # the program's time: steady, outside data waits (cpu_data_loader's), backward and the
+            # the program's time: steady, outside data waits (data_loader's), backward and the
             # optimizer (PyTorch's own loops), not importing, not gpuscope's recording
             ok = np.array([not (i.overhead or i.importing) and i.user is not None for i in infos], bool)
             base = s["steady"].to_numpy(bool) & s["part"].isin([FORWARD, OTHER]).to_numpy() & ok

@@ -1,13 +1,22 @@
-"""``cpu_data_loader``: the loop waits for its DataLoader, and where the batches' time goes."""
+"""``data_loader``: the loop waits for its DataLoader, and where the batches' time goes.
+
+On a report with GPU work the time lost is the GPU idle time behind the waits (the breakdown's
+``idle_data``); on one without, the waits in the loop's wall time (``cpu_data``). Either way the fix
+is workers that load beside the step; the CPU side, which sees the loop's own cores and the
+loading's CPU time, models how many."""
 
 from __future__ import annotations
 
-from ..context import data_dict, fmt_ns
+from typing import Any
+
+from ..context import Context, data_dict, fmt_ns, per_step_text as gpu_per_step_text
 from ..cpu_breakdown import DATA
 from ..cpu_context import CpuContext
 from ..cpu_frames import frame_text
 from ..finding import Finding
-from .base import CpuRule, by_line, describe_lines, per_step_text
+from ..rule import CPU, GPU, Rule
+from .cpu_side import by_line, describe_lines, per_step_text
+from .idle import steady_pieces
 
 MAX_WORKERS = 8
 IN_PROCESS = 0.5  # share of the wait's samples in the Dataset's fetcher that says it loads in the loop's process
@@ -51,12 +60,65 @@ def best_workers(wait_ns: float, rest_ns: float, cores: int, usable: float, loop
     return best, saving
 
 
-class CpuDataLoader(CpuRule):
-    name = "cpu_data_loader"
-    description = "The loop waits for batches: the DataLoader loads them in the loop's process, or too slowly."
-    needs = ("torch",)
+class DataLoading(Rule):
+    name = "data_loader"
+    description = ("The loop waits for the DataLoader's next batch: with GPU work, the GPU idles meanwhile; without, "
+                   "the step's wall time holds the wait.")
+    sides = (GPU, CPU)
 
-    def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
+    def needs_on(self, side: str) -> tuple[str, ...]:
+        return ("gpu", "torch") if side == GPU else ("torch",)
+
+    def evaluate(self, ctx: Any) -> list[Finding]:
+        return self._gpu(ctx) if ctx.side == GPU else self._cpu(ctx)
+
+    def _gpu(self, ctx: Context) -> list[Finding]:
+        """GPU idle behind the waits; the saving from the host's cores (workers load 1/k as fast, beside the step)."""
+        from ...cpu.summaries import host_summary
+
+        host = host_summary(ctx.report)
+        out = []
+        for p in ctx.processes:
+            starts, ends = steady_pieces(p, "idle_data")
+            ns = p.own(p.per_step(float((ends - starts).sum())))
+            if p.share(ns) < ctx.min_share:
+                continue
+            loaders = p.timeline.loaders
+            w = p.steady_windows
+            mine = loaders[(loaders["end_ns"] > w["start_ns"].min()) & (loaders["end_ns"] <= w["end_ns"].max())]
+            wait = float((mine["end_ns"] - mine["start_ns"]).mean()) if len(mine) else 0.0
+            saving, workers = ns, 4
+            evidence = [f"GPU idle {gpu_per_step_text(p, ns)} while the loop waited in DataLoader.__next__",
+                        f"{len(mine) / p.n_steps:.1f} batches per step, {fmt_ns(wait)} per wait"]
+            if host is not None:
+                workers = max(1, min(8, host.cores - 1))
+                # with k workers loading takes 1/k as long and overlaps the rest of the step
+                rest = p.base_ns - ns
+                load = wait * len(mine) / p.n_steps / workers
+                saving = ns - max(0.0, load - rest)
+                evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "
+                                f"{fmt_ns(load)}, {'within' if load <= rest else 'more than'} the {fmt_ns(rest)} "
+                                "of the rest of the step")
+            if p.power_text(saving):
+                evidence.append(p.power_text(saving))
+            saving = p.gpu_gain(saving)
+            lines = ctx.program_lines(p.pid, starts, ends)
+            if lines:
+                evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
+            out.append(Finding(
+                rule=self.name, pid=p.pid, saving_ns=saving, share=p.share(saving),
+                title=f"Data loading stalls the GPU: {gpu_per_step_text(p, ns)} waiting for batches",
+                evidence=evidence,
+                location=f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__",
+                fix=(f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
+                     "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
+                     "(decode once, cache, move augmentation to the GPU)."),
+                data=data_dict(data_idle_ns=ns, wait_ns=wait, workers=workers),
+            ))
+        return out
+
+    def _cpu(self, ctx: CpuContext) -> list[Finding]:
+        """The loop's wait for batches; the saving from a model of workers loading beside the loop."""
         out = []
         for p in ctx.processes:
             mean = p.breakdown.mean_parts()

@@ -1,0 +1,74 @@
+"""One diagnosis for both sides of a report: one rule list, one pass (analysis/diagnosis/engine.py),
+each rule reading the sides it names, and a fix that exists on both sides found by one rule under
+one name, on recorded reports with GPU work and without."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gpuscope.analysis.diagnosis import diagnose
+from gpuscope.analysis.diagnosis.engine import GPU_REASON
+from gpuscope.analysis.diagnosis.finding import Finding
+from gpuscope.analysis.diagnosis.rule import CPU, GPU, Rule
+from gpuscope.analysis.diagnosis.rules import RULES, rule_names
+from gpuscope.experiment.fixes import fixes_for
+from gpuscope.trace.report import Report
+
+GPU_REPORT = "client_dataloader_cnn"  # a GPU training fed by a DataLoader with too few workers
+CPU_REPORT = "cpu_dataloader_starved"  # the same fault without a GPU: num_workers=0, Python in the Dataset
+
+
+class _Seen(Rule):
+    """A rule that records the side of each context it was evaluated on, and finds nothing."""
+
+    name = "seen"
+    description = "records the sides it ran on"
+    needs = ()
+    sides: ClassVar[tuple[str, ...]] = (GPU, CPU)
+
+    def __init__(self, sides: tuple[str, ...]) -> None:
+        self.sides = sides  # type: ignore[misc]
+        self.ran: list[str] = []
+
+    def evaluate(self, ctx: Any) -> list[Finding]:
+        self.ran.append(ctx.side)
+        return []
+
+
+def test_one_rule_list_one_name_per_fix() -> None:
+    names = rule_names()
+    assert len(names) == len(set(names))
+    assert all(set(r.sides) <= {GPU, CPU} and r.sides for r in RULES)
+    both = {r.name for r in RULES if set(r.sides) == {GPU, CPU}}
+    assert {"data_loader", "straggler"} <= both
+    # no rule is written twice under a side's prefix: a CPU-side rule has no GPU twin of the same fix
+    assert not any(n.startswith("cpu_") and n[4:] in names for n in names)
+
+
+def test_each_rule_runs_on_the_sides_it_names(recorded: Callable[[str], Path]) -> None:
+    gpu_only, cpu_only, either = _Seen((GPU,)), _Seen((CPU,)), _Seen((GPU, CPU))
+    for name in (GPU_REPORT, CPU_REPORT):
+        with Report.open(recorded(name)) as report:
+            diag = diagnose(report, rules=[gpu_only, cpu_only, either])
+        skipped = {s.rule: s.reason for s in diag.skipped}
+        if name == CPU_REPORT:  # a rule of the GPU side only is named as not checked, with why
+            assert skipped == {"seen": GPU_REASON}
+        else:  # a rule of the CPU side only is left out where the GPU side's rules judge its fix
+            assert skipped == {}
+    assert (gpu_only.ran, cpu_only.ran, either.ran) == ([GPU], [CPU], [GPU, CPU])
+
+
+def test_the_data_loader_fix_is_one_rule_on_either_side(recorded: Callable[[str], Path]) -> None:
+    found = {}
+    for name in (GPU_REPORT, CPU_REPORT):
+        with Report.open(recorded(name)) as report:
+            diag = diagnose(report)
+        top = diag.findings[0]
+        assert top.rule == "data_loader", (name, [f.rule for f in diag.findings])
+        assert "num_workers=" in top.fix and top.data["workers"] >= 1
+        assert [f.name for f in fixes_for(top)] == ["dataloader_workers"]
+        found[name] = top
+    # each side measures its own part: GPU idle behind the waits, or the waits in the loop's wall time
+    assert "data_idle_ns" in found[GPU_REPORT].data and "rest_ns" in found[CPU_REPORT].data
