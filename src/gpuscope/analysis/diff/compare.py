@@ -28,14 +28,6 @@ TOP = 40  # keys per family that get an interval (the largest on either side)
 MIN_SHARE = 0.05  # a part explaining less of the step's change is not named in the attribution
 
 
-def _changed(c: Change) -> bool:
-    """Whether a kernel's time per step changed beyond noise; a kernel that runs on one side only (no
-    ratio, no interval) changed when each side has enough steps to say so."""
-    if c.change is None or not c.new:
-        return min(c.steps) >= MIN_STEPS and bool(c.base or c.new)
-    return c.significant
-
-
 @dataclass(frozen=True)
 class Item:
     """One layer, kernel or operator: its change of GPU time per step, and its share of the change
