@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .breakdown import _covering_sorted
 from .step_means import StepsBreakdown
 
 CPU_PARTS = ("cpu_data", "cpu_forward", "cpu_backward", "cpu_optimizer", "cpu_other")
@@ -63,11 +64,6 @@ class CpuBreakdown(StepsBreakdown):
         return {k: float(s[k].mean()) if len(s) else 0.0 for k in ("duration_ns", *CPU_PARTS)}
 
 
-def _covering(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """How many half-open intervals [start, end) contain each point."""
-    return np.searchsorted(np.sort(starts), points, "right") - np.searchsorted(np.sort(ends), points, "right")
-
-
 def part_at(points: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
     """The part (an index of :data:`CPU_PARTS`) of each time, from ``ranges`` (``start_ns``,
     ``end_ns``, ``part``): the first of :data:`PRIORITY` open then, else *other*."""
@@ -79,7 +75,7 @@ def part_at(points: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
     for p in reversed(PRIORITY):  # the first in priority is written last
         m = part == p
         if m.any():
-            out[_covering(s[m], e[m], points) > 0] = p
+            out[_covering_sorted(np.sort(s[m]), np.sort(e[m]), points) > 0] = p
     return out
 
 
