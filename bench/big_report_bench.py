@@ -24,7 +24,10 @@ makes (the whole run, then windows 10x narrower down to a millisecond, and a sea
 HTTP API; its resident set is read before it is stopped.
 
 ``--synthetic N`` measures a report of ``N`` kernel records of :mod:`synthetic_report` instead
-(kernels and their launches only). ``--previous DIR`` runs each command with the gpuscope of
+(kernels and their launches only; its stats tables stored in it, as the writer stores them). When
+the tree of ``--previous`` reads an older schema version than the report's, it reads a copy of the
+report as it would have written it: without the tables added since (``stats_summary``), with its
+version in ``meta``. ``--previous DIR`` runs each command with the gpuscope of
 ``DIR/src`` as well, right before the current one (``git archive <commit> src | tar -x -C DIR``),
 so both see the same machine load. A command named ``NAME:warm`` runs right after ``NAME`` and
 reads what it kept beside the report; ``NAME`` itself starts from no kept output (the kept files
@@ -42,6 +45,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +83,7 @@ KEPT = ("analyze-*.txt", "roofline-*.txt", "table-*.txt")  # output_cache's file
 WARM = ("analyze", "roofline", "stats", "stats:cuda_gpu_kern_sum", "report")
 # one command per stats report as well: stats:NAME
 from gpuscope.analysis import STATS_REPORTS
+from gpuscope.trace import schema
 
 COMMANDS.update({f"stats:{n}": ["stats", "{r}", "-r", n, "-f", "csv"] for n in STATS_REPORTS})
 TIMED_TABLES = ("kernel", "launch_call", "nvtx_range", "cpu_sample", "memcpy", "memset", "sync", "sync_site",
@@ -240,7 +246,8 @@ def _report(args: argparse.Namespace, d: Path) -> tuple[Path, dict[str, int]]:
 
         report = d / f"synthetic_{args.synthetic}.gpuscope"
         gen = load_or_make(report, args.synthetic)
-        print(f"{'reusing' if gen.reused else 'made'} {report} ({gen.seconds:.0f} s)")
+        print(f"{'reusing' if gen.reused else 'made'} {report} ({gen.seconds:.0f} s"
+              + (f", its stats tables computed and stored in {gen.summaries_seconds:.1f} s)" if not gen.reused else ")"))
     else:
         report = d / f"{BASE}.gpuscope"
         if args.keep and report.exists():
@@ -254,6 +261,29 @@ def _report(args: argparse.Namespace, d: Path) -> tuple[Path, dict[str, int]]:
                                                                    "launch_call")}
     con.close()
     return report, counts
+
+
+def for_previous(report: Path, src: Path) -> Path:
+    """The report as the gpuscope of ``src`` (an older tree) would have written it: when that reads
+    an older schema version, a copy beside ``report`` without the tables added since and with that
+    version in its meta (made once, kept while it is newer than ``report``); else ``report`` itself."""
+    found = re.search(r"^SCHEMA_VERSION = (\d+)$", (src / "gpuscope/trace/schema.py").read_text(), re.M)
+    old = int(found.group(1)) if found else schema.SCHEMA_VERSION
+    if old >= schema.SCHEMA_VERSION:
+        return report
+    copy = report.with_name(f"schema{old}_{report.name}")
+    if copy.exists() and copy.stat().st_mtime > report.stat().st_mtime:
+        return copy
+    shutil.copyfile(report, copy)
+    con = duckdb.connect(str(copy))
+    for version, tables in schema.ADDED_IN.items():
+        if version > old:
+            for table in tables:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [json.dumps(old)])
+    con.execute("CHECKPOINT")
+    con.close()
+    return copy
 
 
 def _span(values: list[float], unit: str, digits: int) -> str:
@@ -286,6 +316,11 @@ def main() -> None:
     print(machine)
     chosen = args.only or [*list(COMMANDS)[:-1], "view", "stats"]
     versions = [("previous", str(args.previous / "src")), ("now", None)] if args.previous else [("now", None)]
+    reports = {"now": report}
+    if args.previous:  # a report of this schema version, when the previous one cannot read it
+        reports["previous"] = for_previous(report, args.previous / "src")
+        if reports["previous"] != report:
+            print(f"previous reads {reports['previous']} (schema version of its own)")
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     rss: dict[str, list[float]] = {}
@@ -297,12 +332,12 @@ def main() -> None:
                     (rss if key.endswith("_mb") else times).setdefault(key, []).append(value)
                 continue
             base, warm = name.split(":warm")[0] if name.endswith(":warm") else name, name.endswith(":warm")
-            argv = [a.format(r=report, d=d) for a in COMMANDS[base]]
             for version, src in versions:
                 if warm and version == "previous":
                     continue  # the previous version keeps nothing: its warm run is its cold one
+                argv = [a.format(r=reports[version], d=d) for a in COMMANDS[base]]
                 if not warm:
-                    forget(report)
+                    forget(reports[version])
                 key = f"{name} [{version}]"
                 wall, used, peak, how = run(argv, args.limit, src)
                 if how != "done":

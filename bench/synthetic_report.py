@@ -3,7 +3,8 @@
 A report is made with the project's schema (``gpuscope.trace.schema.create_statements()``) and a
 ``meta`` table filled as ``ReportWriter`` fills it (JSON values, status "complete"), but its rows
 are bulk-inserted with DuckDB directly, in batches of about a million: the point is a realistic
-file, not exercising the writer. What the kernels are called, how they are launched and how long
+file, not exercising the writer. Once it is finished, its stats tables are computed and stored by
+the function the writer calls when it closes a report (``gpuscope.run.stored_stats.store``). What the kernels are called, how they are launched and how long
 they run comes from :mod:`synthetic_launches` (and :mod:`synthetic_names`).
 
     from synthetic_report import load_or_make, make_report
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 import gpuscope
+from gpuscope.run import stored_stats
 from gpuscope.trace import schema
 from synthetic_launches import (
     BASE_NS, COMPUTE_STREAM, CONTEXT_ID, DEVICE_ID, PID, Timeline, build_catalogue, kernel_batch,
@@ -55,11 +57,13 @@ class Generation:
     kernel_busy_share: float  # share of the span with a kernel running
     seconds: float  # time to write the report (0 if reused)
     reused: bool = False
+    summaries_seconds: float = 0.0  # time to compute and store its stats tables (0 if reused)
 
 
 def make_report(path: Path, records: int, names: int = 600, seed: int = 0, *, zipf: float = 1.0,
-                batch: int = 1_000_000, log: Callable[[str], None] | None = None) -> Generation:
-    """Write a complete report of ``records`` kernels at ``path`` (replacing it)."""
+                batch: int = 1_000_000, log: Callable[[str], None] | None = None, stored: bool = True) -> Generation:
+    """Write a complete report of ``records`` kernels at ``path`` (replacing it); with ``stored``
+    (and at least ``stored_stats.MIN_OPERATIONS`` kernels) its stats tables stored in it."""
     t0 = time.perf_counter()
     params = {"records": records, "names": names, "zipf": zipf, "seed": seed}
     for p in (path, path.with_name(path.name + ".wal")):
@@ -96,7 +100,13 @@ def make_report(path: Path, records: int, names: int = 600, seed: int = 0, *, zi
         con.execute("CHECKPOINT")
     finally:
         con.close()
-    return describe(path, seconds=time.perf_counter() - t0)
+    made = time.perf_counter() - t0
+    # the stats tables, computed and stored as the writer does when it closes a report
+    t1 = time.perf_counter()
+    problem = stored_stats.store(path) if stored else None
+    if problem:
+        raise RuntimeError(f"the stats tables were not stored: {problem}")
+    return describe(path, seconds=made, summaries_seconds=time.perf_counter() - t1)
 
 
 def load_or_make(path: Path, records: int, names: int = 600, seed: int = 0, *, zipf: float = 1.0,
@@ -108,7 +118,7 @@ def load_or_make(path: Path, records: int, names: int = 600, seed: int = 0, *, z
     return make_report(path, records, names, seed, zipf=zipf, batch=batch, log=log)
 
 
-def describe(path: Path, seconds: float = 0.0, reused: bool = False) -> Generation:
+def describe(path: Path, seconds: float = 0.0, reused: bool = False, summaries_seconds: float = 0.0) -> Generation:
     """The :class:`Generation` of a synthetic report, read from the file."""
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -126,6 +136,7 @@ def describe(path: Path, seconds: float = 0.0, reused: bool = False) -> Generati
         path=str(path), records=records, names=params["names"], zipf=params["zipf"], seed=params["seed"],
         distinct_names=distinct, configs=configs, strings=strings, span_s=span_ns / 1e9,
         kernel_busy_share=float(busy) / span_ns if span_ns else 0.0, seconds=seconds, reused=reused,
+        summaries_seconds=summaries_seconds,
     )
 
 
@@ -147,6 +158,8 @@ def _parameters(path: Path) -> dict[str, Any] | None:
     params = (meta.get("synthetic") or {}).get("parameters")
     if meta.get("status") != "complete" or not params or params.get("records") != records:
         return None
+    if meta.get("schema_version") != schema.SCHEMA_VERSION:
+        return None  # written before the stats tables were stored in a report
     return params
 
 

@@ -111,7 +111,7 @@ def test_a_profiled_model_has_its_classes_in_the_report(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     with Report.open(out) as r:
-        assert r.meta["schema_version"] == 8
+        assert r.meta["schema_version"] >= 8
         labels = module_labels(r)
     assert labels == {"Sequential.0": "Sequential.0 (Linear)", "Sequential.1": "Sequential.1 (ReLU)",
                       "Sequential.2": "Sequential.2 (Linear)"}

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..analysis import STATS_REPORTS, stats_reports
+from ..analysis import STATS_REPORTS, STORED_STATS, stats_reports, stored_stats
 from ..analysis.distributed.fleet import FLEET_REPORTS
 from ..errors import GpuscopeError
 from ..reporters import FORMATS
@@ -70,9 +70,10 @@ def _run(args: argparse.Namespace) -> int:
 
         # a large report's tables are kept beside it: the next command asking for one reads it
         options = {"libraries": bool(args.libraries)}
+        stored = stored_stats(report) if any(n in STORED_STATS for n in names) else {}  # computed at close
         tables = []
         for n in names:
-            tables.append(stats_table(report, n, reports[n], options))
+            tables.append(stored[n] if n in stored else stats_table(report, n, reports[n], options))
             give_back()  # one table's arrays are gone: its peak is not kept under the next one's
         # every report asked for by name is printed, empty or not; of all, those with rows
         text = render_present(tables) if args.format == "table" and not args.names else \

@@ -149,6 +149,9 @@ class Profile:
             problems = writer.ingest(self._spool, final=True)
         finally:
             writer.close(exit_code=None, exit_signal=None, wall_ns=wall_ns, processes=sorted(writer.pids()))
+        if writer.unsummarized is not None:
+            problems.append((0, "warning", f"the stats tables were not stored in {self.report} "
+                                           f"({writer.unsummarized}); gpuscope stats computes them"))
         if not self.quiet:
             self._summary(writer.records, problems)
 

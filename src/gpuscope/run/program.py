@@ -24,6 +24,7 @@ from ..errors import GpuscopeError
 from ..spool import is_ending, leave_report
 from ..trace import outputs
 from ..trace.writer import Diagnostic, ReportWriter
+from . import stored_stats
 
 REPORT_ENV = "GPUSCOPE_REPORT"
 
@@ -139,6 +140,9 @@ def profile(
             wall_ns=wall,
             processes=sorted(writer.pids()),
         )
+        if writer.unsummarized is not None:
+            on_diagnostic((0, "warning", f"the stats tables were not stored in {output} ({writer.unsummarized}); "
+                                         "gpuscope stats computes them"))
         if writer.unplaced is not None:
             on_diagnostic((0, "error", writer.unplaced))
         elif writer.failed is not None and writer.checkpoint_failed and not writer.lost_chunks:
@@ -162,7 +166,7 @@ def _open_writer(output: Path) -> ReportWriter:
     (if no other run has put a report there meanwhile)."""
     partial = outputs.PartialReport(output)
     try:
-        return ReportWriter(output, partial=partial)
+        return ReportWriter(output, partial=partial, summarize=stored_stats.store)
     except Exception as exc:  # noqa: BLE001  (duckdb raises IOException and friends)
         partial.discard()
         outputs.release_claim(output)

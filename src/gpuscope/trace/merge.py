@@ -126,7 +126,7 @@ def merge(sources: list[MergeSource], output: Path) -> None:
             _check(con, db, src)
             _intern(con, db)
             for table in schema.TABLES:
-                if table in ("meta", "string"):
+                if table in ("meta", "string", "stats_summary"):  # a merged report's tables are its own
                     continue
                 columns = [c for c in _columns(con, db, table) if c in schema.columns(table)]
                 if not columns:  # a table of a later schema version than the report's

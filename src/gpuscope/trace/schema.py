@@ -8,7 +8,7 @@ to by id; kernel launch configurations live once in ``kernel_config``.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 FORMAT_NAME = "gpuscope-report"
 FILE_SUFFIX = ".gpuscope"
 
@@ -280,6 +280,13 @@ TABLES: dict[str, str] = {
         pid BIGINT,
         level VARCHAR,
         message VARCHAR""",
+    # The stats reports whose time grows with the GPU operations, computed once when the report is
+    # closed (one row per report: its table as JSON text), with what they were computed from
+    # (``basis``, JSON text); trace/stored_stats.py. Plain values: reading them runs nothing.
+    "stats_summary": """
+        name VARCHAR,
+        basis VARCHAR,
+        content VARCHAR""",
 }
 
 
@@ -303,6 +310,7 @@ ADDED_IN: dict[int, list[str]] = {
     6: ["memory_event", "memory_oom"],
     7: ["rank"],
     8: ["module_class"],
+    9: ["stats_summary"],
 }
 
 

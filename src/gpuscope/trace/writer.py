@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -62,13 +63,18 @@ class ReportWriter:
 
     With ``partial`` (a :class:`PartialReport` for ``path``), the file is written under a name of its
     own and moved to ``path`` by :meth:`close`; ``unplaced`` says why, if it could not be.
+    ``summarize`` is called with the finished file's name once the writer has closed it, before it is
+    moved (it stores the stats tables in it); it returns None or why it could not (``unsummarized``).
     """
 
     def __init__(self, path: Path, memory_limit: str | None = INGEST_MEMORY,
-                 partial: PartialReport | None = None) -> None:
+                 partial: PartialReport | None = None,
+                 summarize: Callable[[Path], str | None] | None = None) -> None:
         self.path = path
         self.partial = partial
         self.unplaced: str | None = None
+        self.summarize = summarize
+        self.unsummarized: str | None = None
         self._closed = False
         self.con = duckdb.connect(str(path) if partial is None else partial.database)
         if memory_limit:
@@ -359,6 +365,9 @@ class ReportWriter:
                         self._problem(0, f"the report could not be finished: {self.failed}")
                     except Exception:  # noqa: BLE001,S110  (said by the caller anyway)
                         pass
+        if self.failed is None and self.summarize is not None:
+            self.con.close()  # the file is finished: the tables are computed on it as a reader opens it
+            self.unsummarized = self.summarize(Path(self.partial.database) if self.partial else self.path)
         self.abandon()
 
     def abandon(self) -> None:
