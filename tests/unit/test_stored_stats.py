@@ -173,3 +173,23 @@ def test_a_synthetic_report_prints_the_same_bytes(tmp_path: Path, capsys, monkey
     con.execute("DELETE FROM stats_summary")
     con.close()
     assert _outputs(capsys, path) == stored
+
+
+def test_the_code_digest_covers_every_module_the_stored_reports_import() -> None:
+    """A stored table is computed again after any change to the code that computes it: every module
+    the stored reports' functions import, directly or not, is one of the digest's."""
+    from test_import_graph import import_graph
+
+    graph = import_graph()
+    found = stats_reports()
+    todo = [found[n].__module__ for n in STORED_STATS] + ["gpuscope.trace.report"]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    covered = [c.removesuffix(".py").replace("/", ".") for c in stored_module.CODE]
+    outside = sorted(m for m in seen if not any(m == f"gpuscope.{c}" or m.startswith(f"gpuscope.{c}.")
+                                                 for c in covered))
+    assert len(seen) > 20 and outside == []

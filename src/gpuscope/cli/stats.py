@@ -66,14 +66,15 @@ def _run(args: argparse.Namespace) -> int:
 
             for name in ("cpu_hotspots", "cpu_hotspots_lines"):
                 reports[name] = partial(reports[name], libraries=True)
-        from ..reporters.output_cache import stats_table
+        from ..reporters.output_cache import gpu_operations, stats_table
 
         # a large report's tables are kept beside it: the next command asking for one reads it
         options = {"libraries": bool(args.libraries)}
         stored = stored_stats(report) if any(n in STORED_STATS for n in names) else {}  # computed at close
+        operations = gpu_operations(report)
         tables = []
         for n in names:
-            tables.append(stored[n] if n in stored else stats_table(report, n, reports[n], options))
+            tables.append(stored[n] if n in stored else stats_table(report, n, reports[n], options, operations))
             give_back()  # one table's arrays are gone: its peak is not kept under the next one's
         # every report asked for by name is printed, empty or not; of all, those with rows
         text = render_present(tables) if args.format == "table" and not args.names else \

@@ -93,10 +93,12 @@ def worth_keeping(operations: int) -> bool:
     return operations >= MIN_OPERATIONS
 
 
-def stats_table(report: Report, name: str, make: Callable[[Report], Table], options: dict[str, Any]) -> Table:
+def stats_table(report: Report, name: str, make: Callable[[Report], Table], options: dict[str, Any],
+                operations: int | None = None) -> Table:
     """Return ``make(report)``, the stats table ``name`` made with ``options``: of a large report,
-    read from beside it when it was kept there, else made and kept."""
-    if not worth_keeping(gpu_operations(report)):
+    read from beside it when it was kept there, else made and kept. ``operations``: the report's
+    :func:`gpu_operations`, when the caller knows them."""
+    if not worth_keeping(gpu_operations(report) if operations is None else operations):
         return make(report)
     table = cached_table(report.path, name, options)
     if table is None:

@@ -9,7 +9,7 @@ only while its basis is the report's own, computed again when it is read:
   gets its tables computed again;
 - a digest of the ``meta`` items and the report's schema version;
 - the gpuscope version, a digest of the text of the code that computes and reads the tables
-  (``analysis/`` and ``trace/``), and the DuckDB version (its hash is the digest's).
+  (:data:`CODE`), and the DuckDB version (its hash is the digest's).
 
 Reading runs no code of the report's: the rows are plain text values, parsed as JSON.
 """
@@ -34,14 +34,23 @@ TABLE = "stats_summary"
 FORMAT = 1  # of the stored content and basis: a reader of another format computes
 
 
+# The code a stored table depends on, as paths in the gpuscope package: the reader, the packages of
+# analysis that the stored reports' modules may import (docs/architecture.md draws them, and
+# tests/unit/test_import_graph.py holds every import to the drawing) and the base modules.
+CODE = ("trace", "analysis/__init__.py", "analysis/table.py", "analysis/column_fetch.py", "analysis/ops",
+        "analysis/steps", "analysis/ranges", "analysis/distributed", "errors.py", "safe_text.py", "units.py",
+        "version.py")
+
+
 @functools.cache  # once a process: the code it runs does not change under it
 def code_digest() -> str:
-    """A digest of the text of gpuscope's analysis and trace modules (what a stored table depends on)."""
+    """A digest of the text of the modules of :data:`CODE` (what a stored table depends on)."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for folder in ("analysis", "trace"):
-        for p in sorted((root / folder).rglob("*.py")):
-            h.update(f"{p.relative_to(root)}\0".encode())
+    for part in CODE:
+        where = root / part
+        for p in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
+            h.update(f"{p.relative_to(root).as_posix()}\0".encode())
             h.update(p.read_bytes())
     return h.hexdigest()
 
