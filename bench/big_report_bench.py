@@ -242,12 +242,18 @@ def _hwm(pid: int) -> float:
 def _report(args: argparse.Namespace, d: Path) -> tuple[Path, dict[str, int]]:
     """The report to measure: made (or reused from ``--keep``), with its rows per kind."""
     if args.synthetic:
-        from synthetic_report import load_or_make
-
         report = d / f"synthetic_{args.synthetic}.gpuscope"
-        gen = load_or_make(report, args.synthetic)
-        print(f"{'reusing' if gen.reused else 'made'} {report} ({gen.seconds:.0f} s"
-              + (f", its stats tables computed and stored in {gen.summaries_seconds:.1f} s)" if not gen.reused else ")"))
+        # made in a process of its own: a command's peak resident set (wait4's) starts at the size
+        # of the process it was started from, which making the report would leave at a gigabyte
+        made = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from synthetic_report import load_or_make; "
+             "g = load_or_make(Path(sys.argv[1]), int(sys.argv[2])); "
+             "print(f\"{'reusing' if g.reused else 'made'} {g.path} ({g.seconds:.0f} s\" + "
+             "(f', its stats tables computed and stored in {g.summaries_seconds:.1f} s)' if not g.reused else ')'))",
+             str(report), str(args.synthetic)],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}, check=True,
+            capture_output=True, text=True)
+        print(made.stdout.strip())
     else:
         report = d / f"{BASE}.gpuscope"
         if args.keep and report.exists():
