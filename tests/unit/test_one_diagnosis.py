@@ -72,3 +72,28 @@ def test_the_data_loader_fix_is_one_rule_on_either_side(recorded: Callable[[str]
         found[name] = top
     # each side measures its own part: GPU idle behind the waits, or the waits in the loop's wall time
     assert "data_idle_ns" in found[GPU_REPORT].data and "rest_ns" in found[CPU_REPORT].data
+
+
+def test_on_the_gpu_side_the_loops_wait_is_modelled_as_on_the_cpu_side(recorded: Callable[[str], Path]) -> None:
+    from gpuscope.analysis.diagnosis.cpu_context import CpuContext
+    from gpuscope.analysis.diagnosis.rules.data_loader import loop_model
+
+    with Report.open(recorded(GPU_REPORT)) as report:
+        top = diagnose(report).findings[0]
+        cpu = CpuContext(report)
+        loop = loop_model(cpu, cpu.processes[0])
+    assert loop is not None and loop.data["in_process"]
+    # the workers and the Dataset's line come from the loop's side; the saving is GPU idle time they remove
+    assert top.data["workers"] == loop.workers and top.data["in_process"] is True
+    assert f"num_workers={loop.workers}," in top.fix and "pin_memory=True" in top.fix and "__getitem__" in top.location
+    assert any("loaded in the loop's own process" in e for e in top.evidence)
+    assert top.saving_ns <= min(loop.saving, top.data["data_idle_ns"]) + 1
+
+
+def test_a_loop_in_another_thread_keeps_the_gpu_sides_estimate(recorded: Callable[[str], Path]) -> None:
+    # Lightning's fit runs in a thread of its own here: the main thread's samples show no Dataset, so the
+    # loop's side cannot tell where batches load, and the GPU side's estimate stands (measured: workers 39%)
+    with Report.open(recorded("client_lightning_mlp")) as report:
+        f = next(f for f in diagnose(report).findings if f.rule == "data_loader")
+    assert "in_process" not in f.data and "prefetch_factor=4" in f.fix
+    assert 0.30 <= f.share <= 0.40

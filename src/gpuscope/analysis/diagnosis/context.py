@@ -183,6 +183,14 @@ class Context:
 
     # -- shared computations ------------------------------------------------------------------
     @cached_property
+    def cpu_side(self) -> Any:
+        """The report's CPU side (:class:`.cpu_context.CpuContext`), for the rules that read both:
+        the loop's wall time by part, its samples and the host's cores, beside the GPU's timeline."""
+        from .cpu_context import CpuContext
+
+        return CpuContext(self.report, self.min_share)
+
+    @cached_property
     def timelines(self) -> Timelines:
         return load_timelines(self.report)
 

@@ -7,11 +7,12 @@ loading's CPU time, models how many."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..context import Context, data_dict, fmt_ns, per_step_text as gpu_per_step_text
 from ..cpu_breakdown import DATA
-from ..cpu_context import CpuContext
+from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import frame_text
 from ..finding import Finding
 from ..rule import CPU, GPU, Rule
@@ -73,10 +74,14 @@ class DataLoading(Rule):
         return self._gpu(ctx) if ctx.side == GPU else self._cpu(ctx)
 
     def _gpu(self, ctx: Context) -> list[Finding]:
-        """GPU idle behind the waits; the saving from the host's cores (workers load 1/k as fast, beside the step)."""
+        """GPU idle behind the waits. Where the report has the CPU side too (Python samples and
+        PyTorch ranges), the loop's own wait is modelled as on a report without GPU work
+        (:func:`loop_model`: how many workers, what they hide) and the saving is the GPU idle time
+        they would remove, at most the wait they hide; else workers load 1/k as fast beside the step."""
         from ...cpu.summaries import host_summary
 
         host = host_summary(ctx.report)
+        loops = self._loops(ctx)
         out = []
         for p in ctx.processes:
             starts, ends = steady_pieces(p, "idle_data")
@@ -90,7 +95,13 @@ class DataLoading(Rule):
             saving, workers = ns, 4
             evidence = [f"GPU idle {gpu_per_step_text(p, ns)} while the loop waited in DataLoader.__next__",
                         f"{len(mine) / p.n_steps:.1f} batches per step, {fmt_ns(wait)} per wait"]
-            if host is not None:
+            loop = loops.get(p.pid)
+            data = data_dict(data_idle_ns=ns, wait_ns=wait, workers=workers)
+            if loop is not None:  # the loop's side: where the wait goes, and what workers would hide of it
+                saving, workers = min(ns, loop.saving), loop.workers
+                evidence += loop.evidence[1:]
+                data = {**data, **{k: v for k, v in loop.data.items() if k != "wait_ns"}, "loop_wait_ns": loop.wait}
+            elif host is not None:
                 workers = max(1, min(8, host.cores - 1))
                 # with k workers loading takes 1/k as long and overlaps the rest of the step
                 rest = p.base_ns - ns
@@ -99,95 +110,139 @@ class DataLoading(Rule):
                 evidence.append(f"{host.cores} CPU cores: {workers} workers would load a step's batches in about "
                                 f"{fmt_ns(load)}, {'within' if load <= rest else 'more than'} the {fmt_ns(rest)} "
                                 "of the rest of the step")
+                data["workers"] = workers
             if p.power_text(saving):
                 evidence.append(p.power_text(saving))
             saving = p.gpu_gain(saving)
             lines = ctx.program_lines(p.pid, starts, ends)
-            if lines:
+            if lines and loop is None:
                 evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
+            if loop is not None:
+                location = loop.location
+                fix = loop.fix.replace("persistent_workers=True)", "persistent_workers=True, pin_memory=True)", 1)
+            else:
+                location = f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__"
+                fix = (f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
+                       "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
+                       "(decode once, cache, move augmentation to the GPU).")
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=saving, share=p.share(saving),
                 title=f"Data loading stalls the GPU: {gpu_per_step_text(p, ns)} waiting for batches",
-                evidence=evidence,
-                location=f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__",
-                fix=(f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
-                     "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
-                     "(decode once, cache, move augmentation to the GPU)."),
-                data=data_dict(data_idle_ns=ns, wait_ns=wait, workers=workers),
+                evidence=evidence, location=location, fix=fix, data=data,
             ))
+        return out
+
+    @staticmethod
+    def _loops(ctx: Context) -> dict[int, LoopModel]:
+        """Per process, the model of its loop's wait on the report's CPU side, where that side was
+        recorded (Python samples and PyTorch ranges), its wait is worth a finding, and the batches
+        load in the loop's own process."""
+        cpu = ctx.cpu_side
+        if cpu.missing("cpu_samples") or cpu.missing("torch"):
+            return {}
+        out = {}
+        for cp in cpu.processes:
+            m = loop_model(cpu, cp)
+            # only where the samples show the Dataset running in the loop's own process: the samples are
+            # the main thread's, and a loop run in another thread (as Lightning's can be) shows none of it
+            if m is not None and m.data["in_process"]:
+                out[cp.pid] = m
         return out
 
     def _cpu(self, ctx: CpuContext) -> list[Finding]:
         """The loop's wait for batches; the saving from a model of workers loading beside the loop."""
         out = []
         for p in ctx.processes:
-            mean = p.breakdown.mean_parts()
-            wait = mean["cpu_data"]
-            if wait <= 0 or p.share(wait) < ctx.min_share:
+            m = loop_model(ctx, p)
+            if m is None:
                 continue
-            s = p.samples[p.samples["steady"] & (p.samples["part"] == DATA)]
-            sampled = float(s["weight_ns"].sum())
-            fetch = s[[ctx.stack(p.pid, int(i)).fetching for i in s["stack_id"]]] if len(s) else s
-            fetch_ns = float(fetch["weight_ns"].sum())
-            in_process = sampled > 0 and fetch_ns >= IN_PROCESS * sampled
-            lines = by_line(ctx, p, fetch if in_process else s)
-            cores = ctx.cores
-            rest = mean["duration_ns"] - wait
-            load = ctx.host_load(p)
-            own, other = load if load else (1.0, 0.0)
-            usable = max(1.0, cores - other) if cores else 0.0
-            # the loading's time on a core: from the DataLoader calls' thread CPU time (None: not recorded)
-            on_cpu = ctx.loader_cpu_share(p.pid)
-            load_cpu = wait if on_cpu is None else wait * on_cpu
-            # the cores the loop keeps busy outside the wait (it runs on one while it loads)
-            loop_cores = 1.0
-            if rest > 0:
-                loop_cores = min(max((own * mean["duration_ns"] - load_cpu) / rest, 1.0), float(cores or 1))
-            evidence = [f"the loop waits {per_step_text(p, wait)} for the next batch"
-                        + (f", over {len(p.breakdown.steady)} steady steps" if p.breakdown.has_steps else "")]
-            if in_process:
-                evidence.append(f"batches are loaded in the loop's own process (num_workers=0): "
-                                f"{fetch_ns / sampled:.0%} of the wait runs the Dataset: "
-                                f"{describe_lines(lines, fetch_ns)}")
-            elif lines:
-                evidence.append(f"where the wait was sampled: {describe_lines(lines, sampled)}")
-            if on_cpu is not None:
-                evidence.append(f"the DataLoader's calls ran on a core {on_cpu:.0%} of their time"
-                                + ("; the rest they waited (files, sleeps, the network), which workers wait "
-                                   "for side by side without taking cores" if on_cpu < 0.9 else ""))
-            workers, saving = (best_workers(wait, rest, cores or 2, usable, loop_cores, load_cpu) if in_process
-                               else (0, 0.0))
-            if workers:
-                machine = (f"{cores} cores, {other:.1f} of them busy with other programs" if cores
-                           else "cores not recorded (2 assumed)")
-                evidence.append(
-                    f"{machine}; outside the wait the loop keeps {loop_cores:.1f} busy for {fmt_ns(rest)}; with "
-                    f"{workers} worker process{'es' if workers > 1 else ''} a batch is ready every "
-                    f"{fmt_ns(wait / workers)}, and the machine runs the loop and the loading side by side: "
-                    f"the step would take about {fmt_ns(mean['duration_ns'] - saving)} instead of "
-                    f"{fmt_ns(mean['duration_ns'])}")
-                threads = ""
-                if cores and workers + loop_cores > usable + 0.25:
-                    threads = (f", and torch.set_num_threads({max(1, cores - workers)}) so that PyTorch's threads "
-                               "do not fight the workers for cores")
-                fix = (f"DataLoader(..., num_workers={workers}, persistent_workers=True){threads}: batches load in "
-                       "worker processes while the step runs; past that, make the Dataset's __getitem__ cheaper"
-                       + (f" ({frame_text(lines[0][0])})" if lines else "") + " or load whole batches at once "
-                       "(a batch sampler and a Dataset that indexes a list of samples).")
-            else:
-                saving = 0.5 * wait
-                why = (f"{cores} core{'s' if cores != 1 else ''}, {other:.1f} busy with other programs: worker "
-                       "processes would take turns with the loop" if in_process
-                       else "workers already load the batches and still fall behind")
-                evidence.append(f"{why}; estimate (rough): half of the wait, for a Dataset twice as fast")
-                fix = ("Make the Dataset's __getitem__ cheaper" + (f" ({frame_text(lines[0][0])})" if lines else "")
-                       + ": vectorize per-sample Python, decode less, cache what repeats"
-                       + ("" if in_process else f", or add workers (up to {min(MAX_WORKERS, max(cores, 2))})") + ".")
-            location = frame_text(lines[0][0]) if lines else "the DataLoader of the training loop"
-            out.append(Finding(self.name, "The loop waits for its DataLoader", saving, p.share(saving), evidence,
-                               location, fix, pid=p.pid,
-                               data=data_dict(wait_ns=wait, rest_ns=rest, workers=workers, in_process=in_process,
-                                              cores=cores, other_cores=round(other, 2),
-                                              loader_on_cpu=None if on_cpu is None else round(on_cpu, 3),
-                                              loop_cores=round(loop_cores, 2))))
+            out.append(Finding(self.name, "The loop waits for its DataLoader", m.saving, p.share(m.saving), m.evidence,
+                               m.location, m.fix, pid=p.pid, data=m.data))
         return out
+
+
+@dataclass
+class LoopModel:
+    """What workers would save a loop that waits for its DataLoader (:func:`loop_model`)."""
+
+    wait: float  # the loop's wait per step (ns)
+    saving: float  # the wait they would hide per step (ns)
+    workers: int  # how many (0: none would help)
+    evidence: list[str]
+    location: str
+    fix: str
+    data: dict[str, Any]
+
+
+def loop_model(ctx: CpuContext, p: CpuProcess) -> LoopModel | None:
+    """The loop's wait for batches (its CPU breakdown's data part) and what worker processes would
+    hide of it, from where the wait was sampled (the Dataset in the loop's own process or not), the
+    machine's cores, the other programs' load, the loop's own cores and the loading's CPU time
+    (:func:`best_workers`); None where the wait is under the diagnosis's threshold."""
+    mean = p.breakdown.mean_parts()
+    wait = mean["cpu_data"]
+    if wait <= 0 or p.share(wait) < ctx.min_share:
+        return None
+    s = p.samples[p.samples["steady"] & (p.samples["part"] == DATA)]
+    sampled = float(s["weight_ns"].sum())
+    fetch = s[[ctx.stack(p.pid, int(i)).fetching for i in s["stack_id"]]] if len(s) else s
+    fetch_ns = float(fetch["weight_ns"].sum())
+    in_process = sampled > 0 and fetch_ns >= IN_PROCESS * sampled
+    lines = by_line(ctx, p, fetch if in_process else s)
+    cores = ctx.cores
+    rest = mean["duration_ns"] - wait
+    load = ctx.host_load(p)
+    own, other = load if load else (1.0, 0.0)
+    usable = max(1.0, cores - other) if cores else 0.0
+    # the loading's time on a core: from the DataLoader calls' thread CPU time (None: not recorded)
+    on_cpu = ctx.loader_cpu_share(p.pid)
+    load_cpu = wait if on_cpu is None else wait * on_cpu
+    # the cores the loop keeps busy outside the wait (it runs on one while it loads)
+    loop_cores = 1.0
+    if rest > 0:
+        loop_cores = min(max((own * mean["duration_ns"] - load_cpu) / rest, 1.0), float(cores or 1))
+    evidence = [f"the loop waits {per_step_text(p, wait)} for the next batch"
+                + (f", over {len(p.breakdown.steady)} steady steps" if p.breakdown.has_steps else "")]
+    if in_process:
+        evidence.append(f"batches are loaded in the loop's own process (num_workers=0): "
+                        f"{fetch_ns / sampled:.0%} of the wait runs the Dataset: "
+                        f"{describe_lines(lines, fetch_ns)}")
+    elif lines:
+        evidence.append(f"where the wait was sampled: {describe_lines(lines, sampled)}")
+    if on_cpu is not None:
+        evidence.append(f"the DataLoader's calls ran on a core {on_cpu:.0%} of their time"
+                        + ("; the rest they waited (files, sleeps, the network), which workers wait "
+                           "for side by side without taking cores" if on_cpu < 0.9 else ""))
+    workers, saving = (best_workers(wait, rest, cores or 2, usable, loop_cores, load_cpu) if in_process
+                       else (0, 0.0))
+    if workers:
+        machine = (f"{cores} cores, {other:.1f} of them busy with other programs" if cores
+                   else "cores not recorded (2 assumed)")
+        evidence.append(
+            f"{machine}; outside the wait the loop keeps {loop_cores:.1f} busy for {fmt_ns(rest)}; with "
+            f"{workers} worker process{'es' if workers > 1 else ''} a batch is ready every "
+            f"{fmt_ns(wait / workers)}, and the machine runs the loop and the loading side by side: "
+            f"the step would take about {fmt_ns(mean['duration_ns'] - saving)} instead of "
+            f"{fmt_ns(mean['duration_ns'])}")
+        threads = ""
+        if cores and workers + loop_cores > usable + 0.25:
+            threads = (f", and torch.set_num_threads({max(1, cores - workers)}) so that PyTorch's threads "
+                       "do not fight the workers for cores")
+        fix = (f"DataLoader(..., num_workers={workers}, persistent_workers=True){threads}: batches load in "
+               "worker processes while the step runs; past that, make the Dataset's __getitem__ cheaper"
+               + (f" ({frame_text(lines[0][0])})" if lines else "") + " or load whole batches at once "
+               "(a batch sampler and a Dataset that indexes a list of samples).")
+    else:
+        saving = 0.5 * wait
+        why = (f"{cores} core{'s' if cores != 1 else ''}, {other:.1f} busy with other programs: worker "
+               "processes would take turns with the loop" if in_process
+               else "workers already load the batches and still fall behind")
+        evidence.append(f"{why}; estimate (rough): half of the wait, for a Dataset twice as fast")
+        fix = ("Make the Dataset's __getitem__ cheaper" + (f" ({frame_text(lines[0][0])})" if lines else "")
+               + ": vectorize per-sample Python, decode less, cache what repeats"
+               + ("" if in_process else f", or add workers (up to {min(MAX_WORKERS, max(cores, 2))})") + ".")
+    location = frame_text(lines[0][0]) if lines else "the DataLoader of the training loop"
+    data = data_dict(wait_ns=wait, rest_ns=rest, workers=workers, in_process=in_process, cores=cores,
+                     other_cores=round(other, 2), loader_on_cpu=None if on_cpu is None else round(on_cpu, 3),
+                     loop_cores=round(loop_cores, 2))
+    return LoopModel(wait, saving, workers, evidence, location, fix, data)
