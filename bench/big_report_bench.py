@@ -252,7 +252,7 @@ def _report(args: argparse.Namespace, d: Path) -> tuple[Path, dict[str, int]]:
              "(f', its stats tables computed and stored in {g.summaries_seconds:.1f} s)' if not g.reused else ')'))",
              str(report), str(args.synthetic)],
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}, check=True,
-            capture_output=True, text=True)
+            stdout=subprocess.PIPE, text=True)
         print(made.stdout.strip())
     else:
         report = d / f"{BASE}.gpuscope"

@@ -151,6 +151,7 @@ def _parameters(path: Path) -> dict[str, Any] | None:
     try:
         meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
         (records,) = con.execute("SELECT count(*) FROM kernel").fetchone()  # type: ignore[misc]
+        (stored,) = con.execute("SELECT count(*) FROM stats_summary").fetchone()  # type: ignore[misc]
     except (duckdb.Error, ValueError):
         return None
     finally:
@@ -158,8 +159,8 @@ def _parameters(path: Path) -> dict[str, Any] | None:
     params = (meta.get("synthetic") or {}).get("parameters")
     if meta.get("status") != "complete" or not params or params.get("records") != records:
         return None
-    if meta.get("schema_version") != schema.SCHEMA_VERSION:
-        return None  # written before the stats tables were stored in a report
+    if meta.get("schema_version") != schema.SCHEMA_VERSION or (records >= stored_stats.MIN_OPERATIONS and not stored):
+        return None  # written before the stats tables were stored in a report, or they could not be
     return params
 
 

@@ -16,6 +16,7 @@ from gpuscope.cli import main
 from gpuscope.run.stored_stats import store
 from gpuscope.trace import schema
 from gpuscope.trace import stored_stats as stored_module
+from gpuscope.trace.outputs import PartialReport, create_report
 from gpuscope.trace.report import Report
 from gpuscope.trace.writer import ReportWriter
 
@@ -154,6 +155,13 @@ def test_the_writer_stores_them_when_it_closes_the_report(tmp_path: Path, capsys
     assert _stored_rows(path) == len(STORED_STATS)
     with Report.open(path) as r:
         assert r.complete and set(stored_stats(r)) == set(STORED_STATS)
+    placed = tmp_path / "p.gpuscope"  # written under a name of its own, moved to its name when closed
+    create_report(placed, False)
+    partial = PartialReport(placed)
+    writer = ReportWriter(placed, partial=partial, summarize=summarize)
+    writer.close(exit_code=0, exit_signal=None, wall_ns=1, processes=[])
+    assert calls[-1] == Path(partial.database) != placed and writer.unplaced is None
+    assert _stored_rows(placed) == len(STORED_STATS)
     failing = ReportWriter(tmp_path / "f.gpuscope", summarize=lambda p: "RuntimeError: no")
     failing.close(exit_code=0, exit_signal=None, wall_ns=1, processes=[])
     assert failing.unsummarized == "RuntimeError: no"

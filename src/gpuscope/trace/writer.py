@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -365,10 +365,12 @@ class ReportWriter:
                         self._problem(0, f"the report could not be finished: {self.failed}")
                     except Exception:  # noqa: BLE001,S110  (said by the caller anyway)
                         pass
-        if self.failed is None and self.summarize is not None:
-            self.con.close()  # the file is finished: the tables are computed on it as a reader opens it
-            self.unsummarized = self.summarize(Path(self.partial.database) if self.partial else self.path)
-        self.abandon()
+        try:
+            if self.failed is None and self.summarize is not None:
+                self.con.close()  # the file is finished: the tables are computed on it as a reader opens it
+                self.unsummarized = self.summarize(Path(self.partial.database) if self.partial else self.path)
+        finally:
+            self.abandon()  # placed whatever computing the tables met
 
     def abandon(self) -> None:
         """Close the file as it is (``status`` stays ``recording`` unless :meth:`close` finished it) and,
