@@ -1,0 +1,75 @@
+"""The diagnosis's frames at their narrow types: the same values as the wide ones they replace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from diagnosis_sim import Sim
+from gpuscope.analysis.diagnosis.breakdown import _is_sorted, _sorted_of, _sorted_unique
+from gpuscope.analysis.diagnosis.context import Context
+from gpuscope.analysis.diagnosis.steady_work import _names, steady_work
+from gpuscope.analysis.diagnosis.timeline import _narrowed
+
+US = 1_000
+
+
+def test_sorted_lookups_equal_a_sort() -> None:
+    rng = np.random.default_rng(1)
+    ordered = np.cumsum(rng.integers(0, 5, 5_000))
+    shuffled = rng.permutation(ordered)
+    mask = rng.random(5_000) < 0.5
+    for values in (ordered, shuffled):
+        assert _is_sorted(values, step=7) == (values is ordered)
+        assert np.array_equal(_sorted_of(values), np.sort(values))
+        assert np.array_equal(_sorted_of(values, mask), np.sort(values[mask]))
+        assert np.array_equal(_sorted_of(values, np.ones(len(values), bool)), np.sort(values))
+    assert _sorted_of(ordered) is ordered  # in order already: no copy
+    assert np.array_equal(_sorted_unique(shuffled.copy()), np.unique(shuffled))
+    assert not _is_sorted(np.array([1, 2, 2, 1]), step=2)  # a descent across the boundary of two steps
+
+
+def test_ids_narrowed_where_they_fit() -> None:
+    small = pd.Series(np.array([3, -7, 2**31 - 1], dtype=np.int64))
+    big = pd.Series(np.array([3, 2**31], dtype=np.int64))
+    nullable = pd.Series(pd.array([5, None, -2**31], dtype="Int64"))
+    none = pd.Series(pd.array([None, None], dtype="Int64"))
+    assert _narrowed(small).dtype == np.int32 and _narrowed(small).tolist() == small.tolist()
+    assert _narrowed(big).dtype == np.int64 and _narrowed(big).tolist() == big.tolist()
+    assert _narrowed(nullable).dtype == "Int32" and _narrowed(nullable).isna().tolist() == [False, True, False]
+    assert _narrowed(nullable).dropna().tolist() == [5, -2**31]
+    assert _narrowed(none).dtype == "Int32" and _narrowed(none).isna().all()
+
+
+def test_names_as_a_sorted_categorical() -> None:
+    names = pd.Series(pd.Categorical.from_codes([2, 0, 2, 3], categories=["b", "", "a", "c", "unused"]))
+    out = _names(names)
+    assert out.astype(str).tolist() == ["a", "b", "a", "c"]
+    assert list(out.cat.categories) == ["a", "b", "c"]  # sorted, the unused left out
+    assert out.groupby(out, observed=True).size().index.astype(str).tolist() == ["a", "b", "c"]
+
+
+def test_steady_frames_of_a_simulated_run(tmp_path: Path) -> None:
+    sim = Sim(tmp_path / "r.gpuscope")
+    for _ in range(4):
+        sim.kernel("zeta", 300 * US)
+        sim.copy("HtoD", 1 << 20, 100 * US)
+        sim.kernel("alpha", 200 * US)
+        sim.cpu(500 * US)
+        sim.step()
+    with sim.open() as report:
+        ctx = Context(report)
+        (p,) = ctx.processes
+        ops, idle = p.timeline.ops, p.breakdown.idle
+        assert ops["op_id"].dtype == np.int32 and ops["pid"].dtype == np.int32
+        assert ops["bytes"].dtype == "Int32" and ops.loc[ops["kind"] == "memcpy", "bytes"].tolist() == [1 << 20] * 4
+        assert ops.loc[ops["kind"] == "kernel", "bytes"].isna().all()
+        assert {idle[c].dtype for c in ("window", "ref", "call")} == {np.dtype(np.int32)}
+        assert len(idle) and (idle["call"] == -1).all()
+        k = steady_work(ctx, p)
+        assert sorted(set(k["name"].astype(str))) == ["alpha", "zeta"]
+        assert list(k["name"].cat.categories) == ["alpha", "zeta"]
+        assert k["flops"].isna().all() and k["precision"].isna().all()  # no operators: no work
+        assert not k["flops"].to_numpy().flags.writeable
