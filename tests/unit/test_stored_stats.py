@@ -104,6 +104,7 @@ def test_stats_prints_the_stored_table_while_it_is_valid(recorded, capsys) -> No
     "UPDATE stats_summary SET basis = replace(basis, '\"format\": 1', '\"format\": 0')",
     "INSERT INTO stats_summary SELECT * FROM stats_summary WHERE name = 'step_sum'",
     "UPDATE stats_summary SET content = '{\"title\": 1}' WHERE name = 'step_sum'",
+    "UPDATE stats_summary SET content = repeat('[', 100000) WHERE name = 'step_sum'",
 ])
 def test_stored_tables_that_no_longer_summarize_the_report_are_not_used(change: str, recorded) -> None:
     path = _as_written_now(recorded("program_bmm_loop"))

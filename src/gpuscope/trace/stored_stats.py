@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,17 +75,17 @@ def read(report: Report) -> dict[str, dict[str, Any]]:
     if not report.count(TABLE):
         return {}
     rows = report.sql(f"SELECT name, basis, content FROM {TABLE}")
-    names = [r[0] for r in rows]
+    names = Counter(r[0] for r in rows)
     now = json.loads(json.dumps(basis(report)))
     out = {}
     for name, stored_basis, content in rows:
-        if names.count(name) != 1:
+        if name is None or names[name] != 1:
             continue  # two tables of one name: neither is the one the writer stored
         try:
             if json.loads(stored_basis) != now:
                 continue
             doc = json.loads(content)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             continue
         if _well_formed(doc):
             out[str(name)] = doc
