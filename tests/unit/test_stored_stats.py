@@ -202,3 +202,22 @@ def test_the_code_digest_covers_every_module_the_stored_reports_import() -> None
     outside = sorted(m for m in seen if not any(m == f"gpuscope.{c}" or m.startswith(f"gpuscope.{c}.")
                                                  for c in covered))
     assert len(seen) > 20 and outside == []
+
+
+def test_text_of_a_stored_table_is_shown_as_text(recorded, capsys) -> None:
+    """A stored table is data from the report, as its rows are: its texts reach the terminal escaped."""
+    path = _as_written_now(recorded("program_bmm_loop"))
+    assert store(path, minimum=0) is None
+    con = duckdb.connect(str(path))
+    (content,) = con.execute("SELECT content FROM stats_summary WHERE name = 'launch_sum'").fetchone()  # type: ignore[misc]
+    doc = json.loads(content)
+    code = "\x1b[2J\u202e"
+    doc["title"] += code
+    doc["columns"][0][0] += code
+    doc["notes"].append(f"a note {code}")
+    doc["rows"][0][-1] = f"a name {code}"
+    con.execute("UPDATE stats_summary SET content = ? WHERE name = 'launch_sum'", [json.dumps(doc)])
+    con.close()
+    for fmt in ("table", "csv"):
+        shown = _stats(capsys, path, "-r", "launch_sum", "-f", fmt)
+        assert "a name" in shown and "\x1b" not in shown and "\u202e" not in shown
