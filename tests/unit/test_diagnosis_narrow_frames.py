@@ -73,3 +73,19 @@ def test_steady_frames_of_a_simulated_run(tmp_path: Path) -> None:
         assert list(k["name"].cat.categories) == ["alpha", "zeta"]
         assert k["flops"].isna().all() and k["precision"].isna().all()  # no operators: no work
         assert not k["flops"].to_numpy().flags.writeable
+
+
+def test_copy_attributes_of_a_run_without_copies(tmp_path: Path) -> None:
+    sim = Sim(tmp_path / "r.gpuscope")
+    for _ in range(3):
+        sim.kernel("k", 100 * US)
+        sim.cpu(50 * US)
+        sim.step()
+    with sim.open() as report:
+        (p,) = Context(report).processes
+        ops = p.timeline.ops
+        assert len(ops) == 3
+        assert ops["bytes"].dtype == "Int32" and ops["bytes"].isna().all() and ops["is_async"].isna().all()
+        assert ops["copy_kind"].isna().all() and ops["src_kind"].isna().all() and ops["dst_kind"].isna().all()
+        assert not ops["pageable"].any() and not ops["transfer"].any()
+        assert ops[ops["kind"] == "kernel"]["bytes"].isna().all()  # a selection of them is NULL too

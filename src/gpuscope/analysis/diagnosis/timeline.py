@@ -139,6 +139,8 @@ def _narrowed(column: pd.Series) -> pd.Series | np.ndarray:
     if len(data) and (int(data.min()) < _INT32.min or int(data.max()) > _INT32.max):
         return column
     if nullable:
+        if not len(data):  # NULL everywhere (a thread not recorded): no memory for it
+            return pd.Series(_nothing(len(column), np.int32), index=column.index, copy=False)
         return pd.Series(pd.arrays.IntegerArray(values._data.astype(np.int32), values._mask), index=column.index,
                          copy=False)
     return pd.Series(data.astype(np.int32), index=column.index, copy=False)
@@ -156,6 +158,13 @@ def _used_kinds(kind: pd.Categorical) -> pd.Categorical:
                                      dtype=pd.CategoricalDtype(kind.categories[used], ordered=kind.ordered))
 
 
+def _nothing(n: int, dtype: type) -> pd.arrays.IntegerArray | pd.arrays.BooleanArray:
+    """``n`` NULLs of a nullable integer ``dtype`` (or booleans, ``bool``) without memory of their
+    own: read-only views of one value and one mask bit. The frame is read, never written."""
+    data, mask = np.broadcast_to(np.zeros((), dtype), (n,)), np.broadcast_to(np.True_, (n,))
+    return pd.arrays.BooleanArray(data, mask) if dtype is bool else pd.arrays.IntegerArray(data, mask)
+
+
 def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
     """Give ``ops`` the columns of :data:`_COPY_ATTRS`, from ``attrs`` (one row per copy or memset;
     two records with the same times on one device are one operation's: never seen, kept safe), NULL
@@ -171,6 +180,12 @@ def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
             back[at] = np.arange(len(at))
             full = values.iloc[back].reset_index(drop=True)
             ops[col] = full.astype("category") if col.endswith("kind") else full
+        elif not len(attrs):  # no copies nor memsets: NULL everywhere, held as one value
+            if col.endswith("kind"):
+                ops[col] = pd.Categorical.from_codes(np.broadcast_to(np.int8(-1), (len(ops),)),
+                                                     dtype=values.astype("category").dtype)
+            else:
+                ops[col] = _nothing(len(ops), np.int32 if col == "bytes" else bool)
         elif col.endswith("kind"):
             known = values.astype("category")
             codes = np.full(len(ops), -1, dtype=known.cat.codes.dtype if len(known) else np.int8)
