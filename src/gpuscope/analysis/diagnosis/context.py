@@ -18,10 +18,10 @@ from ..ops.launch_sites import after_launches, sampled_lines
 from ..roofline.power import PowerBudget, power_budget
 from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
+from .finding import MIN_SHARE
 from .step_means import PerStep
 from .timeline import ProcessTimeline, Timelines, load_timelines
 
-MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
 HOST_PARTS = ("idle_cpu", "idle_launch", "idle_sync", "idle_data")  # GPU idle whose cause is on the host
 
 

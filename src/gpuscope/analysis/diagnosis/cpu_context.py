@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.report import Report
-from .context import MIN_SHARE
+from .finding import MIN_SHARE
 from .cpu_breakdown import CATEGORY_PART, CpuBreakdown, part_at, split_steps
 from .cpu_frames import StackInfo, load_stacks
 from .cpu_steps import CpuSteps, load_steps, run_window, whole_run

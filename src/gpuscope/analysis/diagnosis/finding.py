@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+MIN_SHARE = 0.01  # findings that save less than this share of the step are left out
+
 
 @dataclass
 class Finding:
