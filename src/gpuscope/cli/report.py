@@ -18,7 +18,7 @@ HELP = ("Write one self-contained HTML file (no network needed) with the run, br
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..reporters.html.content import STATIC_SLICES
+    from ..reporters.page_budget import STATIC_SLICES
 
     p.add_argument("report", help="a .gpuscope report file")
     p.add_argument("-o", "--output", help="the HTML file to write (default: the report's name with .html)")

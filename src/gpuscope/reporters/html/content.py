@@ -20,10 +20,8 @@ from ...analysis.timeline.window import counters, lane_window
 from ...trace.report import Report
 from ..overview import capture_line, overhead_line
 from ...units import duration, human, machine, scaled
+from ..page_budget import STATIC_SLICES
 
-# The file of ``gpuscope report`` holds every slice while the report has at most this many, and
-# otherwise each lane's slices only while they fit, the others as per-pixel buckets.
-STATIC_SLICES = 150_000
 STATIC_PX = 4000  # buckets over the whole run of a lane whose slices the file leaves out
 
 
