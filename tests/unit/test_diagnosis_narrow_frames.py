@@ -11,7 +11,7 @@ from diagnosis_sim import Sim
 from gpuscope.analysis.diagnosis.breakdown import _is_sorted, _sorted_of, _sorted_unique
 from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.analysis.diagnosis.steady_work import _names, steady_work
-from gpuscope.analysis.diagnosis.timeline import _narrowed
+from gpuscope.analysis.diagnosis.timeline import _narrowed, shared_if_constant
 
 US = 1_000
 
@@ -89,3 +89,16 @@ def test_copy_attributes_of_a_run_without_copies(tmp_path: Path) -> None:
         assert ops["copy_kind"].isna().all() and ops["src_kind"].isna().all() and ops["dst_kind"].isna().all()
         assert not ops["pageable"].any() and not ops["transfer"].any()
         assert ops[ops["kind"] == "kernel"]["bytes"].isna().all()  # a selection of them is NULL too
+        # one process, one kind: held as one value each
+        assert ops["pid"].to_numpy().strides == (0,) and ops["kind"].array.codes.strides == (0,)
+        assert (ops["pid"] == p.pid).all() and (ops["kind"] == "kernel").all()
+
+
+def test_one_value_shared() -> None:
+    same = np.full(1000, 7, dtype=np.int32)
+    varied = np.arange(1000)
+    shared = shared_if_constant(same)
+    assert shared.strides == (0,) and shared.dtype == np.int32 and np.array_equal(shared, same)
+    assert not shared.flags.writeable
+    assert shared_if_constant(varied) is varied
+    assert shared_if_constant(np.array([1.5, 1.5])).strides != (0,)  # floats are left as they are

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from .step_means import StepsBreakdown
-from .timeline import COPY_APIS, ProcessTimeline
+from .timeline import COPY_APIS, ProcessTimeline, shared_if_constant
 
 SLACK_NS = 20_000
 SCALAR_BYTES = 64 * 1024
@@ -256,6 +256,10 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
     nw = len(ws)
     sums = np.zeros((len(PARTS), nw))
     busy_sum = np.zeros(nw)
+    # sums of whole nanoseconds are exact in float64 below 2^53 ns in any order: the pieces are disjoint
+    # within [lo, hi], so no sum of their lengths exceeds that span. Then one count of a batch's
+    # lengths per part gives the sums that adding each length in turn gives.
+    exact = hi - lo < 2**53
     pieces = []
     for a in range(0, len(cuts) - 1, CHUNK):
         seg_s = cuts[a:min(a + CHUNK, len(cuts) - 1)]
@@ -278,7 +282,12 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         for i, c in enumerate(counts):
             if c is not None:
                 _accumulate(sums[i], w, np.where(busy_k, len_k * c[keep] / total, 0.0))
-        _accumulate(busy_sum, w, np.where(busy_k, len_k, 0))
+        busy_len = np.where(busy_k, len_k, 0)
+        if exact:
+            busy_sum += np.bincount(w, weights=busy_len, minlength=nw)
+        else:
+            _accumulate(busy_sum, w, busy_len)
+        del busy_len
         del w, busy_k, len_k, total, counts, busy_count
 
         # the rest is of the pieces the GPU was not busy in (their cause), often half of them or fewer
@@ -331,9 +340,15 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         keep = _where_all(inside)
 
         w, len_k, cause_k = window[keep], (seg_e - seg_s)[keep], cause[keep]
-        for code in range(_CPU, _WARMUP + 1):
-            m = cause_k == code
-            _accumulate(sums[code], w[m], len_k[m])
+        if exact:  # every idle piece has one of these causes
+            at = (cause_k.astype(np.int64) - _CPU) * nw
+            at += w
+            sums[_CPU:_WARMUP + 1] += np.bincount(at, weights=len_k, minlength=(_WARMUP + 1 - _CPU) * nw).reshape(-1, nw)
+            del at
+        else:
+            for code in range(_CPU, _WARMUP + 1):
+                m = cause_k == code
+                _accumulate(sums[code], w[m], len_k[m])
         pieces.append((w.astype(ref_type), seg_s[keep], seg_e[keep], cause_k, culprit[keep], ref[keep].astype(ref_type),
                        call_ref[keep].astype(ref_type)))
 
@@ -349,7 +364,11 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
     cols: list = [list(c) for c in zip(*pieces)] if pieces else [[np.zeros(0, t)] for t in empty]
     del pieces
     for i in range(len(cols)):
+        # a column of one value (the window of a run without steps, the references of pieces that
+        # have none) held as that value: pieces are read, never written
         cols[i] = np.concatenate(cols[i])
+        if i != 1 and i != 2:
+            cols[i] = shared_if_constant(cols[i])
     idle_frame = pd.DataFrame({
         "window": cols[0], "start_ns": cols[1], "end_ns": cols[2],
         # codes of few texts: compared and selected on often, where ten million strings cost seconds
@@ -433,4 +452,5 @@ def _op_times(tl: ProcessTimeline, ws: np.ndarray, we: np.ndarray, warm: np.ndar
     if len(calls):
         critical |= latest_covering(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64),
                                     e, slack=SLACK_NS) >= 0
-    return pd.DataFrame({"op_id": ops["op_id"].to_numpy(), "steady_ns": exclusive, "critical": critical})
+    # the operations' own ids and the arrays made here, not copies of them
+    return pd.DataFrame({"op_id": ops["op_id"].to_numpy(), "steady_ns": exclusive, "critical": critical}, copy=False)

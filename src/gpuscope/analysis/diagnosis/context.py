@@ -20,7 +20,7 @@ from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .finding import MIN_SHARE
 from .step_means import PerStep
-from .timeline import ProcessTimeline, Timelines, load_timelines
+from .timeline import ProcessTimeline, Timelines, load_timelines, shared_if_constant
 
 HOST_PARTS = ("idle_cpu", "idle_launch", "idle_sync", "idle_data")  # GPU idle whose cause is on the host
 
@@ -305,7 +305,7 @@ class Context:
     def steady_kernels(self, p: Process) -> tuple[pd.DataFrame, np.ndarray]:
         """The process's kernels that ran in steady steps (the columns of :data:`STEADY_COLUMNS`), in
         GPU start order, and for each the steady step it started in (the position in
-        ``p.steady_windows``, from 1); computed once per process, not to be changed."""
+        ``p.steady_windows``, from 1; read-only); computed once per process, not to be changed."""
         key = ("steady_kernels", p.pid)
         if key not in self.cache:
             ops = self.ops(p)
@@ -318,8 +318,10 @@ class Context:
             start = kern["start_ns"].to_numpy(np.int64)
             if not (start[1:] > start[:-1]).all():
                 kern = kern.sort_values("start_ns")
-            step = np.searchsorted(p.steady_windows["start_ns"].to_numpy(np.int64),
-                                   kern["start_ns"].to_numpy(np.int64), "right")
+            starts = p.steady_windows["start_ns"].to_numpy(np.int64)
+            step = np.searchsorted(starts, kern["start_ns"].to_numpy(np.int64), "right")
+            # 32-bit where the steps fit, one value viewed for all where there is one step
+            step = shared_if_constant(step.astype(np.int32) if len(starts) < 2**31 else step)
             self.cache[key] = (kern, step)
         out: tuple[pd.DataFrame, np.ndarray] = self.cache[key]
         return out

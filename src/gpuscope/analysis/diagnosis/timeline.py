@@ -110,16 +110,45 @@ def load_ops(report: Report) -> pd.DataFrame:
     """Return every GPU operation with its launch point and attributes (see the module docstring)."""
     ops = op_frame(report, _op_columns(), _START_ORDER, {"kind": KINDS})
     _add_copy_attrs(ops, _copy_attrs(report))
-    ops = ops[["op_id", "kind", "pid", "tid", "launch_ns", "start_ns", "end_ns", "device_id", "name_id", "copy_kind",
-               "stream_id", "correlation_id", "config_id", "src_kind", "dst_kind", "bytes", "is_async"]]
+    # the copy kind among the ids, moved rather than selected (a selection copies the columns)
+    ops.insert(list(ops.columns).index("name_id") + 1, "copy_kind", ops.pop("copy_kind"))
     # few values, compared and grouped often
     ops["kind"] = _used_kinds(ops["kind"].array)
     ops["transfer"] = (ops["kind"] == "memcpy") & ops["copy_kind"].isin(HOST_MEMORY_COPIES)
     ops["pageable"] = ((ops["src_kind"] == "Pageable") | (ops["dst_kind"] == "Pageable")).fillna(False).astype(bool)
-    ops["is_async"] = ops["is_async"].astype("boolean")
+    if ops["is_async"].dtype != "boolean":
+        ops["is_async"] = ops["is_async"].astype("boolean")
     for col in _NARROW:
         ops[col] = _narrowed(ops[col])
+    for col in ops.columns:
+        ops[col] = _shared_if_constant(ops[col])
     return ops
+
+
+def _shared_if_constant(column: pd.Series) -> pd.Series:
+    """A column of one value everywhere (the process id of a one-process run, its device, the kind
+    of a run of kernels alone) as that value viewed read-only for every row, without memory of its
+    own; other columns as they are. The frame is read, never written."""
+    values = column.array
+    if isinstance(values, pd.Categorical):
+        codes = shared_if_constant(values.codes)
+        if codes is values.codes:
+            return column
+        return pd.Series(pd.Categorical.from_codes(codes, dtype=values.dtype), index=column.index, copy=False)
+    if not isinstance(values, pd.arrays.NumpyExtensionArray):
+        return column
+    data = values.to_numpy()
+    shared = shared_if_constant(data)
+    return column if shared is data else pd.Series(shared, index=column.index, copy=False)
+
+
+def shared_if_constant(values: np.ndarray) -> np.ndarray:
+    """An array of integers or booleans of one value everywhere as that value viewed read-only for
+    every element (no memory of its own); else ``values`` itself."""
+    if (len(values) < 2 or values.ndim != 1 or values.dtype.kind not in "iub" or values.strides == (0,)
+            or values.min() != values.max()):
+        return values
+    return np.broadcast_to(values[:1], values.shape)
 
 
 # 64-bit ids whose values fit 32 bits in every report seen: read as such where they do (ten
@@ -185,7 +214,7 @@ def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
                 ops[col] = pd.Categorical.from_codes(np.broadcast_to(np.int8(-1), (len(ops),)),
                                                      dtype=values.astype("category").dtype)
             else:
-                ops[col] = _nothing(len(ops), np.int32 if col == "bytes" else bool)
+                ops[col] = pd.Series(_nothing(len(ops), np.int32 if col == "bytes" else bool), copy=False)
         elif col.endswith("kind"):
             known = values.astype("category")
             codes = np.full(len(ops), -1, dtype=known.cat.codes.dtype if len(known) else np.int8)
