@@ -90,3 +90,28 @@ def test_ties_on_the_first_keys_read_again_or_all_at_once(recorded: Callable[[st
     assert got["pid"].nunique() == 4
     pd.testing.assert_frame_equal(got, want)
     pd.testing.assert_frame_equal(by_start, want_start)
+
+
+def test_order_of_rows_in_order_is_none_with_lexsorts_ties() -> None:
+    import numpy as np
+
+    from gpuscope.analysis.ops.rows import _lexsort, _order
+
+    rng = np.random.default_rng(3)
+    first = np.sort(rng.integers(0, 50, 400))
+    second = rng.integers(0, 1_000_000, 400)
+    in_order = np.lexsort([second, first])
+    cases = {
+        "sorted, no ties": [first[in_order], second[in_order]],
+        "sorted, a tie": [np.array([1, 2, 2, 3]), np.array([5, 7, 7, 9])],
+        "shuffled": [first, second],
+        "one key out of order across a step": [np.array([1, 2, 3, 2, 4])],
+    }
+    for name, keys in cases.items():
+        n = len(keys[0])
+        want, want_tied = _lexsort(keys, n)
+        for step in (1, 2, 3, 1 << 20):
+            at, tied = _order(keys, n, step=step)
+            assert tied == want_tied, name
+            assert np.array_equal(np.arange(n) if at is None else at, want), name
+            assert (at is None) == np.array_equal(want, np.arange(n)), name

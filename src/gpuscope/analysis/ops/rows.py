@@ -99,18 +99,23 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
             arrays[k] = a.astype(np.int64, copy=False)
     launch_keys = [arrays[k] for k in launch if k in arrays]
     order_keys = [arrays[k] for k in keys if k in arrays]
+    # orders as positions, None where the rows come in that order (one stream's operations, most
+    # runs): then neither a sort nor a gather of each column in that order
     if "op_id" in columns and launch:
-        by_launch, tied = _lexsort(launch_keys, n)
+        by_launch, tied = _order(launch_keys, n)
         if tied:
             return None  # ids of operations alike in every key would be DuckDB's choice
-        rank = np.empty(n, dtype=np.int64)
-        rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
+        if by_launch is None:
+            rank = np.arange(1, n + 1, dtype=np.int64)
+        else:
+            rank = np.empty(n, dtype=np.int64)
+            rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
         del by_launch
         # the order's own keys, then the launch order
-        at, _ = _lexsort([arrays[k] for k in own if k in arrays] + [rank], n)
+        at, _ = _order([arrays[k] for k in own if k in arrays] + [rank], n)
     else:
         rank = None
-        at, tied = _lexsort(order_keys, n)
+        at, tied = _order(order_keys, n)
         if tied:
             return None
     del arrays, order_keys, launch_keys
@@ -122,7 +127,7 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
     out: dict[str, object] = {}
     for name in columns:
         if name == "op_id":
-            out[name] = rank[at]
+            out[name] = rank if at is None else rank[at]
             del rank
             continue
         left.remove(source[name])
@@ -130,7 +135,8 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         kind = _array_kind(a)
         if len(a) != n or (kind is None and name not in codes):
             return None
-        a = a[at]
+        if at is not None:
+            a = a[at]
         out[name] = (_categorical(a, codes[name]) if name in codes
                      else _nullable(a) if kind == "masked" else a)
     return pd.DataFrame(out, copy=False)
@@ -260,6 +266,26 @@ def in_order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> bool:
                 return False
             undecided &= x == y
     return True
+
+
+def _order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> tuple[np.ndarray | None, bool]:
+    """:func:`_lexsort` of ``keys``, with None for the order where the rows are in it already
+    (looked at ``step`` rows at a time): the same order and the same answer on ties."""
+    import numpy as np
+
+    if not keys or n < 2:
+        return _lexsort(keys, n)
+    tied = False
+    for a in range(0, n - 1, step):
+        b = min(a + step, n - 1)
+        undecided = np.ones(b - a, dtype=bool)  # pairs equal in every key so far
+        for k in keys:
+            x, y = k[a:b], k[a + 1:b + 1]
+            if (undecided & (x > y)).any():
+                return _lexsort(keys, n)
+            undecided &= x == y
+        tied = tied or bool(undecided.any())
+    return None, tied  # rows equal in every key are neighbours in sorted rows
 
 
 def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:
