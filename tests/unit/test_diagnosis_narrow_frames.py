@@ -100,5 +100,9 @@ def test_one_value_shared() -> None:
     shared = shared_if_constant(same)
     assert shared.strides == (0,) and shared.dtype == np.int32 and np.array_equal(shared, same)
     assert not shared.flags.writeable
+    owner = shared
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    assert owner.size == 1  # holds one value, not the array it was made from
     assert shared_if_constant(varied) is varied
     assert shared_if_constant(np.array([1.5, 1.5])).strides != (0,)  # floats are left as they are

@@ -148,7 +148,7 @@ def shared_if_constant(values: np.ndarray) -> np.ndarray:
     if (len(values) < 2 or values.ndim != 1 or values.dtype.kind not in "iub" or values.strides == (0,)
             or values.min() != values.max()):
         return values
-    return np.broadcast_to(values[:1], values.shape)
+    return np.broadcast_to(values[:1].copy(), values.shape)  # a copy: a view would keep all of them
 
 
 # 64-bit ids whose values fit 32 bits in every report seen: read as such where they do (ten
