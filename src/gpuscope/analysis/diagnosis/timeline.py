@@ -199,9 +199,12 @@ def _add_copy_attrs(ops: pd.DataFrame, attrs: pd.DataFrame) -> None:
     two records with the same times on one device are one operation's: never seen, kept safe), NULL
     for the other operations: texts as categories, the rest as nullable columns."""
     attrs = attrs.drop_duplicates("op_id")
-    ids = ops["op_id"].to_numpy(np.int64)
-    sorter = np.argsort(ids, kind="stable")
-    at = sorter[np.searchsorted(ids, attrs["op_id"].to_numpy(np.int64), sorter=sorter)]
+    at = np.zeros(0, dtype=np.int64)
+    if len(attrs):  # where each is among the operations (without any, no sort of every id)
+        ids = ops["op_id"].to_numpy(np.int64)
+        sorter = np.argsort(ids, kind="stable")
+        at = sorter[np.searchsorted(ids, attrs["op_id"].to_numpy(np.int64), sorter=sorter)]
+        del ids, sorter
     for col in _COPY_ATTRS:
         values = attrs[col]
         if len(attrs) == len(ops):  # every operation is a copy or memset: the column as it came
