@@ -251,30 +251,12 @@ def _read_staged(report: Report, query: str, columns: Mapping[str, str], keys: l
     return pd.DataFrame(frame, copy=False)
 
 
-def in_order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> bool:
-    """Whether the rows are already in the order of ``keys`` (first key first; rows equal in every
-    key count as in order): a stable sort of them would leave them where they are. Looked at
-    ``step`` rows at a time, so that no temporary array is of all of them."""
+def _scan(keys: list[np.ndarray], n: int, step: int) -> tuple[bool, bool]:
+    """Whether the rows are in the order of ``keys`` (first key first), and whether two neighbours
+    are equal in every key (so far, where they are not in order). Looked at ``step`` rows at a time,
+    so that no temporary array is of all of them."""
     import numpy as np
 
-    for a in range(0, n - 1, step):
-        b = min(a + step, n - 1)
-        undecided = np.ones(b - a, dtype=bool)  # pairs equal in every key so far
-        for k in keys:
-            x, y = k[a:b], k[a + 1:b + 1]
-            if (undecided & (x > y)).any():
-                return False
-            undecided &= x == y
-    return True
-
-
-def _order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> tuple[np.ndarray | None, bool]:
-    """:func:`_lexsort` of ``keys``, with None for the order where the rows are in it already
-    (looked at ``step`` rows at a time): the same order and the same answer on ties."""
-    import numpy as np
-
-    if not keys or n < 2:
-        return _lexsort(keys, n)
     tied = False
     for a in range(0, n - 1, step):
         b = min(a + step, n - 1)
@@ -282,10 +264,26 @@ def _order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> tuple[np.ndar
         for k in keys:
             x, y = k[a:b], k[a + 1:b + 1]
             if (undecided & (x > y)).any():
-                return _lexsort(keys, n)
+                return False, tied
             undecided &= x == y
         tied = tied or bool(undecided.any())
-    return None, tied  # rows equal in every key are neighbours in sorted rows
+    return True, tied
+
+
+def in_order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> bool:
+    """Whether the rows are already in the order of ``keys`` (first key first; rows equal in every
+    key count as in order): a stable sort of them would leave them where they are."""
+    return _scan(keys, n, step)[0]
+
+
+def _order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> tuple[np.ndarray | None, bool]:
+    """:func:`_lexsort` of ``keys``, with None for the order where the rows are in it already
+    (looked at ``step`` rows at a time): the same order and the same answer on ties."""
+    if not keys or n < 2:
+        return _lexsort(keys, n)
+    ordered, tied = _scan(keys, n, step)
+    # rows equal in every key are neighbours in sorted rows
+    return (None, tied) if ordered else _lexsort(keys, n)
 
 
 def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:
