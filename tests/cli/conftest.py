@@ -193,7 +193,7 @@ def chromium_path() -> str | None:
     return None
 
 
-# Here, once for the whole session: two sync Playwright instances cannot run at the same time, and a fixture
+# Here, once for the whole test run: two sync Playwright instances cannot run at the same time, and a fixture
 # imported into two test modules would start one per module.
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
