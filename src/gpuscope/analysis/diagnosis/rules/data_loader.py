@@ -114,13 +114,12 @@ class DataLoading(Rule):
             if p.power_text(saving):
                 evidence.append(p.power_text(saving))
             saving = p.gpu_gain(saving)
-            lines = ctx.program_lines(p.pid, starts, ends)
-            if lines and loop is None:
-                evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
             if loop is not None:
-                location = loop.location
-                fix = loop.fix.replace("persistent_workers=True)", "persistent_workers=True, pin_memory=True)", 1)
+                location, fix = loop.location, loop.fix
             else:
+                lines = ctx.program_lines(p.pid, starts, ends)
+                if lines:
+                    evidence.append("Python lines running in the waits: " + ctx.describe_lines(lines))
                 location = f"{lines[0][0]} {lines[0][1]}" if lines else "DataLoader.__next__"
                 fix = (f"Load batches in parallel and ahead of use: DataLoader(num_workers={workers}, "
                        "pin_memory=True, persistent_workers=True, prefetch_factor=4); make __getitem__ cheap "
@@ -142,7 +141,7 @@ class DataLoading(Rule):
             return {}
         out = {}
         for cp in cpu.processes:
-            m = loop_model(cpu, cp)
+            m = loop_model(cpu, cp, gpu=True)
             # only where the samples show the Dataset running in the loop's own process: the samples are
             # the main thread's, and a loop run in another thread (as Lightning's can be) shows none of it
             if m is not None and m.data["in_process"]:
@@ -174,11 +173,12 @@ class LoopModel:
     data: dict[str, Any]
 
 
-def loop_model(ctx: CpuContext, p: CpuProcess) -> LoopModel | None:
+def loop_model(ctx: CpuContext, p: CpuProcess, gpu: bool = False) -> LoopModel | None:
     """The loop's wait for batches (its CPU breakdown's data part) and what worker processes would
     hide of it, from where the wait was sampled (the Dataset in the loop's own process or not), the
     machine's cores, the other programs' load, the loop's own cores and the loading's CPU time
-    (:func:`best_workers`); None where the wait is under the diagnosis's threshold."""
+    (:func:`best_workers`); None where the wait is under the diagnosis's threshold. ``gpu``: the
+    batches go to a GPU, so the fix pins their memory too."""
     mean = p.breakdown.mean_parts()
     wait = mean["cpu_data"]
     if wait <= 0 or p.share(wait) < ctx.min_share:
@@ -228,7 +228,8 @@ def loop_model(ctx: CpuContext, p: CpuProcess) -> LoopModel | None:
         if cores and workers + loop_cores > usable + 0.25:
             threads = (f", and torch.set_num_threads({max(1, cores - workers)}) so that PyTorch's threads "
                        "do not fight the workers for cores")
-        fix = (f"DataLoader(..., num_workers={workers}, persistent_workers=True){threads}: batches load in "
+        pin = ", pin_memory=True" if gpu else ""
+        fix = (f"DataLoader(..., num_workers={workers}, persistent_workers=True{pin}){threads}: batches load in "
                "worker processes while the step runs; past that, make the Dataset's __getitem__ cheaper"
                + (f" ({frame_text(lines[0][0])})" if lines else "") + " or load whole batches at once "
                "(a batch sampler and a Dataset that indexes a list of samples).")
