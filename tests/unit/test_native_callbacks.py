@@ -179,3 +179,46 @@ def test_anchors_c_could_not_keep_are_said() -> None:
     shim.gs_anchors_lost = lambda: 3
     NativeAnchors(shim, 0, None).shutdown(ctx)  # type: ignore[arg-type]
     assert said and said[0][0] == "warning" and said[0][1].startswith("3 launch anchors were lost")
+
+
+def test_graph_launches_are_timed_in_c_without_any_python_callback(shim: ctypes.CDLL) -> None:
+    from gpuscope.capture.cupti.graph_launches import GraphLaunches
+
+    hub, lib, said = _hub(shim)
+    launches = GraphLaunches(hub, offset_ns=1_000)
+    launch = [int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuGraphLaunch")]
+    runtime = [int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name.startswith("cudaGraphLaunch")]
+    assert launch and all((DRV, c) in lib.enabled for c in launch)
+    assert not any((RT, c) in lib.enabled for c in runtime), "the runtime call is carried out by the driver's"
+    before = time.monotonic_ns()
+    ids = [lib.call(DRV, launch[0], body=lambda: time.sleep(0.001)) for _ in range(3)]
+    other: list[int] = []
+    worker = threading.Thread(target=lambda: other.append(lib.call(DRV, launch[-1])))
+    worker.start()
+    worker.join()
+    after = time.monotonic_ns()
+    assert hub.calls == 0, "no launch reached Python"
+    rows = launches.take()
+    assert [r[4] for r in rows] == ids + other
+    assert {r[3] for r in rows} == {"cuGraphLaunch"}
+    assert [r[2] for r in rows] == [threading.get_native_id()] * 3 + [worker.native_id]
+    for start, end, *_ in rows:
+        assert before + 1_000 <= start <= end <= after + 1_000
+    assert all(r[1] - r[0] >= 1_000_000 for r in rows[:3]), "entry to exit: the call's own time"
+    assert launches.take() == []
+
+    launches.set_collecting(False)  # outside a capture window the launches pass untimed
+    lib.call(DRV, launch[0])
+    assert launches.take() == []
+    launches.set_collecting(True)
+    hub.set_enabled(False)  # the timed ids are switched with the others
+    assert not any((DRV, c) in lib.enabled for c in launch)
+    hub.set_enabled(True)
+    hub.stop()
+    assert lib.callback is None and said == []
+    forwarded: list[int] = []  # after stop, the C subscriber times nothing: a new hub's handlers see the calls
+    hub2, lib2, _ = _hub(shim)
+    hub2.on_api(["cuGraphLaunch"], enter=lambda name, corr: forwarded.append(corr))
+    corr = lib2.call(DRV, launch[0])
+    assert forwarded == [corr] and launches.take() == []
+    hub2.stop()

@@ -69,6 +69,7 @@ class CallbackHub:
         # (domain, cbid) -> (api name, enter handlers, exit handlers)
         self._table: dict[tuple[int, int], tuple[str, list[Handler], list[Handler]]] = {}
         self._entry_only: dict[int, Callable[[int], None]] = {}  # cbid -> handler(correlation id)
+        self._timed: list[tuple[int, int]] = []  # (domain, cbid) timed by the C subscriber itself
         self._runtime = int(cupti.CallbackDomain.RUNTIME_API)
         self._driver = int(cupti.CallbackDomain.DRIVER_API)
         self._enter_site = int(cupti.ApiCallbackSite.API_ENTER)
@@ -106,6 +107,8 @@ class CallbackHub:
             else:
                 self._native[1].cuptiUnsubscribe(sub)
                 self._native[0].gs_set_forward(None)
+                self._native[0].gs_clear_timed()
+                self._timed = []
 
     def _enable(self, on: bool, domain: int, cbid: int) -> None:
         if self._native is None:
@@ -171,6 +174,27 @@ class CallbackHub:
                 return True
         return False
 
+    def native_timed(self, names: list[str]) -> dict[int, str]:
+        """Have the C subscriber time every call of the driver functions named (entry to exit, its
+        thread and correlation id) without any Python callback; return their callback ids -> names,
+        {} where the subscriber is not C or has no room (then nothing is timed in C)."""
+        if self._native is None or self._subscriber is None:
+            return {}
+        shim = self._native[0]
+        wanted = set(names)
+        got = {int(m.value): base_name(m.name) for m in self._cupti.driver_api_trace_cbid
+               if base_name(m.name) in wanted}
+        keys = [(self._driver, cbid) for cbid in got]
+        if any(shim.gs_set_timed(*key) != 0 for key in keys):
+            shim.gs_clear_timed()  # all or none: a call left to Python is not timed twice
+            for key in self._timed:
+                shim.gs_set_timed(*key)
+            return {}
+        for key in keys:
+            self._enable(True, *key)
+        self._timed += keys
+        return got
+
     def on_api_entry(self, names: list[str], handler: Callable[[int], None]) -> list[str]:
         """Call ``handler(correlation id)`` at the entry of the driver API functions named, with as
         little work as possible (no nesting bookkeeping; for calls gpuscope makes itself); return
@@ -190,7 +214,7 @@ class CallbackHub:
         """Turn every registered callback on or off (the subscription stays)."""
         if self._subscriber is None:
             return
-        for domain, cbid in self._table:
+        for domain, cbid in [*self._table, *self._timed]:
             self._enable(on, domain, cbid)
 
     # -- CUPTI's call, on the thread that made the API call ----------------------------------

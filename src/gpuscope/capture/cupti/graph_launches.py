@@ -5,15 +5,23 @@ but CUPTI's queued time of such a kernel is not the host's launch time. Without 
 (``--trace cuda-api``) the launch call would be unknown and the kernel could not be placed in the
 range around ``graph.replay()``. Graph launches are few (that is what graphs are for), so each
 is recorded here through the callback API, as a ``launch_call`` row.
+
+Where gpuscope's C subscriber is loaded (native.py), the driver's ``cuGraphLaunch`` is timed in C
+and no Python runs at a launch: XLA launches a graph per jitted call, and two Python callbacks per
+launch (each taking the GIL from the thread that launches) cost a JAX training loop about 8% of
+its time in one profiled process (bench/results/real_clients.md). The runtime's
+``cudaGraphLaunch`` is carried out by ``cuGraphLaunch`` on the same thread, so the driver call
+alone is watched then, and rows name it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import CallbackHub, TimedCalls
-from .sync_sites import SYNC_SITES_ENV
+from .sync_sites import SYNC_LAYER_ENV, SYNC_SITES_ENV
 
 if TYPE_CHECKING:
     from ..collectors import Context
@@ -21,11 +29,44 @@ if TYPE_CHECKING:
 GRAPH_LAUNCH_APIS = ["cudaGraphLaunch", "cuGraphLaunch"]
 
 
+NATIVE_DRIVER_API = "cuGraphLaunch"
+TAKE_CHUNK = 4096  # calls copied from C at a time
+
+
 class GraphLaunches(TimedCalls):
     """Records the host side of every CUDA graph launch as ``launch_call`` rows."""
 
     def __init__(self, hub: CallbackHub, offset_ns: int) -> None:
-        super().__init__(hub, GRAPH_LAUNCH_APIS, offset_ns)
+        timed = hub.native_timed([NATIVE_DRIVER_API]) if os.environ.get(SYNC_LAYER_ENV) != "both" else {}
+        self._shim = hub.native if timed else None
+        self._names = timed
+        super().__init__(hub, [] if timed else GRAPH_LAUNCH_APIS, offset_ns)
+
+    def set_collecting(self, on: bool) -> None:
+        """Time graph launches (``on``), or let them pass."""
+        super().set_collecting(on)
+        if self._shim is not None:
+            self._shim.gs_set_timed_on(1 if on else 0)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Return the launches recorded since the last call: those timed in C, then any in Python."""
+        rows = []
+        if self._shim is not None:
+            buf = (ctypes.c_int64 * (5 * TAKE_CHUNK))()
+            while True:
+                n = int(self._shim.gs_timed_take(buf, TAKE_CHUNK))
+                flat = buf[: 5 * n]
+                rows += [(flat[i] + self.offset, flat[i + 1] + self.offset, flat[i + 2],
+                          self._names.get(flat[i + 3], NATIVE_DRIVER_API), flat[i + 4]) for i in range(0, 5 * n, 5)]
+                if n < TAKE_CHUNK:
+                    break
+        return rows + super().take()
+
+    def shutdown(self, ctx: Context) -> None:
+        """Say launches C could not keep (out of memory), if any."""
+        lost = int(self._shim.gs_timed_lost()) if self._shim is not None else 0
+        if lost:
+            ctx.diag("warning", f"{lost} CUDA graph launches were not recorded (no memory to keep them)")
 
 
 def start(ctx: Context, module: Any = None) -> GraphLaunches | None:

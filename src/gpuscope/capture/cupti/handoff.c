@@ -16,7 +16,11 @@
  * boundary among the program's launches; through a Python callback it cost about 3 µs. Here the
  * subscriber keeps the anchor call's id in a thread-local variable without Python, gs_anchor
  * reads the clock, makes the call and appends (time, thread, id) to a list that the flush thread
- * takes (gs_anchors_take). Every other watched call is forwarded to gpuscope's Python handler.
+ * takes (gs_anchors_take). Calls registered as timed in C (gs_set_timed: CUDA graph launches,
+ * which need no Python stack) are timed here too, entry to exit, and kept as (start, end, thread,
+ * callback id, correlation id) until the flush thread takes them (gs_timed_take): a program that
+ * launches graphs from a thread of its own (XLA) never waits for the GIL at a launch. Every other
+ * watched call is forwarded to gpuscope's Python handler.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -154,6 +158,93 @@ static int64_t *anchor_rows; /* time, thread, id: three per anchor */
 static size_t anchor_n, anchor_cap; /* anchors held, room for */
 static uint64_t anchor_lost;
 
+#define TIMED_CAP 8 /* callback ids timed in C */
+static uint32_t timed_domain[TIMED_CAP], timed_cbid[TIMED_CAP];
+static int timed_n;
+static volatile int timed_on = 1; /* 0 outside a capture window: calls pass untimed */
+static __thread int64_t timed_open; /* the entry time of this thread's timed call, 0: none */
+static __thread uint32_t timed_open_cbid;
+static pthread_mutex_t tmu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t *timed_rows; /* start, end, thread, cbid, correlation id: five per call */
+static size_t timed_rows_n, timed_rows_cap;
+static uint64_t timed_lost;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void timed_call(uint32_t cbid, int32_t site, uint32_t correlation_id) {
+    if (site == 0) {
+        timed_open = timed_on ? now_ns() : 0;
+        timed_open_cbid = cbid;
+        return;
+    }
+    int64_t start = timed_open;
+    timed_open = 0;
+    if (!start || timed_open_cbid != cbid) return;
+    int64_t end = now_ns();
+    if (!thread_id) thread_id = (int64_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&tmu);
+    if (timed_rows_n == timed_rows_cap) {
+        size_t cap = timed_rows_cap ? timed_rows_cap * 2 : 1024;
+        int64_t *grown = realloc(timed_rows, cap * 5 * sizeof(int64_t));
+        if (!grown) {
+            timed_lost++;
+            pthread_mutex_unlock(&tmu);
+            return;
+        }
+        timed_rows = grown;
+        timed_rows_cap = cap;
+    }
+    int64_t *row = timed_rows + 5 * timed_rows_n++;
+    row[0] = start;
+    row[1] = end;
+    row[2] = thread_id;
+    row[3] = cbid;
+    row[4] = correlation_id;
+    pthread_mutex_unlock(&tmu);
+}
+
+/* Time the calls of this callback id in C (return 0), or say there is no room left (-1). */
+int gs_set_timed(uint32_t domain, uint32_t cbid) {
+    for (int i = 0; i < timed_n; i++)
+        if (timed_cbid[i] == cbid && timed_domain[i] == domain) return 0;
+    if (timed_n == TIMED_CAP) return -1;
+    timed_domain[timed_n] = domain;
+    timed_cbid[timed_n] = cbid;
+    timed_n++;
+    return 0;
+}
+
+/* Stop timing every callback id in C (their calls are forwarded again). */
+void gs_clear_timed(void) { timed_n = 0; }
+
+/* Time the registered calls (1) or let them pass (0). */
+void gs_set_timed_on(int on) { timed_on = on; }
+
+/* Copy up to max timed calls (five int64 each) into out, oldest first, and forget them. */
+size_t gs_timed_take(int64_t *out, size_t max) {
+    pthread_mutex_lock(&tmu);
+    size_t n = timed_rows_n < max ? timed_rows_n : max;
+    memcpy(out, timed_rows, n * 5 * sizeof(int64_t));
+    memmove(timed_rows, timed_rows + 5 * n, (timed_rows_n - n) * 5 * sizeof(int64_t));
+    timed_rows_n -= n;
+    pthread_mutex_unlock(&tmu);
+    return n;
+}
+
+/* How many timed calls are held. */
+size_t gs_timed_pending(void) {
+    pthread_mutex_lock(&tmu);
+    size_t n = timed_rows_n;
+    pthread_mutex_unlock(&tmu);
+    return n;
+}
+
+uint64_t gs_timed_lost(void) { return timed_lost; }
+
 /* CUpti_CallbackFunc: runs on the thread that made the API call. */
 void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {
     const gs_callback_data *d = (const gs_callback_data *)cbdata;
@@ -162,6 +253,12 @@ void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void 
     if (cbid == anchor_cbid && domain == anchor_domain) {
         if (d->site == 0) anchor_id = d->correlation_id;
         return;
+    }
+    for (int i = 0; i < timed_n; i++) {
+        if (timed_cbid[i] == cbid && timed_domain[i] == domain) {
+            timed_call(cbid, d->site, d->correlation_id);
+            return;
+        }
     }
     gs_forward_fn f = forward_to;
     if (f) f(domain, cbid, d->site, d->correlation_id);
