@@ -34,10 +34,6 @@ RECORDED = sorted(p for p in MEASURED if (FIXTURES / f"client_{p}.gpuscope.gz").
 
 # program -> why the analysis misses it (kept honest: the test fails when one starts passing)
 KNOWN_MISSES: dict[str, str] = {
-    "hf_bert_infer": "launch_bound ranks first at 59% and a CUDA graph through torch.compile(mode='reduce-overhead') "
-                     "measured best (27%, an H100): the right fix, its estimate 2.2x: the overhead probe's "
-                     "iterations with collection off took 8.95 ms against 4.93 ms untraced, so the step without "
-                     "the profiler is taken as 10.4 ms",
     "hf_gpt2_generate": "launch_bound ranks first at 85% for the static cache, which measured 35% (39% in a "
                         "second measurement): the finding prices a CUDA graph of the whole decode step, and no "
                         "CUDA-graph recipe ran on this stack (transformers 5, torch 2.11): compiling the forward "
@@ -50,11 +46,6 @@ KNOWN_MISSES: dict[str, str] = {
                                  "9.7 ms but the step only from 21.7 to 19.5 ms: the host takes about 19.5 ms to "
                                  "issue a step (forward on the main thread, backward on autograd's), which the "
                                  "recording does not show (the GPU bound, the host threads spinning in launches)",
-    "tv_resnet50_amp": "channels_last measured 15% (14% to 20%) and torch.compile 7% (3% to 15%) on an H100, both "
-                       "in one process (on an H200: 16% and 19%, both together 21%); launch_bound ranks first at 26%, "
-                       "then unfused_elementwise at 18% (torch.compile: its chains and the channels_last layout Inductor "
-                       "takes) and channels_last at 14%, its size right; the launch-bound fix (the client's reduce_overhead "
-                       "variant) is not measured yet",
     "compiled_graph_break": "no fix measured a gain: the guard on the GPU (torch.where) 45% slower, "
                             "torch.compile(mode='reduce-overhead') 12% slower (the graph breaks at each .item() "
                             "leave CUDA graphs replayed piece by piece, each with its guards on the host); yet "
@@ -68,9 +59,8 @@ UNKEPT_MISSES: dict[str, str] = {
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%
-RIGHT_FIX_AT = {"hf_bert_infer": "first", "hf_gpt2_generate": "first",
-                "torch_transformer_lm_fp32": "nothing measured",
-                "tv_resnet50_amp": "below", "compiled_graph_break": "nothing measured"}
+RIGHT_FIX_AT = {"hf_gpt2_generate": "first",
+                "torch_transformer_lm_fp32": "nothing measured", "compiled_graph_break": "nothing measured"}
 
 compare_mod = load_bench("diagnosis_compare")
 
