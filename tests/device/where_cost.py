@@ -19,6 +19,9 @@ Settings (each compared with ``as-is`` of the same round):
 - ``ops-off``: the operator recorder off (``torch-ops``/``torch-shapes``);
 - ``callbacks-off``: CUPTI's callbacks for synchronization sites and graph launches disabled (the
   launch anchors' callback stays);
+- ``graph-level``: CUPTI's graph-level records (``GRAPH_TRACE``) turned on beside the kernel records,
+  for the graphs launched during the block (each launch one record instead of one per node, where
+  CUPTI honours the switch in a running process; the report's ``graph_launch`` rows say whether it did);
 - ``all-off``: everything above off (CUPTI's kinds, every hook passing through, the sampler, the
   operator recorder);
 - ``uninstalled``: as ``all-off``, and the PyTorch hooks taken out altogether (``TorchHooks.uninstall``:
@@ -51,7 +54,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the sc
 sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
 
 MODES = ["as-is", "full", "logged", "no-wrapper", "hooks-off", "cupti-off", "cupti-off-no-wrapper", "sampler-off",
-         "ops-off", "callbacks-off", "all-off", "uninstalled"]
+         "ops-off", "callbacks-off", "graph-level", "all-off", "uninstalled"]
 
 
 def mlp_step(layers: int = 8, width: int = 1024, batch: int = 256) -> Callable[[], None]:
@@ -144,6 +147,7 @@ class Switches:
         needs = {"full": hooks, "logged": hooks, "no-wrapper": hooks, "hooks-off": hooks, "cupti-off": cuda,
                  "cupti-off-no-wrapper": hooks and cuda, "sampler-off": self.sampler is not None,
                  "ops-off": self.ops is not None, "callbacks-off": self.callbacks is not None,
+                 "graph-level": cuda and "graph" not in getattr(self.cuda, "enabled", []),
                  "all-off": hooks or cuda, "uninstalled": hooks}
         return [m for m in MODES if m == "as-is" or (self.agent is not None and needs[m])]
 
@@ -164,6 +168,12 @@ class Switches:
         cupti_on = "cupti-off" not in mode and mode != "all-off"
         if self.cuda is not None:
             self.cuda.set_collecting(cupti_on)
+            if "graph" not in self.cuda.enabled:
+                cupti, kind = self.cuda._cupti, self.cuda._cupti.ActivityKind.GRAPH_TRACE
+                try:
+                    (cupti.activity_enable if mode == "graph-level" else cupti.activity_disable)(kind)
+                except Exception as exc:  # noqa: BLE001  (said once per switch; the block runs as is)
+                    print(f"graph-level records not switched ({mode}): {exc}", file=sys.stderr)
         if self.sampler is not None:
             self.sampler.set_collecting(mode not in ("sampler-off", "all-off"))
         if self.ops is not None:
