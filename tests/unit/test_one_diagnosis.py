@@ -97,3 +97,36 @@ def test_a_loop_in_another_thread_keeps_the_gpu_sides_estimate(recorded: Callabl
         f = next(f for f in diagnose(report).findings if f.rule == "data_loader")
     assert "in_process" not in f.data and "prefetch_factor=4" in f.fix
     assert 0.30 <= f.share <= 0.40
+
+
+def test_a_report_with_both_sides_breaks_its_steps_down_on_both(recorded: Callable[[str], Path]) -> None:
+    """Where PyTorch's ranges were recorded beside GPU work, the diagnosis gives the host's parts of
+    the steps (the CPU side's breakdown, computed by the CPU side's own code) beside the GPU's; a
+    report without those ranges gets none, and every output carries it."""
+    import json
+
+    from gpuscope.analysis.diagnosis.cpu_breakdown import CPU_PARTS
+    from gpuscope.analysis.diagnosis.cpu_context import CpuContext
+    from gpuscope.reporters import diagnosis_formats
+
+    formats = diagnosis_formats()
+    with Report.open(recorded("client_tv_resnet50_amp")) as r:
+        d = diagnose(r)
+        assert d.processes and len(d.host) == 1
+        host = d.host[0]
+        mean = host.mean_parts()
+        assert abs(sum(mean[k] for k in CPU_PARTS) - mean["duration_ns"]) < 1e-6 * mean["duration_ns"]
+        assert mean["cpu_forward"] > 0 and mean["cpu_backward"] > 0 and mean["cpu_optimizer"] > 0
+        (alone,) = CpuContext(r).processes  # the CPU side's context on its own gives the same parts
+        assert alone.breakdown.mean_parts() == mean
+        table = d.host_table()
+        assert table is not None and table.name == "host_step_breakdown"
+        assert table.column("Per Step")[-1] == mean["duration_ns"]
+        doc = json.loads(formats["json"](d))
+        assert doc["host"]["processes"][0]["mean_ns"]["cpu_forward"] == round(mean["cpu_forward"])
+        assert "Host Step-Time Breakdown" in formats["table"](d)
+        assert "## Host side of the steps" in formats["markdown"](d)
+    with Report.open(recorded("mlp_default")) as r:  # kernels and steps, no PyTorch ranges: all "other Python"
+        d = diagnose(r)
+        assert d.processes and d.host == [] and d.host_table() is None
+        assert "host" not in json.loads(formats["json"](d))

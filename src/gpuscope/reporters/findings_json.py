@@ -35,10 +35,18 @@ def as_dict(diag: Diagnosis) -> dict[str, Any]:
         "step_source": diag.step_source,
         "parts": list(parts),
         "processes": processes,
+        **({"host": _host(diag)} if diag.host else {}),  # the host side of a report with GPU work, where recorded
         "findings": [f.as_dict() for f in diag.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in diag.skipped],
         "notes": diag.notes,
     }
+
+
+def _host(diag: Diagnosis) -> dict[str, Any]:
+    """The host side's parts per process: means over its steady steps (integer ns)."""
+    return {"step_source": diag.host_source, "parts": list(diag.host[0].parts),
+            "processes": [{"pid": b.pid, "steady_steps": len(b.steady),
+                           "mean_ns": {k: int(round(v)) for k, v in b.mean_parts().items()}} for b in diag.host]}
 
 
 def render(diag: Diagnosis) -> str:

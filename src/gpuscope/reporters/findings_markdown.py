@@ -26,6 +26,9 @@ def _table(table: Table) -> str:
 def render(diag: Diagnosis) -> str:
     """Return the diagnosis as Markdown."""
     out = ["## Step-time breakdown", "", _table(diag.breakdown_table())]
+    host = diag.host_table()
+    if host:
+        out += ["## Host side of the steps", "", _table(host)]
     if diag.processes:
         out += ["## Steps", "", _table(diag.steps_table())]
     out += ["## Findings, ranked by estimated saving", ""]

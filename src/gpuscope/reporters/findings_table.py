@@ -74,7 +74,8 @@ def render(diag: Diagnosis) -> str:
     width = min(WIDTH, terminal_width())
     console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
-    tables = [diag.breakdown_table()] + ([_steps(diag.steps_table())] if diag.processes else [])
+    host = diag.host_table()
+    tables = [diag.breakdown_table(), *([host] if host else [])] + ([_steps(diag.steps_table())] if diag.processes else [])
     for table in tables:
         console.print(_rich_table(table))
         for note in table.notes:

@@ -2,7 +2,8 @@
 
 ``diagnose(report)`` splits each steady step into GPU busy time by bound class and GPU idle time by
 cause (without GPU work: the step's wall time into data loading, forward, backward, optimizer and
-other Python, :mod:`.cpu_diagnosis`), runs every rule whose data the report has (:mod:`.engine`, the
+other Python, :mod:`.cpu_diagnosis`; with both, where PyTorch's ranges were recorded, the host's
+parts beside the GPU's), runs every rule whose data the report has (:mod:`.engine`, the
 same pass on either side), and ranks their findings by estimated saving (share of the step;
 one-time findings by their share of the capture's steps). Rules whose data is missing are listed
 with the reason, and the others still run.
@@ -99,7 +100,10 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
     from .result import counts_by_process
 
+    from .cpu_diagnosis import host_side
+
     stepped = any(p.has_steps for p in processes)
+    host, host_source = host_side(ctx) if processes else ([], "")
     return Diagnosis(ctx.timelines.step_source.description if processes else "no steps",
                      processes, findings, skipped, ctx.notes, min_share,
-                     counts_by_process(report) if stepped else {})
+                     counts_by_process(report) if stepped else {}, host, host_source)

@@ -10,7 +10,7 @@ result is a :class:`CpuDiagnosis`: a :class:`Diagnosis` whose tables show the CP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...trace.report import Report
 from ..table import Column, Table
@@ -53,6 +53,34 @@ class CpuDiagnosis(Diagnosis):
         notes = ["Shares of the step's wall time: waiting for the DataLoader, module forward, loss.backward(), "
                  "optimizer step and zero_grad, and the rest of the loop's Python; each row adds up to 100%."]
         return Table("cpu_step_parts", "CPU Step Time by Part", cols, rows, notes if rows else [])
+
+
+HOST = ("host_step_breakdown", "Host Step-Time Breakdown (PyTorch's ranges)")
+
+
+def host_breakdown_table(processes: list[CpuBreakdown], source: str) -> Table:
+    """The CPU parts of the steps of a report with GPU work, per process: where the host's time went
+    while the GPU side above was busy or idle (the same parts as a report without GPU work)."""
+    table = CpuDiagnosis(step_source=source, processes=processes, findings=[], skipped=[]).breakdown_table()
+    note = ("The host's parts: waiting for the DataLoader, module forward, loss.backward(), optimizer "
+            "step and zero_grad, and the rest of the loop's Python, on the thread that runs the loop. Launching "
+            "kernels and waiting for the GPU fall in the part whose code did it; the host's steps are found "
+            "on its own (they may differ from the GPU side's by a few).")
+    return Table(*HOST, table.columns, table.rows, [*table.notes, note])
+
+
+def host_side(ctx: Any) -> tuple[list[CpuBreakdown], str]:
+    """The host side's breakdown of a report with GPU work (``ctx``: its diagnosis context), for the
+    processes whose steps PyTorch's ranges split (any part other than the rest of the Python), and
+    the description of their steps; ([], "") where none did."""
+    cpu = ctx.cpu_side
+    out = []
+    for p in cpu.processes:
+        b = p.breakdown
+        mean = b.mean_parts()
+        if b.has_steps and any(round(mean[k]) for k in CPU_PARTS if k != "cpu_other"):
+            out.append(b)
+    return out, (cpu.steps.description if out else "")
 
 
 def _scope(p: CpuBreakdown, source: str, counts: str | None = None) -> str:

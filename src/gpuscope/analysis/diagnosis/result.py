@@ -4,7 +4,7 @@ and the tables they make."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..table import Column, Table
 from .breakdown import LABELS, PARTS, ProcessBreakdown
@@ -29,6 +29,10 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     min_share: float = MIN_SHARE  # findings saving less than this share of the step were left out
     step_counts: dict[int, str] = field(default_factory=dict)  # per process: its steps found, recorded, ... in words
+    # the host side of the same processes where PyTorch's ranges were recorded (CpuBreakdown each: the
+    # main thread's step time in data loading, forward, backward, optimizer, other Python), and its steps
+    host: list[Any] = field(default_factory=list)
+    host_source: str = ""
 
     # the parts of a step and the breakdown table's name, title and note without processes
     PART_NAMES: ClassVar[tuple[str, ...]] = PARTS
@@ -56,6 +60,14 @@ class Diagnosis:
         if not self.processes:
             notes.append(self.NOTHING)
         return Table(*self.BREAKDOWN, cols, rows, notes)
+
+    def host_table(self) -> Table | None:
+        """Per process, the host side's breakdown (:attr:`host`), or None where it was not recorded."""
+        if not self.host:
+            return None
+        from .cpu_diagnosis import host_breakdown_table
+
+        return host_breakdown_table(self.host, self.host_source)
 
     def steps_table(self) -> Table:
         """Per step: duration, the busy share, and the share of each idle cause."""
