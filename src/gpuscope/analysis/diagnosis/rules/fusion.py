@@ -64,7 +64,7 @@ def _write_shares(ctx: Context, k: pd.DataFrame) -> np.ndarray:
         work = op_work(name, shapes, dtypes, outs, scalars)
         if work is not None and work.bytes > 0:
             by_op[i] = min(1.0, Call(name, shapes, dtypes, outs, scalars).write_bytes() / work.bytes)
-    names = k["name"].to_numpy(object)
+    names = _texts(k["name"])
     found: dict[str, list[float]] = {}
     own = np.full(len(k), np.nan)
     for j in np.flatnonzero(linked):
@@ -73,7 +73,10 @@ def _write_shares(ctx: Context, k: pd.DataFrame) -> np.ndarray:
             own[j] = share
             found.setdefault(str(names[j]), []).append(share)
     by_name = {n: float(np.mean(v)) for n, v in found.items()}
-    fill = np.array([by_name.get(str(n), UNARY_WRITES) for n in names])
+    if isinstance(names, _Texts):  # asked once per name
+        fill = np.array([by_name.get(str(n), UNARY_WRITES) for n in names.texts], dtype=np.float64)[names.codes]
+    else:
+        fill = np.array([by_name.get(str(n), UNARY_WRITES) for n in names])
     return np.where(np.isnan(own), fill, own)
 
 
@@ -87,9 +90,11 @@ def _runs(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]
     same = np.zeros(len(ok), bool)  # kernel i continues the run of kernel i - 1
     same[1:] = ok[1:] & ok[:-1] & (step[1:] == step[:-1])
     starts = np.flatnonzero(ok & ~same)
-    # a run ends at the first kernel after its start that does not continue it (or at the end)
-    breaks = np.append(np.flatnonzero(~same), len(ok))
-    ends = breaks[np.searchsorted(breaks, starts, "right")]
+    # a run ends after its last kernel: one that the next does not continue (positions of the runs
+    # alone, not of every kernel that breaks one: those are most of ten million)
+    last = ok.copy()
+    last[:-1] &= ~same[1:]
+    ends = np.flatnonzero(last) + 1
     long = ends - starts >= least
     return list(zip(starts[long].tolist(), ends[long].tolist()))
 
@@ -122,6 +127,26 @@ def _pace(b: np.ndarray, dur: np.ndarray, roof: float) -> float:
     return min(roof, float(b[m]) / float(dur[m]) * 1e9) if dur[m] > 0 else roof
 
 
+class _Texts:
+    """The kernel names of a categorical column, as :meth:`numpy.ndarray` slices of texts made only
+    for the rows asked (an array of ten million Python references is 80 MB)."""
+
+    def __init__(self, names: pd.Series) -> None:
+        self.codes = names.cat.codes.to_numpy()
+        self.texts = np.asarray(names.cat.categories.astype(object), dtype=object)
+
+    def __getitem__(self, rows: slice | int) -> np.ndarray:
+        return self.texts[self.codes[rows]]
+
+
+def _texts(names: pd.Series) -> np.ndarray | _Texts:
+    """``names`` by row (sliced by the rule): a categorical's codes and categories where it has no
+    missing value, else its values."""
+    if isinstance(names.dtype, pd.CategoricalDtype) and not (names.cat.codes.to_numpy() < 0).any():
+        return _Texts(names)
+    return names.to_numpy(object)
+
+
 class UnfusedElementwise(ProcessRule):
     name = "unfused_elementwise"
     description = ("Runs of memory-bound elementwise and normalization kernels back to back, each a full pass over "
@@ -131,7 +156,7 @@ class UnfusedElementwise(ProcessRule):
         k = steady_work(ctx, p)
         if not len(k):
             return None
-        names = k["name"].to_numpy(object)
+        names = _texts(k["name"])
         dur = k["dur_ns"].to_numpy(np.float64)
         step = k["step"].to_numpy()
         critical = k["critical"].to_numpy(bool)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..context import Context, Process, data_dict, fmt_ns
 from ..finding import Finding
@@ -71,38 +72,49 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
     ops = ctx.ops(p)
     # one selection of the steady matmul kernels, each name matched once: a copy of every steady
     # kernel first took seconds on a long run
-    matmul = per_code(*codes_of(ops["name"]), is_matmul)
+    names = ops["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype) and not names.isna().any():  # its own codes, not widened
+        matmul = per_code(names.cat.codes.to_numpy(), [str(c) for c in names.cat.categories], is_matmul)
+    else:
+        matmul = per_code(*codes_of(names), is_matmul)
     rows = np.flatnonzero(((ops["kind"] == "kernel") & (ops["steady_ns"] > 0)).to_numpy(bool) & matmul)
     if not len(rows):
         return []
-    # the columns used, with each kernel's row among the operations (op_id is unique: its position)
-    kern = ops.iloc[rows][["name", "config_id", "device_id", "op_id", "start_ns", "end_ns"]].assign(position=rows)
+    # the group keys of those rows alone, and the other columns read as arrays at the rows a loop
+    # covers: a copy of every column of millions of matmul rows took 0.3 GB
+    keys = ["name", "config_id", "device_id"]
+    kern = pd.DataFrame({c: ops[c].take(rows).reset_index(drop=True) for c in keys})
+    kern["at"] = np.arange(len(rows), dtype=np.int64)
+    start_all = ops["start_ns"].to_numpy(np.int64)
+    end_all = ops["end_ns"].to_numpy(np.int64)
+    op_all = ops["op_id"].to_numpy()
     configs = dict(ctx.report.sql(
         "SELECT id, coalesce(grid_x, 1) * coalesce(grid_y, 1) * coalesce(grid_z, 1) FROM kernel_config"))
     sms = dict(ctx.report.sql("SELECT id, max(sm_count) FROM device GROUP BY id"))
     out = []
     rates = _flops_and_rate(ctx)
-    for (name, config, device), group in kern.groupby(["name", "config_id", "device_id"], dropna=False, observed=True):
+    for (name, config, device), group in kern.groupby(keys, dropna=False, observed=True):
         blocks = int(configs.get(config) or 0)
         sm_count = int(sms.get(device) or 0)
         if len(group) < MIN_LOOP or not blocks or not sm_count:
             continue
-        idx = group["position"].to_numpy(np.int64)
-        starts = group["start_ns"].to_numpy(np.int64)
+        idx = rows[group["at"].to_numpy(np.int64)]  # each kernel's row among the operations
+        starts = start_all[idx]
         splits = np.flatnonzero((np.diff(idx) > MAX_BETWEEN + 1) | (np.diff(starts) > MAX_GAP_NS)) + 1
         # the runs between the splits, those long enough only (a group of millions splits into many)
         bounds = np.concatenate([[0], splits, [len(group)]])
         long_enough = np.diff(bounds) >= MIN_LOOP
         for a, b in zip(bounds[:-1][long_enough].tolist(), bounds[1:][long_enough].tolist()):
-            run = group.iloc[a:b]
-            d = (run["end_ns"] - run["start_ns"]).to_numpy()
-            span = float(run["end_ns"].max() - run["start_ns"].min())
+            run = idx[a:b]
+            run_start, run_end = start_all[run], end_all[run]
+            d = run_end - run_start
+            span = float(run_end.max() - run_start.min())
             if 2 * blocks > sm_count and d.sum() >= 0.5 * span:
                 continue  # each fills the GPU and they run back to back: nothing to batch
             rate = rates.get(str(name))
             roof = len(run) * rate[0] / rate[1] * 1e9 if rate else None
-            out.append(GemmLoop(str(name), blocks, sm_count, run["op_id"].astype(int).tolist(),
-                                int(run["start_ns"].min()), int(run["end_ns"].max()), float(d.sum()),
+            out.append(GemmLoop(str(name), blocks, sm_count, op_all[run].astype(int).tolist(),
+                                int(run_start.min()), int(run_end.max()), float(d.sum()),
                                 float(np.median(d)), roof))
     return out
 
