@@ -49,8 +49,13 @@ def run(args: argparse.Namespace) -> int:
         if tried is not None:
             _check_program(tried[1], report.meta.get("command"), args.tried)
         index = build_index(report)
+        missing: list[str] = []
         text = file_page(report, index, budget=args.max_events, viewer=f"gpuscope view {args.report}",
-                         tried=None if tried is None else tried[0])
+                         tried=None if tried is None else tried[0], missing=missing)
+    if missing:
+        print(f"gpuscope: warning: left out of the page, past the memory or time gpuscope may use to read the "
+              f"report (GPUSCOPE_MEMORY_LIMIT, GPUSCOPE_QUERY_TIME_LIMIT raise them; the page says which): "
+              f"{', '.join(missing)}", file=sys.stderr)
     write_output(out, text.encode("utf-8"), args.force_overwrite)
     print(f"gpuscope: wrote {terminal(str(out))} ({len(text.encode()) / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
     return 0

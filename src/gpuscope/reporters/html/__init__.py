@@ -29,26 +29,42 @@ def sections(report: Report, origin: int) -> dict[str, Any]:
     times: ns from ``origin``), roofline, stats tables."""
     from .content import diagnosis_data, roofline_data, run_info, stats_data
 
-    return {"run": run_info(report), "diagnosis": diagnosis_data(report, origin),
-            "roofline": roofline_data(report), "tables": stats_data(report)}
+    out = {"run": run_info(report), "diagnosis": diagnosis_data(report, origin),
+           "roofline": roofline_data(report), "tables": stats_data(report)}
+    missing = left_out(out)
+    if missing:
+        out["run"].setdefault("detail", []).append(
+            f"Left out of this page (reading them needed more than gpuscope may use; each says which setting "
+            f"raises it): {', '.join(missing)}. Everything else covers the whole run.")
+    return out
+
+
+def left_out(content: dict[str, Any]) -> list[str]:
+    """The parts of the page's ``content`` (:func:`sections`) left out past a reading limit: the
+    roofline, and the stats tables by name."""
+    return ((["the roofline"] if content["roofline"].get("left_out") else [])
+            + [f"table {t['name']}" for t in content["tables"] if t.get("left_out")])
 
 
 def file_page(report: Report, index: TimelineIndex, budget: int | None = None, viewer: str = "gpuscope view",
-              tried: dict[str, Any] | None = None) -> str:
+              tried: dict[str, Any] | None = None, missing: list[str] | None = None) -> str:
     """Return the self-contained page of ``report`` (``gpuscope report``): every section, and the
     timeline with at most ``budget`` slices whole (default :data:`.content.STATIC_SLICES`), the
     lanes past them as summaries per pixel, which the page's run section says (naming ``viewer``,
     the command that shows every slice); with ``tried`` (:func:`.try_section.try_data`), the
-    section of the fixes ``gpuscope try`` measured."""
+    section of the fixes ``gpuscope try`` measured; ``missing`` gets the parts left out past a
+    reading limit (:func:`left_out`)."""
     from .content import STATIC_SLICES, detail_note, timeline_static
     from .page import render
 
     title = title_of(report.path)
     timeline = timeline_static(index, report, STATIC_SLICES if budget is None else budget)
     content = sections(report, index.start_ns)
+    if missing is not None:
+        missing.extend(left_out(content))
     note = detail_note(index, timeline, viewer)
     if note:
-        content["run"]["detail"] = [note]
+        content["run"].setdefault("detail", []).insert(0, note)
     if tried is not None:
         content["tried"] = tried
     return render({"mode": "file", "title": title, "content": content, "timeline": timeline}, title)

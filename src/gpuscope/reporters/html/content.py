@@ -9,7 +9,7 @@ shows (from :mod:`..units`), so the page computes no number of its own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ import pandas as pd
 from ...analysis.table import Table
 from ...analysis.timeline.tracks import TimelineIndex
 from ...analysis.timeline.window import counters, lane_window
+from ...errors import GpuscopeError
 from ...trace.report import Report
 from ..overview import capture_line, overhead_line
 from ...units import duration, human, machine, scaled
@@ -127,7 +128,28 @@ def stats_data(report: Report) -> list[dict[str, Any]]:
     from ...analysis import stats_reports
     from ..output_cache import stats_table
 
-    return [table_data(stats_table(report, name, fn, {"libraries": False})) for name, fn in stats_reports().items()]
+    out = []
+    for name, fn in stats_reports().items():
+        try:
+            out.append(table_data(stats_table(report, name, fn, {"libraries": False})))
+        except GpuscopeError as exc:
+            if not past_limit(exc):
+                raise
+            out.append({"name": name, "title": name, "notes": [left_out(exc)], "columns": [], "rows": [], "left_out": True})
+    return out
+
+
+def past_limit(exc: GpuscopeError) -> bool:
+    """Whether ``exc`` says a query used up the memory or time a report's reader may use (the
+    message names the setting that raises it), not that the report is damaged or the query wrong."""
+    from ...trace.report_connection import MEMORY_ENV, TIME_ENV
+
+    return MEMORY_ENV in str(exc) or TIME_ENV in str(exc)
+
+
+def left_out(exc: GpuscopeError) -> str:
+    """The page's line for a part it left out: the limit's own message, with its setting."""
+    return f"Left out of this page, past the limit of what gpuscope may use to read the report: {exc}"
 
 
 def roofline_data(report: Report) -> dict[str, Any]:
@@ -136,7 +158,12 @@ def roofline_data(report: Report) -> dict[str, Any]:
     from ...analysis.roofline.ceilings import LABELS, for_report
     from ...analysis.roofline.points import kernel_points, layer_points
 
-    ceilings = for_report(report)
+    try:
+        ceilings = for_report(report)
+    except GpuscopeError as exc:
+        if not past_limit(exc):
+            raise
+        return {"device": "?", "roofs": [], "kernels": [], "layers": [], "left_out": left_out(exc)}
     roofs = [{"key": k, "label": LABELS.get(k, k), "value": float(v), "source": src,
               "kind": "bandwidth" if k in ("dram", "l2") else "flops",
               "text": scaled(v, "B/s" if k in ("dram", "l2") else "FLOP/s")} for k, v, src in ceilings.rows()]
@@ -154,8 +181,13 @@ def roofline_data(report: Report) -> dict[str, Any]:
                         "efficiency_text": human(None if r["efficiency"] != r["efficiency"] else 100 * r["efficiency"], "percent")})
         return out
 
-    return {"device": ceilings.device, "roofs": roofs, "kernels": points(kernel_points(report, ceilings)),
-            "layers": points(layer_points(report, ceilings))}
+    try:
+        return {"device": ceilings.device, "roofs": roofs, "kernels": points(kernel_points(report, ceilings)),
+                "layers": points(layer_points(report, ceilings))}
+    except GpuscopeError as exc:
+        if not past_limit(exc):
+            raise
+        return {"device": ceilings.device, "roofs": roofs, "kernels": [], "layers": [], "left_out": left_out(exc)}
 
 
 def timeline_static(index: TimelineIndex, report: Report | None = None, budget: int = STATIC_SLICES) -> dict[str, Any]:

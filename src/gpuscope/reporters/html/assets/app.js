@@ -62,7 +62,7 @@
     const draw = which => {
       if (chart) chart.destroy();
       const pts = r[which];
-      $("roofline-note").textContent = pts.length ? `${r.device}: ${pts.length} points; hover a point for its numbers.`
+      $("roofline-note").textContent = r.left_out ? r.left_out : pts.length ? `${r.device}: ${pts.length} points; hover a point for its numbers.`
         : `${r.device}: no ${which} with FLOPs to place (record with --trace torch-shapes or torch-ops).`;
       $("roofline-chart").parentNode.style.display = pts.length ? "" : "none";
       chart = pts.length ? GS.rooflineChart($("roofline-chart"), r, which) : null;
