@@ -222,3 +222,20 @@ def test_graph_launches_are_timed_in_c_without_any_python_callback(shim: ctypes.
     corr = lib2.call(DRV, launch[0])
     assert forwarded == [corr] and launches.take() == []
     hub2.stop()
+
+
+def test_graph_launches_watched_on_both_layers_stay_in_python(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the runtime's calls watched too, a graph launch is timed by the Python handlers, named by
+    the runtime call that made it, and the C subscriber times nothing."""
+    from gpuscope.capture.cupti.graph_launches import GraphLaunches
+
+    monkeypatch.setenv("GPUSCOPE_SYNC_LAYER", "both")
+    hub, lib, _ = _hub(shim)
+    launches = GraphLaunches(hub, offset_ns=0)
+    rt = next(int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name.startswith("cudaGraphLaunch"))
+    drv = next(int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuGraphLaunch"))
+    corr = lib.call(RT, rt, body=lambda: lib.call(DRV, drv))
+    rows = launches.take()
+    assert [(r[3], r[4]) for r in rows] == [("cudaGraphLaunch", corr)] and hub.calls == 2
+    assert int(shim.gs_timed_pending()) == 0
+    hub.stop()
