@@ -189,7 +189,7 @@ def test_graph_launches_are_timed_in_c_without_any_python_callback(shim: ctypes.
     launch = [int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuGraphLaunch")]
     runtime = [int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name.startswith("cudaGraphLaunch")]
     assert launch and all((DRV, c) in lib.enabled for c in launch)
-    assert not any((RT, c) in lib.enabled for c in runtime), "the runtime call is carried out by the driver's"
+    assert runtime and all((RT, c) in lib.enabled for c in runtime)
     before = time.monotonic_ns()
     ids = [lib.call(DRV, launch[0], body=lambda: time.sleep(0.001)) for _ in range(3)]
     other: list[int] = []
@@ -224,18 +224,31 @@ def test_graph_launches_are_timed_in_c_without_any_python_callback(shim: ctypes.
     hub2.stop()
 
 
-def test_graph_launches_watched_on_both_layers_stay_in_python(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the runtime's calls watched too, a graph launch is timed by the Python handlers, named by
-    the runtime call that made it, and the C subscriber times nothing."""
+def test_a_runtime_graph_launch_is_one_row_with_its_own_id_in_c(shim: ctypes.CDLL) -> None:
+    """A runtime ``cudaGraphLaunch`` carried out by a driver ``cuGraphLaunch`` on the same thread is
+    one row, named by the runtime call and with its correlation id (the one its kernels carry), as
+    the Python handlers recorded it; a launch whose exit never came (callbacks switched off
+    meanwhile) does not hold up the next."""
     from gpuscope.capture.cupti.graph_launches import GraphLaunches
 
-    monkeypatch.setenv("GPUSCOPE_SYNC_LAYER", "both")
     hub, lib, _ = _hub(shim)
     launches = GraphLaunches(hub, offset_ns=0)
+    launches.take()
     rt = next(int(m.value) for m in cupti_mod.runtime_api_trace_cbid if m.name.startswith("cudaGraphLaunch"))
     drv = next(int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuGraphLaunch"))
-    corr = lib.call(RT, rt, body=lambda: lib.call(DRV, drv))
+    inner: list[int] = []
+    outer = lib.call(RT, rt, body=lambda: inner.append(lib.call(DRV, drv)))
+    alone = lib.call(DRV, drv)
     rows = launches.take()
-    assert [(r[3], r[4]) for r in rows] == [("cudaGraphLaunch", corr)] and hub.calls == 2
-    assert int(shim.gs_timed_pending()) == 0
+    assert [(r[3], r[4]) for r in rows] == [("cudaGraphLaunch", outer), ("cuGraphLaunch", alone)]
+    assert inner and inner[0] not in [r[4] for r in rows] and hub.calls == 0
+    data = Data(site=0, correlation_id=999)  # an entry whose exit is never seen
+    shim.gs_api_callback(None, DRV, drv, ctypes.byref(data))
+    after = lib.call(DRV, drv)
+    assert [r[4] for r in launches.take()] == [after]
+    shim.gs_api_callback(None, RT, rt, ctypes.byref(data))  # a runtime entry, then callbacks switched
+    hub.set_enabled(False)
+    hub.set_enabled(True)
+    after = [lib.call(DRV, drv), lib.call(DRV, drv)]  # the driver launches that follow are not taken as inside it
+    assert [r[4] for r in launches.take()] == after
     hub.stop()

@@ -175,16 +175,20 @@ class CallbackHub:
         return False
 
     def native_timed(self, names: list[str]) -> dict[int, str]:
-        """Have the C subscriber time every call of the driver functions named (entry to exit, its
-        thread and correlation id) without any Python callback; return their callback ids -> names,
-        {} where the subscriber is not C or has no room (then nothing is timed in C)."""
+        """Have the C subscriber time every call of the runtime or driver functions named (entry to
+        exit, its thread and correlation id; a driver call inside a timed runtime call of the same
+        thread not again) without any Python callback; return their keys (``domain << 32 | callback
+        id``, as the C rows carry them) -> names, {} where the subscriber is not C or has no room
+        (then nothing is timed in C)."""
         if self._native is None or self._subscriber is None:
             return {}
         shim = self._native[0]
         wanted = set(names)
-        got = {int(m.value): base_name(m.name) for m in self._cupti.driver_api_trace_cbid
-               if base_name(m.name) in wanted}
-        keys = [(self._driver, cbid) for cbid in got]
+        got = {(domain << 32) | int(m.value): base_name(m.name)
+               for domain, enum in ((self._runtime, self._cupti.runtime_api_trace_cbid),
+                                    (self._driver, self._cupti.driver_api_trace_cbid))
+               for m in enum if base_name(m.name) in wanted}
+        keys = [(key >> 32, key & 0xFFFFFFFF) for key in got]
         if any(shim.gs_set_timed(*key) != 0 for key in keys):
             shim.gs_clear_timed()  # all or none: a call left to Python is not timed twice
             for key in self._timed:
@@ -216,6 +220,8 @@ class CallbackHub:
             return
         for domain, cbid in [*self._table, *self._timed]:
             self._enable(on, domain, cbid)
+        if self._timed:
+            self._native[0].gs_timed_reset()  # type: ignore[index]  # a call open now sees no exit
 
     # -- CUPTI's call, on the thread that made the API call ----------------------------------
     def _data(self, cbdata: Any) -> Any:

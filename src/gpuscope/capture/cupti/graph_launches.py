@@ -6,12 +6,12 @@ but CUPTI's queued time of such a kernel is not the host's launch time. Without 
 range around ``graph.replay()``. Graph launches are few (that is what graphs are for), so each
 is recorded here through the callback API, as a ``launch_call`` row.
 
-Where gpuscope's C subscriber is loaded (native.py), the driver's ``cuGraphLaunch`` is timed in C
-and no Python runs at a launch: XLA launches a graph per jitted call, and two Python callbacks per
-launch (each taking the GIL from the thread that launches) cost a JAX training loop about 8% of
-its time in one profiled process (bench/results/real_clients.md). The runtime's
-``cudaGraphLaunch`` is carried out by ``cuGraphLaunch`` on the same thread, so the driver call
-alone is watched then, and rows name it.
+Where gpuscope's C subscriber is loaded (native.py), the launches are timed in C and no Python runs
+at a launch: XLA launches a graph per jitted call, and two Python callbacks per launch (each
+taking the GIL on the thread that launches) cost a JAX training loop about 8% of its time in one
+profiled process (bench/results/real_clients.md). As with the Python handlers, a runtime
+``cudaGraphLaunch`` is the row, not the driver call that carries it out (its correlation id is the
+one its kernels carry).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import CallbackHub, TimedCalls
-from .sync_sites import SYNC_LAYER_ENV, SYNC_SITES_ENV
+from .sync_sites import SYNC_SITES_ENV
 
 if TYPE_CHECKING:
     from ..collectors import Context
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 GRAPH_LAUNCH_APIS = ["cudaGraphLaunch", "cuGraphLaunch"]
 
 
-NATIVE_DRIVER_API = "cuGraphLaunch"
 TAKE_CHUNK = 4096  # calls copied from C at a time
 
 
@@ -37,7 +36,7 @@ class GraphLaunches(TimedCalls):
     """Records the host side of every CUDA graph launch as ``launch_call`` rows."""
 
     def __init__(self, hub: CallbackHub, offset_ns: int) -> None:
-        timed = hub.native_timed([NATIVE_DRIVER_API]) if os.environ.get(SYNC_LAYER_ENV) != "both" else {}
+        timed = hub.native_timed(GRAPH_LAUNCH_APIS)
         self._shim = hub.native if timed else None
         self._names = timed
         super().__init__(hub, [] if timed else GRAPH_LAUNCH_APIS, offset_ns)
@@ -51,13 +50,13 @@ class GraphLaunches(TimedCalls):
     def take(self) -> list[tuple[Any, ...]]:
         """Return the launches recorded since the last call: those timed in C, then any in Python."""
         rows = []
-        if self._shim is not None:
+        if self._shim is not None and self._shim.gs_timed_pending():
             buf = (ctypes.c_int64 * (5 * TAKE_CHUNK))()
             while True:
                 n = int(self._shim.gs_timed_take(buf, TAKE_CHUNK))
                 flat = buf[: 5 * n]
                 rows += [(flat[i] + self.offset, flat[i + 1] + self.offset, flat[i + 2],
-                          self._names.get(flat[i + 3], NATIVE_DRIVER_API), flat[i + 4]) for i in range(0, 5 * n, 5)]
+                          self._names.get(flat[i + 3], "cudaGraphLaunch"), flat[i + 4]) for i in range(0, 5 * n, 5)]
                 if n < TAKE_CHUNK:
                     break
         return rows + super().take()

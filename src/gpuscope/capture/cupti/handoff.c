@@ -162,10 +162,14 @@ static uint64_t anchor_lost;
 static uint32_t timed_domain[TIMED_CAP], timed_cbid[TIMED_CAP];
 static int timed_n;
 static volatile int timed_on = 1; /* 0 outside a capture window: calls pass untimed */
-static __thread int64_t timed_open; /* the entry time of this thread's timed call, 0: none */
-static __thread uint32_t timed_open_cbid;
+static __thread int64_t timed_open; /* the entry time of this thread's open timed call, 0: not timed */
+static __thread int64_t timed_open_key; /* its domain << 32 | callback id, 0: none open */
+static __thread uint32_t timed_open_id; /* its correlation id */
+static __thread int timed_inner; /* a timed call of the other layer is open inside it */
+static __thread uint32_t timed_open_gen; /* timed_gen when it opened */
+static volatile uint32_t timed_gen; /* changed when callbacks are switched: calls open then are stale */
 static pthread_mutex_t tmu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t *timed_rows; /* start, end, thread, cbid, correlation id: five per call */
+static int64_t *timed_rows; /* start, end, thread, domain << 32 | cbid, correlation id: five per call */
 static size_t timed_rows_n, timed_rows_cap;
 static uint64_t timed_lost;
 
@@ -175,15 +179,36 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void timed_call(uint32_t cbid, int32_t site, uint32_t correlation_id) {
+/* A timed call's entry or exit. A timed call of the other API layer made inside an open one on the
+ * same thread (the driver call that carries out a runtime call) is not timed again: the outer call
+ * is the row, with its own correlation id (the one its GPU work carries). A call of the same layer
+ * while one is open, or any call after gs_timed_reset (callbacks were switched off, so an open
+ * call's exit may never come), starts afresh. */
+static void timed_call(uint32_t domain, uint32_t cbid, int32_t site, uint32_t correlation_id) {
+    int64_t key = ((int64_t)domain << 32) | cbid;
+    int open = timed_open_key != 0 && timed_open_gen == timed_gen;
     if (site == 0) {
+        if (open && (uint32_t)(timed_open_key >> 32) != domain && !timed_inner) {
+            timed_inner = 1;
+            return;
+        }
         timed_open = timed_on ? now_ns() : 0;
-        timed_open_cbid = cbid;
+        timed_open_key = key;
+        timed_open_id = correlation_id;
+        timed_open_gen = timed_gen;
+        timed_inner = 0;
         return;
     }
+    if (timed_inner && open && (uint32_t)(timed_open_key >> 32) != domain) {
+        timed_inner = 0;
+        return;
+    }
+    if (!open || key != timed_open_key) return;
     int64_t start = timed_open;
+    uint32_t id = timed_open_id;
     timed_open = 0;
-    if (!start || timed_open_cbid != cbid) return;
+    timed_open_key = 0;
+    if (!start) return;
     int64_t end = now_ns();
     if (!thread_id) thread_id = (int64_t)syscall(SYS_gettid);
     pthread_mutex_lock(&tmu);
@@ -202,8 +227,8 @@ static void timed_call(uint32_t cbid, int32_t site, uint32_t correlation_id) {
     row[0] = start;
     row[1] = end;
     row[2] = thread_id;
-    row[3] = cbid;
-    row[4] = correlation_id;
+    row[3] = key;
+    row[4] = id;
     pthread_mutex_unlock(&tmu);
 }
 
@@ -220,6 +245,9 @@ int gs_set_timed(uint32_t domain, uint32_t cbid) {
 
 /* Stop timing every callback id in C (their calls are forwarded again). */
 void gs_clear_timed(void) { timed_n = 0; }
+
+/* Forget the timed calls open on every thread (their callbacks were switched off: no exit will come). */
+void gs_timed_reset(void) { timed_gen++; }
 
 /* Time the registered calls (1) or let them pass (0). */
 void gs_set_timed_on(int on) { timed_on = on; }
@@ -256,7 +284,7 @@ void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void 
     }
     for (int i = 0; i < timed_n; i++) {
         if (timed_cbid[i] == cbid && timed_domain[i] == domain) {
-            timed_call(cbid, d->site, d->correlation_id);
+            timed_call(domain, cbid, d->site, d->correlation_id);
             return;
         }
     }

@@ -107,6 +107,7 @@ def load(directory: Path | None = None) -> ctypes.CDLL:
     lib.gs_set_timed.argtypes, lib.gs_set_timed.restype = [u32, u32], ctypes.c_int
     lib.gs_clear_timed.argtypes, lib.gs_clear_timed.restype = [], None
     lib.gs_set_timed_on.argtypes, lib.gs_set_timed_on.restype = [ctypes.c_int], None
+    lib.gs_timed_reset.argtypes, lib.gs_timed_reset.restype = [], None
     lib.gs_timed_take.argtypes, lib.gs_timed_take.restype = [ctypes.POINTER(ctypes.c_int64), sz], sz
     lib.gs_timed_pending.argtypes, lib.gs_timed_pending.restype = [], sz
     lib.gs_timed_lost.argtypes, lib.gs_timed_lost.restype = [], ctypes.c_uint64
