@@ -384,3 +384,37 @@ def test_the_overhead_probes_steps_are_grey_bands_not_gaps(browser: Any, tmp_pat
         assert not p.errors, p.errors
     finally:
         p.close()
+
+
+def test_a_file_past_its_slices_names_the_summarized_rows_and_zooms(browser: Any, adam: Path, tmp_path: Path) -> None:
+    """--max-events below the run's slices: the page loads without errors, the timeline note names
+    the rows drawn as summaries (those of the lanes the file holds as buckets), and zooming into
+    the summaries and scrolling the rows throws nothing."""
+    res = Gpuscope(tmp_path).run("report", str(adam), "--max-events", "1000", "-o", "small.html")
+    assert res.returncode == 0, res.describe()
+    tl = page_data((tmp_path / "small.html").read_text())["timeline"]
+    bucketed = {w["lane"] for w in tl["static"]["lanes"] if w["kind"] == "buckets"}
+    rows = [f"{t['group']}: {t['label']}" for t in tl["tracks"] if bucketed & set(t["lanes"])]
+    assert bucketed and rows
+    p = Page(browser, "file-summarized")
+    try:
+        p.page.goto((tmp_path / "small.html").as_uri())
+        _wait_drawn(p.page)
+        note = p.page.locator("#tl-note").text_content()
+        assert f"{len(bucketed)} of {len(tl['lanes'])} lanes" in note
+        assert all(r in note for r in rows[:12]), (rows, note)
+        assert p.page.evaluate("GS.timeline.stats.drawnBuckets") > 0
+        p.page.locator("#tl-view").scroll_into_view_if_needed()
+        box = p.page.locator("#tl-canvas").bounding_box()
+        p.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 60)
+        before = p.page.evaluate("GS.timeline.t1 - GS.timeline.t0")
+        for _ in range(8):
+            p.page.keyboard.down("Control")
+            p.page.mouse.wheel(0, -400)
+            p.page.keyboard.up("Control")
+        p.page.mouse.wheel(0, 600)  # the rows scroll
+        p.page.wait_for_function(f"GS.timeline.t1 - GS.timeline.t0 < {before} / 2 && !GS.timeline.inFlight")
+        p.page.wait_for_timeout(200)  # an error of a late draw lands here
+        assert not p.errors, p.errors
+    finally:
+        p.close()

@@ -103,8 +103,10 @@
   const panels = { details: $("tl-details"), summary: $("tl-summary"), note: $("tl-note"), searchResult: $("tl-search-result") };
   const source = data.mode === "server" ? new GS.ServerSource() : new GS.StaticSource(tl);
   if (data.mode !== "server") {
-    const sliced = tl.static.lanes.filter(l => l.kind === "buckets").length;
-    $("tl-note").textContent = sliced ? `${sliced} of ${tl.lanes.length} lanes are drawn at a fixed level of detail in this file (one bucket per 1/${tl.static.px} of the run); gpuscope view shows every slice.` : "";
+    const bucketed = new Set(tl.static.lanes.filter(l => l.kind === "buckets").map(l => l.lane));
+    const rows = tl.tracks.filter(t => t.lanes.some(l => bucketed.has(l))).map(t => `${t.group}: ${t.label}`);
+    const named = rows.length > 12 ? rows.slice(0, 12).join("; ") + `; and ${rows.length - 12} more` : rows.join("; ");
+    $("tl-note").textContent = bucketed.size ? `${bucketed.size} of ${tl.lanes.length} lanes are drawn at a fixed level of detail in this file (one bucket per 1/${tl.static.px} of the run), in these rows: ${named}. gpuscope view shows every slice.` : "";
   }
   const STEPS_LATER = " Steps are marked once the analyses of this large report are done.";
   if (!tl.steps_found) $("tl-note").textContent += data.mode === "server" ? STEPS_LATER
