@@ -193,8 +193,9 @@ def _covered_before(ws: np.ndarray, we: np.ndarray, t: np.ndarray) -> np.ndarray
 
 
 # pieces of time handled at once: the arrays per piece (a few dozen) stay within tens of megabytes
-# however many operations the run has; the results do not depend on it
-CHUNK = 1 << 20
+# however many operations the run has (a quarter million: a million held 0.08 GB more at the peak of
+# ten million operations); the results do not depend on it
+CHUNK = 1 << 18
 CULPRITS = ("", "copy", "call", "loader")
 _COPY, _CALL, _LOADER = 1, 2, 3
 
@@ -232,18 +233,23 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
 
     # lookups of the operations, made once: busy work by bound class, transfers, ends, launches
     # (the operations' own columns where they are in order already)
+    # the operations in end order: None where that is their own order (positions as 32-bit integers
+    # where they fit: ten million of them 40 MB less)
+    end_order = None if _is_sorted(e) else np.argsort(e, kind="stable")
+    if end_order is not None and len(e) < 2**31:
+        end_order = end_order.astype(np.int32)
+    end_sorted = e if end_order is None else e[end_order]
     by_bound = []
     for b in BOUNDS:
         m = (~transfer) & np.asarray(bound == b, dtype=bool)
-        by_bound.append((_sorted_of(s, m), _sorted_of(e, m)) if m.any() else None)
+        # every operation of one class (a run without roofline points): its ends sorted are those
+        # above, not a second sorted copy of them
+        by_bound.append((_sorted_of(s, m), end_sorted if m.all() else _sorted_of(e, m)) if m.any() else None)
         del m
     moving_ops = (_sorted(s[transfer]), _sorted(e[transfer]))
     t_idx = np.flatnonzero(transfer)
     order = t_idx[np.argsort(s[t_idx], kind="stable")]
     copies = _Latest(s[order], e[order])
-    # the operations in end order: None where that is their own order
-    end_order = None if _is_sorted(e) else np.argsort(e, kind="stable")
-    end_sorted = e if end_order is None else e[end_order]
     launch_sorted = _sorted_of(launch)
     in_calls, in_loaders = _Latest(cs, ce), _Latest(ls, le)
     op_ids = ops["op_id"].to_numpy()
@@ -260,6 +266,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
     # within [lo, hi], so no sum of their lengths exceeds that span. Then one count of a batch's
     # lengths per part gives the sums that adding each length in turn gives.
     exact = hi - lo < 2**53
+    pos_type = np.int32 if len(cuts) < 2**31 else np.int64
     pieces = []
     for a in range(0, len(cuts) - 1, CHUNK):
         seg_s = cuts[a:min(a + CHUNK, len(cuts) - 1)]
@@ -349,32 +356,41 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
             for code in range(_CPU, _WARMUP + 1):
                 m = cause_k == code
                 _accumulate(sums[code], w[m], len_k[m])
-        pieces.append((w.astype(ref_type), seg_s[keep], seg_e[keep], cause_k, culprit[keep], ref[keep].astype(ref_type),
-                       call_ref[keep].astype(ref_type)))
+        # each piece by its position among the cuts (it runs from that cut to the next), not its two
+        # times: 8 bytes a piece held while the rest are classified, not 16
+        pieces.append((w.astype(ref_type), (nb[keep] + a).astype(pos_type), cause_k, culprit[keep],
+                       ref[keep].astype(ref_type), call_ref[keep].astype(ref_type)))
 
     # the lookups (hundreds of megabytes for millions of operations) go before the pieces are joined
-    del cuts, by_bound, moving_ops, copies, end_order, end_sorted, launch_sorted, in_calls, in_loaders
+    del by_bound, moving_ops, copies, end_order, end_sorted, launch_sorted, in_calls, in_loaders
     parts = sums.T.copy()
     _round_rows(parts[:, :4], busy_sum.astype(np.int64))
     steps = pd.DataFrame({"step": win["step"].to_numpy(), "start_ns": ws, "duration_ns": we - ws, "warmup": warm})
     for i, name in enumerate(PARTS):
         steps[name] = parts[:, i].round().astype(np.int64)
     # one column at a time, each batch's part freed as it is joined
-    empty = (ref_type, np.int64, np.int64, np.int8, np.int8, ref_type, ref_type)
+    empty = (ref_type, pos_type, np.int8, np.int8, ref_type, ref_type)
     cols: list = [list(c) for c in zip(*pieces)] if pieces else [[np.zeros(0, t)] for t in empty]
     del pieces
     for i in range(len(cols)):
         # a column of one value (the window of a run without steps, the references of pieces that
         # have none) held as that value: pieces are read, never written
         cols[i] = np.concatenate(cols[i])
-        if i != 1 and i != 2:
+        if i != 1:
             cols[i] = shared_if_constant(cols[i])
+    # the pieces' times from their positions, then the cuts go
+    at = cols[1]
+    starts = cuts[at]
+    at += 1
+    ends = cuts[at]
+    del at, cuts
+    cols[1] = None
     idle_frame = pd.DataFrame({
-        "window": cols[0], "start_ns": cols[1], "end_ns": cols[2],
+        "window": cols[0], "start_ns": starts, "end_ns": ends,
         # codes of few texts: compared and selected on often, where ten million strings cost seconds
-        "cause": pd.Categorical.from_codes(cols[3], categories=list(PARTS)),
-        "culprit": pd.Categorical.from_codes(cols[4], categories=list(CULPRITS)),
-        "ref": cols[5], "call": cols[6]}, copy=False)  # the joined arrays as they are: no copy of millions
+        "cause": pd.Categorical.from_codes(cols[2], categories=list(PARTS)),
+        "culprit": pd.Categorical.from_codes(cols[3], categories=list(CULPRITS)),
+        "ref": cols[4], "call": cols[5]}, copy=False)  # the joined arrays as they are: no copy of millions
     return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, op_times)
 
 

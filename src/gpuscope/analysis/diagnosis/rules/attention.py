@@ -188,10 +188,10 @@ class FusedAttention(Rule):
                 total += chain_ns
                 chains += 1
                 spans.append((first, b + 1))
-            op_ids = span_rows(kern["op_id"], spans)
             ns = p.per_step(saving)
             if not chains or p.share(ns) < ctx.min_share:
                 continue
+            op_ids = span_rows(kern["op_id"], spans)  # only for a finding: millions of operations in a long run
             location = ctx.kernel_location(p, kern, op_ids, "attention computed as separate kernels")
             model = (f"the fused kernel does the two products' FLOPs at {FUSED_EFFICIENCY:.0%} of the tensor-core "
                      f"roof ({modelled} of {chains} chains had FLOPs)" if modelled else

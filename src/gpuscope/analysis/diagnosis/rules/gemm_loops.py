@@ -17,7 +17,9 @@ The launch and CPU-work gaps inside a loop are counted here, not by ``launch_bou
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,11 +82,6 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
     rows = np.flatnonzero(((ops["kind"] == "kernel") & (ops["steady_ns"] > 0)).to_numpy(bool) & matmul)
     if not len(rows):
         return []
-    # the group keys of those rows alone, and the other columns read as arrays at the rows a loop
-    # covers: a copy of every column of millions of matmul rows took 0.3 GB
-    keys = ["name", "config_id", "device_id"]
-    kern = pd.DataFrame({c: ops[c].take(rows).reset_index(drop=True) for c in keys})
-    kern["at"] = np.arange(len(rows), dtype=np.int64)
     start_all = ops["start_ns"].to_numpy(np.int64)
     end_all = ops["end_ns"].to_numpy(np.int64)
     op_all = ops["op_id"].to_numpy()
@@ -93,16 +90,15 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
     sms = dict(ctx.report.sql("SELECT id, max(sm_count) FROM device GROUP BY id"))
     out = []
     rates = _flops_and_rate(ctx)
-    for (name, config, device), group in kern.groupby(keys, dropna=False, observed=True):
+    for name, config, device, idx in _groups(ops, rows):
         blocks = int(configs.get(config) or 0)
         sm_count = int(sms.get(device) or 0)
-        if len(group) < MIN_LOOP or not blocks or not sm_count:
+        if len(idx) < MIN_LOOP or not blocks or not sm_count:
             continue
-        idx = rows[group["at"].to_numpy(np.int64)]  # each kernel's row among the operations
         starts = start_all[idx]
         splits = np.flatnonzero((np.diff(idx) > MAX_BETWEEN + 1) | (np.diff(starts) > MAX_GAP_NS)) + 1
         # the runs between the splits, those long enough only (a group of millions splits into many)
-        bounds = np.concatenate([[0], splits, [len(group)]])
+        bounds = np.concatenate([[0], splits, [len(idx)]])
         long_enough = np.diff(bounds) >= MIN_LOOP
         for a, b in zip(bounds[:-1][long_enough].tolist(), bounds[1:][long_enough].tolist()):
             run = idx[a:b]
@@ -117,6 +113,33 @@ def _find(ctx: Context, p: Process) -> list[GemmLoop]:
                                 int(run_start.min()), int(run_end.max()), float(d.sum()),
                                 float(np.median(d)), roof))
     return out
+
+
+def _groups(ops: pd.DataFrame, rows: np.ndarray) -> Iterator[tuple[Any, Any, Any, np.ndarray]]:
+    """The operations ``rows`` by (name, launch configuration, device), in the order of those keys
+    (missing ones last), each group's rows (positions among the operations) in their order.
+
+    Sorted in numpy where no key is missing (the name's categorical codes, the ids as they are): a
+    pandas groupby of millions of rows held several copies of its keys; else by pandas."""
+    keys = ["name", "config_id", "device_id"]
+    names = ops["name"]
+    numeric = all(ops[c].dtype.kind in "iu" for c in keys[1:])
+    if isinstance(names.dtype, pd.CategoricalDtype) and numeric and not names.isna().any():
+        code = names.cat.codes.to_numpy()[rows]
+        config, device = (ops[c].to_numpy()[rows] for c in keys[1:])
+        order = np.lexsort((device, config, code))  # stable: each group's rows in their order
+        code, config, device = code[order], config[order], device[order]
+        new = np.flatnonzero((code[1:] != code[:-1]) | (config[1:] != config[:-1]) | (device[1:] != device[:-1])) + 1
+        bounds = np.concatenate([[0], new, [len(order)]]).tolist()
+        categories = names.cat.categories
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            yield categories[code[a]], config[a], device[a], rows[order[a:b]]
+        return
+    # the group keys of those rows alone, not a copy of every column
+    kern = pd.DataFrame({c: ops[c].take(rows).reset_index(drop=True) for c in keys})
+    kern["at"] = np.arange(len(rows), dtype=np.int64)
+    for (name, config_id, device_id), group in kern.groupby(keys, dropna=False, observed=True):
+        yield name, config_id, device_id, rows[group["at"].to_numpy(np.int64)]
 
 
 def _flops_and_rate(ctx: Context) -> dict[str, tuple[float, float]]:

@@ -188,6 +188,7 @@ class LaunchBound(Rule):
             starts, ends = steady_pieces(p, "idle_launch")
             looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
             launch_idle = p.per_step(float((ends - starts).sum()) - looped)
+            del starts, ends  # millions of pieces: not held while the launches are measured below
             cpu_starts, cpu_ends, graphed = graph_capturable(ctx, p)
             keep = graphed > 0
             cpu_looped = idle_inside(p, gemm_loops(ctx, p), cpu_starts[keep], cpu_ends[keep])
@@ -262,8 +263,12 @@ def _median_interval(launch: np.ndarray, inside: np.ndarray) -> float:
     if len(launches) < 2:
         return 0.0
     if not (launches[1:] >= launches[:-1]).all():
-        # stable: a merge of the runs already in order, the launches mostly are (the same values)
-        launches = np.sort(launches, kind="stable")
+        # stable: a merge of the runs already in order, the launches mostly are (the same values);
+        # in place where the selection is a copy already
+        if launches is launch:
+            launches = np.sort(launches, kind="stable")
+        else:
+            launches.sort(kind="stable")
     gaps = np.subtract(launches[1:], launches[:-1])
     del launches
     return float(np.median(gaps, overwrite_input=True))
