@@ -123,7 +123,7 @@ def _groups(ops: pd.DataFrame, rows: np.ndarray) -> Iterator[tuple[Any, Any, Any
     pandas groupby of millions of rows held several copies of its keys; else by pandas."""
     keys = ["name", "config_id", "device_id"]
     names = ops["name"]
-    numeric = all(ops[c].dtype.kind in "iu" for c in keys[1:])
+    numeric = all(isinstance(ops[c].dtype, np.dtype) and ops[c].dtype.kind in "iu" for c in keys[1:])  # never missing
     if isinstance(names.dtype, pd.CategoricalDtype) and numeric and not names.isna().any():
         code = names.cat.codes.to_numpy()[rows]
         config, device = (ops[c].to_numpy()[rows] for c in keys[1:])
