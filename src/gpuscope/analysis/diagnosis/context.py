@@ -112,7 +112,10 @@ class Process(PerStep):
         steady_rows = [int(i) for i in np.flatnonzero(~warm if (~warm).any() else np.ones(len(warm), bool))]
         mine = idle["window"].isin(steady_rows).to_numpy(bool)
         out = idle if mine.all() else idle[mine]  # every piece steady (no warm-up): no copy of millions
-        return out.assign(ns=out["end_ns"] - out["start_ns"])
+        ns = out["end_ns"].to_numpy(np.int64) - out["start_ns"].to_numpy(np.int64)
+        if len(ns) and ns.min() >= -2**31 and ns.max() < 2**31:  # 32-bit where every length fits (the
+            ns = ns.astype(np.int32)  # rules sum them, in 64 bits): ten million pieces 40 MB less
+        return out.assign(ns=pd.Series(ns, index=out.index, copy=False))
 
     def wait_ns(self, pieces: pd.DataFrame) -> float:
         """The host time, per step, of the blocking calls behind ``pieces`` (their ``call``) that were
