@@ -136,6 +136,10 @@ def test_recorded_trace_matches_capture_of_the_same_program(recorded, tmp_path: 
                                         "AND s.value NOT LIKE '%.%.%.%'")}
         assert blocks == {f"GPT.Sequential_0.Block_{i}" for i in range(4)}
         assert "torch_ops" in imp.not_recorded()  # recorded without record_shapes
+        from gpuscope.analysis.overview import overview
+
+        said = list(overview(imp).not_recorded.values())  # each lack said once, though filed under two keys
+        assert len(said) == len(set(said)) and any(s.startswith("operator input shapes") for s in said)
 
 
 def test_a_thread_written_as_a_negative_number_gets_a_lane_named_by_its_unsigned_id(tmp_path: Path) -> None:

@@ -128,7 +128,10 @@ def _not_recorded(report: Report, gpu_work: bool) -> dict[str, str]:
     """What the report lacks by choice of collectors; without GPU work, only what needs no GPU."""
     from ..capture.collectors import TRACES
 
-    hints = report.not_recorded()
+    hints: dict[str, str] = {}
+    for key, text in report.not_recorded().items():  # an importer may file one hint under two keys
+        if text not in hints.values():
+            hints[key] = text
     if gpu_work:
         return hints
     gpu_only = {t.hint_key for t in TRACES if t.needs_gpu or t.name.startswith("cuda")}
