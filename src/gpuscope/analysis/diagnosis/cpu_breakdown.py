@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...units import duration
 from .breakdown import _covering_sorted
 from .step_means import StepsBreakdown
 
@@ -103,3 +104,20 @@ def split_steps(windows: pd.DataFrame, ranges: pd.DataFrame, has_steps: bool) ->
         steps[name] = np.bincount(w[keep][m], weights=length[m], minlength=len(ws)).round().astype(np.int64)
     steps["cpu_other"] = steps["duration_ns"] - steps[list(CPU_PARTS[:OTHER])].sum(axis=1)
     return steps
+
+
+def scope_text(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
+    """What one process's means cover, start-up included, in one line."""
+    startup = f"; start-up before it: {duration(p.startup_ns)}" if p.startup_ns else ""
+    if not p.has_steps:
+        return (f"Process {p.pid}: no steps, so the run after start-up counts as one window "
+                f"({duration(float(p.steps['duration_ns'].sum()))}){startup}.")
+    warm = int(p.steps["warmup"].sum())
+    steady = len(p.steady)
+    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
+    if counts:  # the words of analysis/steps/counts.py: found, recorded, warm-up, in the overhead probe
+        return text + counts + startup + "."
+    text += f"steps: {source}"
+    if warm and warm < len(p.steps):
+        text += f"; {warm} set-up/warm-up step{'s' if warm > 1 else ''} left out"
+    return text + startup + "."

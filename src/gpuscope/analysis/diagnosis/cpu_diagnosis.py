@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 from ...trace.report import Report
 from ..table import Column, Table
 from .result import Diagnosis
-from .context import MIN_SHARE, fmt_ns
-from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown
+from .context import MIN_SHARE
+from .cpu_breakdown import CPU_LABELS, CPU_PARTS, CPU_SHORT, CpuBreakdown, scope_text
 from .cpu_context import CpuContext
 from .engine import GPU_REASON, ranked, run_rules
 from .rule import Rule
@@ -37,7 +37,7 @@ class CpuDiagnosis(Diagnosis):
 
     def scope_note(self, p: CpuBreakdown) -> str:  # type: ignore[override]
         """What one process's means cover, start-up included, in one line."""
-        return _scope(p, self.step_source, self.step_counts.get(p.pid))
+        return scope_text(p, self.step_source, self.step_counts.get(p.pid))
 
     def steps_table(self) -> Table:
         """Per step: duration and the share of each CPU part."""
@@ -55,20 +55,6 @@ class CpuDiagnosis(Diagnosis):
         return Table("cpu_step_parts", "CPU Step Time by Part", cols, rows, notes if rows else [])
 
 
-HOST = ("host_step_breakdown", "Host Step-Time Breakdown (PyTorch's ranges)")
-
-
-def host_breakdown_table(processes: list[CpuBreakdown], source: str) -> Table:
-    """The CPU parts of the steps of a report with GPU work, per process: where the host's time went
-    while the GPU side above was busy or idle (the same parts as a report without GPU work)."""
-    table = CpuDiagnosis(step_source=source, processes=processes, findings=[], skipped=[]).breakdown_table()
-    note = ("The host's parts: waiting for the DataLoader, module forward, loss.backward(), optimizer "
-            "step and zero_grad, and the rest of the loop's Python, on the thread that runs the loop. Launching "
-            "kernels and waiting for the GPU fall in the part whose code did it; the host's steps are found "
-            "on its own (they may differ from the GPU side's by a few).")
-    return Table(*HOST, table.columns, table.rows, [*table.notes, note])
-
-
 def host_side(ctx: Any) -> tuple[list[CpuBreakdown], str]:
     """The host side's breakdown of a report with GPU work (``ctx``: its diagnosis context), for the
     processes whose steps PyTorch's ranges split (any part other than the rest of the Python), and
@@ -81,22 +67,6 @@ def host_side(ctx: Any) -> tuple[list[CpuBreakdown], str]:
         if b.has_steps and any(round(mean[k]) for k in CPU_PARTS if k != "cpu_other"):
             out.append(b)
     return out, (cpu.steps.description if out else "")
-
-
-def _scope(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
-    startup = f"; start-up before it: {fmt_ns(p.startup_ns)}" if p.startup_ns else ""
-    if not p.has_steps:
-        return (f"Process {p.pid}: no steps, so the run after start-up counts as one window "
-                f"({fmt_ns(float(p.steps['duration_ns'].sum()))}){startup}.")
-    warm = int(p.steps["warmup"].sum())
-    steady = len(p.steady)
-    text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "
-    if counts:  # the words of analysis/steps/counts.py: found, recorded, warm-up, in the overhead probe
-        return text + counts + startup + "."
-    text += f"steps: {source}"
-    if warm and warm < len(p.steps):
-        text += f"; {warm} set-up/warm-up step{'s' if warm > 1 else ''} left out"
-    return text + startup + "."
 
 
 def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> CpuDiagnosis:

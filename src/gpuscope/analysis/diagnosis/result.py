@@ -46,28 +46,19 @@ class Diagnosis:
 
     def breakdown_table(self) -> Table:
         """Per process, the mean time per steady step of each part (parts that are zero left out)."""
-        cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
-        rows: list[tuple[object, ...]] = []
-        notes = list(self.notes)
-        for p in self.processes:
-            mean = p.mean_parts()
-            step = mean["duration_ns"]
-            for part in self.PART_NAMES:
-                if round(mean[part]):
-                    rows.append((p.pid, self.PART_LABELS[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
-            rows.append((p.pid, "Step (total)", step, 100.0))
-            notes.append(self.scope_note(p))
+        notes = [*self.notes, *(self.scope_note(p) for p in self.processes)]
         if not self.processes:
             notes.append(self.NOTHING)
-        return Table(*self.BREAKDOWN, cols, rows, notes)
+        return parts_table(*self.BREAKDOWN, self.processes, self.PART_NAMES, self.PART_LABELS, notes)
 
     def host_table(self) -> Table | None:
         """Per process, the host side's breakdown (:attr:`host`), or None where it was not recorded."""
         if not self.host:
             return None
-        from .cpu_diagnosis import host_breakdown_table
+        from .cpu_breakdown import CPU_LABELS, CPU_PARTS, scope_text
 
-        return host_breakdown_table(self.host, self.host_source)
+        notes = [scope_text(b, self.host_source) for b in self.host]
+        return parts_table(*HOST, self.host, CPU_PARTS, CPU_LABELS, [*notes, HOST_NOTE])
 
     def steps_table(self) -> Table:
         """Per step: duration, the busy share, and the share of each idle cause."""
@@ -86,6 +77,29 @@ class Diagnosis:
                  "(CPU work, launch overhead, host synchronization, data loading, host-device transfers, "
                  "warm-up); each row adds up to 100%."]
         return Table("step_parts", "Step Time by Part", cols, rows, notes if rows else [])
+
+
+HOST = ("host_step_breakdown", "Host Step-Time Breakdown (PyTorch's ranges)")
+HOST_NOTE = ("The host's parts: waiting for the DataLoader, module forward, loss.backward(), optimizer step and "
+             "zero_grad, and the rest of the loop's Python, on the thread that runs the loop. Launching kernels and "
+             "waiting for the GPU fall in the part whose code did it; the host's steps are found on its own (they "
+             "may differ from the GPU side's by a few).")
+
+
+def parts_table(name: str, title: str, processes: list[Any], parts: tuple[str, ...], labels: dict[str, str],
+                notes: list[str]) -> Table:
+    """Per process (a breakdown with ``mean_parts()``), the mean time per steady step of each of
+    ``parts`` (those that are zero left out) and the step's total."""
+    cols = [Column("PID", "id"), Column("Part"), Column("Per Step", "ns"), Column("Share", "percent")]
+    rows: list[tuple[object, ...]] = []
+    for p in processes:
+        mean = p.mean_parts()
+        step = mean["duration_ns"]
+        for part in parts:
+            if round(mean[part]):
+                rows.append((p.pid, labels[part], mean[part], 100.0 * mean[part] / step if step else 0.0))
+        rows.append((p.pid, "Step (total)", step, 100.0))
+    return Table(name, title, cols, rows, notes)
 
 
 def _scope(p: ProcessBreakdown, source: str, counts: str | None = None) -> str:
