@@ -358,8 +358,11 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
                 _accumulate(sums[code], w[m], len_k[m])
         # each piece by its position among the cuts (it runs from that cut to the next), not its two
         # times: 8 bytes a piece held while the rest are classified, not 16
-        pieces.append((w.astype(ref_type), (nb[keep] + a).astype(pos_type), cause_k, culprit[keep],
-                       ref[keep].astype(ref_type), call_ref[keep].astype(ref_type)))
+        # (a batch's column of one value, as the windows of a run without steps and the references of
+        # pieces that have none are, held as that value until the batches are joined)
+        pieces.append((shared_if_constant(w.astype(ref_type)), (nb[keep] + a).astype(pos_type), cause_k,
+                       shared_if_constant(culprit[keep]), shared_if_constant(ref[keep].astype(ref_type)),
+                       shared_if_constant(call_ref[keep].astype(ref_type))))
 
     # the lookups (hundreds of megabytes for millions of operations) go before the pieces are joined
     del by_bound, moving_ops, copies, end_order, end_sorted, launch_sorted, in_calls, in_loaders
