@@ -138,7 +138,7 @@ def _sorted_unique(values: np.ndarray) -> np.ndarray:
     return values[new]
 
 
-def _covering_sorted(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
+def covering_sorted(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
     """How many half-open intervals [start, end) contain each point (``starts`` and ``ends`` each sorted)."""
     return np.searchsorted(starts, points, "right") - np.searchsorted(ends, points, "right")
 
@@ -277,7 +277,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         busy_count = np.zeros(len(seg_s), np.int64)
         counts = []
         for sorted_ops in by_bound:
-            c = None if sorted_ops is None else _covering_sorted(*sorted_ops, seg_s)
+            c = None if sorted_ops is None else covering_sorted(*sorted_ops, seg_s)
             counts.append(c)
             if c is not None:
                 busy_count += c
@@ -300,7 +300,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         # the rest is of the pieces the GPU was not busy in (their cause), often half of them or fewer
         nb = np.flatnonzero(~busy)
         seg_s, seg_e, window = seg_s[nb], seg_e[nb], window[nb]
-        moving = _covering_sorted(*moving_ops, seg_s) > 0
+        moving = covering_sorted(*moving_ops, seg_s) > 0
         idle = ~moving
 
         cause = np.full(len(seg_s), -1, dtype=np.int8)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ...units import duration
-from .breakdown import _covering_sorted
+from .breakdown import covering_sorted
 from .step_means import StepsBreakdown
 
 CPU_PARTS = ("cpu_data", "cpu_forward", "cpu_backward", "cpu_optimizer", "cpu_other")
@@ -76,7 +76,7 @@ def part_at(points: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
     for p in reversed(PRIORITY):  # the first in priority is written last
         m = part == p
         if m.any():
-            out[_covering_sorted(np.sort(s[m]), np.sort(e[m]), points) > 0] = p
+            out[covering_sorted(np.sort(s[m]), np.sort(e[m]), points) > 0] = p
     return out
 
 
