@@ -153,10 +153,51 @@ static gs_version_fn anchor_fn;
 static __thread uint32_t anchor_id;
 static __thread int64_t thread_id;
 
-static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t *anchor_rows; /* time, thread, id: three per anchor */
-static size_t anchor_n, anchor_cap; /* anchors held, room for */
-static uint64_t anchor_lost;
+/* Rows of int64 values kept in C until the flush thread takes them (anchors, timed calls). */
+typedef struct {
+    pthread_mutex_t mu;
+    int64_t *rows;
+    size_t n, cap; /* rows held, room for */
+    size_t width; /* values per row */
+    uint64_t lost; /* rows not kept: no memory */
+} gs_rows;
+
+static void rows_append(gs_rows *r, const int64_t *values) {
+    pthread_mutex_lock(&r->mu);
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4096;
+        int64_t *grown = realloc(r->rows, cap * r->width * sizeof(int64_t));
+        if (!grown) {
+            r->lost++;
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        r->rows = grown;
+        r->cap = cap;
+    }
+    memcpy(r->rows + r->width * r->n++, values, r->width * sizeof(int64_t));
+    pthread_mutex_unlock(&r->mu);
+}
+
+static size_t rows_pending(gs_rows *r) {
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Copy up to max rows into out, oldest first, and forget them. */
+static size_t rows_take(gs_rows *r, int64_t *out, size_t max) {
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n < max ? r->n : max, w = r->width;
+    memcpy(out, r->rows, n * w * sizeof(int64_t));
+    memmove(r->rows, r->rows + w * n, (r->n - n) * w * sizeof(int64_t));
+    r->n -= n;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static gs_rows anchors = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 3, 0}; /* time, thread, id */
 
 #define TIMED_CAP 8 /* callback ids timed in C */
 static uint32_t timed_domain[TIMED_CAP], timed_cbid[TIMED_CAP];
@@ -168,10 +209,7 @@ static __thread uint32_t timed_open_id; /* its correlation id */
 static __thread int timed_inner; /* a timed call of the other layer is open inside it */
 static __thread uint32_t timed_open_gen; /* timed_gen when it opened */
 static volatile uint32_t timed_gen; /* changed when callbacks are switched: calls open then are stale */
-static pthread_mutex_t tmu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t *timed_rows; /* start, end, thread, domain << 32 | cbid, correlation id: five per call */
-static size_t timed_rows_n, timed_rows_cap;
-static uint64_t timed_lost;
+static gs_rows timed = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 5, 0}; /* start, end, thread, key, correlation id */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -209,27 +247,9 @@ static void timed_call(uint32_t domain, uint32_t cbid, int32_t site, uint32_t co
     timed_open = 0;
     timed_open_key = 0;
     if (!start) return;
-    int64_t end = now_ns();
     if (!thread_id) thread_id = (int64_t)syscall(SYS_gettid);
-    pthread_mutex_lock(&tmu);
-    if (timed_rows_n == timed_rows_cap) {
-        size_t cap = timed_rows_cap ? timed_rows_cap * 2 : 1024;
-        int64_t *grown = realloc(timed_rows, cap * 5 * sizeof(int64_t));
-        if (!grown) {
-            timed_lost++;
-            pthread_mutex_unlock(&tmu);
-            return;
-        }
-        timed_rows = grown;
-        timed_rows_cap = cap;
-    }
-    int64_t *row = timed_rows + 5 * timed_rows_n++;
-    row[0] = start;
-    row[1] = end;
-    row[2] = thread_id;
-    row[3] = key;
-    row[4] = id;
-    pthread_mutex_unlock(&tmu);
+    int64_t row[5] = {start, now_ns(), thread_id, key, id};
+    rows_append(&timed, row);
 }
 
 /* Time the calls of this callback id in C (return 0), or say there is no room left (-1). */
@@ -253,25 +273,12 @@ void gs_timed_reset(void) { timed_gen++; }
 void gs_set_timed_on(int on) { timed_on = on; }
 
 /* Copy up to max timed calls (five int64 each) into out, oldest first, and forget them. */
-size_t gs_timed_take(int64_t *out, size_t max) {
-    pthread_mutex_lock(&tmu);
-    size_t n = timed_rows_n < max ? timed_rows_n : max;
-    memcpy(out, timed_rows, n * 5 * sizeof(int64_t));
-    memmove(timed_rows, timed_rows + 5 * n, (timed_rows_n - n) * 5 * sizeof(int64_t));
-    timed_rows_n -= n;
-    pthread_mutex_unlock(&tmu);
-    return n;
-}
+size_t gs_timed_take(int64_t *out, size_t max) { return rows_take(&timed, out, max); }
 
 /* How many timed calls are held. */
-size_t gs_timed_pending(void) {
-    pthread_mutex_lock(&tmu);
-    size_t n = timed_rows_n;
-    pthread_mutex_unlock(&tmu);
-    return n;
-}
+size_t gs_timed_pending(void) { return rows_pending(&timed); }
 
-uint64_t gs_timed_lost(void) { return timed_lost; }
+uint64_t gs_timed_lost(void) { return timed.lost; }
 
 /* CUpti_CallbackFunc: runs on the thread that made the API call. */
 void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {
@@ -313,50 +320,22 @@ uint32_t gs_anchor(void) {
     uint32_t id = anchor_id;
     if (!id) return 0;
     if (!thread_id) thread_id = (int64_t)syscall(SYS_gettid);
-    pthread_mutex_lock(&amu);
-    if (anchor_n == anchor_cap) {
-        size_t cap = anchor_cap ? anchor_cap * 2 : 4096;
-        int64_t *grown = realloc(anchor_rows, cap * 3 * sizeof(int64_t));
-        if (!grown) {
-            anchor_lost++;
-            pthread_mutex_unlock(&amu);
-            return id;
-        }
-        anchor_rows = grown;
-        anchor_cap = cap;
-    }
-    int64_t *row = anchor_rows + 3 * anchor_n++;
-    row[0] = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    row[1] = thread_id;
-    row[2] = id;
-    pthread_mutex_unlock(&amu);
+    int64_t row[3] = {(int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, thread_id, id};
+    rows_append(&anchors, row);
     return id;
 }
 
 /* How many anchors are held. */
-size_t gs_anchors_pending(void) {
-    pthread_mutex_lock(&amu);
-    size_t n = anchor_n;
-    pthread_mutex_unlock(&amu);
-    return n;
-}
+size_t gs_anchors_pending(void) { return rows_pending(&anchors); }
 
 /* Copy up to max held anchors (time, thread, id each) into out, oldest first, and forget them. */
-size_t gs_anchors_take(int64_t *out, size_t max) {
-    pthread_mutex_lock(&amu);
-    size_t n = anchor_n < max ? anchor_n : max;
-    memcpy(out, anchor_rows, n * 3 * sizeof(int64_t));
-    memmove(anchor_rows, anchor_rows + 3 * n, (anchor_n - n) * 3 * sizeof(int64_t));
-    anchor_n -= n;
-    pthread_mutex_unlock(&amu);
-    return n;
-}
+size_t gs_anchors_take(int64_t *out, size_t max) { return rows_take(&anchors, out, max); }
 
 /* Forget the anchors made after the first n. */
 void gs_anchors_forget_since(size_t n) {
-    pthread_mutex_lock(&amu);
-    if (n < anchor_n) anchor_n = n;
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_lock(&anchors.mu);
+    if (n < anchors.n) anchors.n = n;
+    pthread_mutex_unlock(&anchors.mu);
 }
 
-uint64_t gs_anchors_lost(void) { return anchor_lost; }
+uint64_t gs_anchors_lost(void) { return anchors.lost; }
