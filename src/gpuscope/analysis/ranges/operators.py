@@ -14,25 +14,22 @@ from __future__ import annotations
 import json
 
 from ...trace.report import Report
-from ..ops.attribution import ANY_THREAD, FOREVER, innermost_query, ops_table, parent_tree, temp_table
+from ..ops.attribution import ANY_THREAD, FOREVER, ops_table, temp_table
+from ..ops.nesting import innermost_into, tree_into
 from .op_windows import sampled, windows
 from ..table import Column, Table
 
 TORCH_OPS = "gpuscope_torch_op"
 OP_KERNELS = "gpuscope_op_torch_op"
 OUTSIDE = "(not in an operator)"
+_HELPERS = (f"{TORCH_OPS}_calls", f"{TORCH_OPS}_tree")  # dropped once the operators' table is made
+_OWNER_HELPERS = (f"{OP_KERNELS}_calls", f"{OP_KERNELS}_tangled", f"{OP_KERNELS}_general")
 
 COLUMNS = [
     Column("Name"), Column("Input Shapes"), Column("Input Dtypes"), Column("Calls", "count"),
     Column("CPU Total", "ns"), Column("CPU Avg", "ns"), Column("Kernels", "count"),
     Column("GPU Time", "ns"), Column("GPU Share", "percent"),
 ]  # fmt: skip
-
-
-def _levels(report: Report) -> int:
-    """The binary-lifting levels for the most operators of one process (see attribution._levels)."""
-    (most,) = report.sql("SELECT coalesce(max(n), 1) FROM (SELECT count(*) AS n FROM torch_op GROUP BY pid)")[0]
-    return max(int(most), 1).bit_length() - 1
 
 
 def _before(partition: str, end: str, tiebreak: str) -> str:
@@ -49,8 +46,19 @@ def torch_ops_table(report: Report) -> str:
     Columns: ``torch_op_id`` (numbered by process, start, thread), ``pid``, ``tid``, ``start_ns``,
     ``end_ns``, ``name`` (``aten::mm``), ``seq``, ``shapes``, ``dtypes``, ``out_shapes``,
     ``scalars`` (JSON text as stored), ``depth`` (0 for an operator no other one of its thread
-    encloses) and ``parent_id`` (the tightest enclosing operator of its thread, NULL at depth 0).
+    encloses) and ``parent_id`` (the tightest enclosing operator of its thread, NULL at depth 0:
+    the last one of the thread started before it, of equal starts the longer, that ends no earlier).
+    The nesting is found by :func:`..ops.nesting.tree_into`, in memory linear in the operators.
     """
+    name = temp_table(report, TORCH_OPS, lambda: _calls_query(report))
+    for helper in _HELPERS:
+        report.sql(f"DROP TABLE IF EXISTS {helper}")
+    return name
+
+
+def _calls_query(report: Report) -> str:
+    """The query of :func:`torch_ops_table`; where operators nest, it first creates the tables it reads
+    (numbered calls and their tree), which :func:`torch_ops_table` drops once the table is made."""
     end = f"coalesce(end_ns, {FOREVER})"
     calls = """
         SELECT row_number() OVER (ORDER BY pid, start_ns, tid, end_ns DESC, name_id) AS torch_op_id,
@@ -61,18 +69,17 @@ def torch_ops_table(report: Report) -> str:
     (nested,) = report.sql(f"SELECT count(*) FROM (SELECT {end} AS e, {_before('pid, tid', end, 'name_id')} AS b "
                            "FROM torch_op) WHERE b >= e")[0]
     if not nested:  # what the recorder writes: no call encloses another of its thread
-        query = f"""
+        return f"""
             SELECT {columns}, 0 AS depth, CAST(NULL AS BIGINT) AS parent_id
             FROM ({calls}) t JOIN string s ON s.id = t.name_id"""
-        return temp_table(report, TORCH_OPS, query)
-    levels = _levels(report)
-    intervals = f"SELECT pid, tid AS ktid, torch_op_id AS rid, start_ns, {end} AS end_eff FROM t"
-    query = f"""
-        WITH RECURSIVE t AS MATERIALIZED ({calls}),
-        {parent_tree(intervals, levels, 'depth')}
-        SELECT {columns}, tree.depth, tree.parent AS parent_id
-        FROM t JOIN tree ON tree.rid = t.torch_op_id JOIN string s ON s.id = t.name_id"""
-    return temp_table(report, TORCH_OPS, query)
+    numbered, tree = _HELPERS
+    for helper in _HELPERS:
+        report.sql(f"DROP TABLE IF EXISTS {helper}")
+    report.sql(f"CREATE TEMP TABLE {numbered} AS {calls}")  # once, so that equal calls keep their ids
+    tree_into(report, tree, f"SELECT pid, tid AS ktid, torch_op_id AS rid, start_ns, {end} AS end_eff FROM {numbered}")
+    return f"""
+        SELECT {columns}, tree.level AS depth, tree.parent AS parent_id
+        FROM {numbered} t JOIN {tree} tree ON tree.rid = t.torch_op_id JOIN string s ON s.id = t.name_id"""
 
 
 def op_kernels_table(report: Report) -> str:
@@ -82,8 +89,18 @@ def op_kernels_table(report: Report) -> str:
     Where the operators of a thread key (a thread, or all threads of a process for launches of an
     unknown thread) never overlap, the one running at a launch is the last one started before it,
     if it has not ended (an as-of join); keys with overlapping operators take the general way of
-    :func:`..ops.attribution.innermost_query`.
+    :func:`..ops.nesting.innermost_into` (memory linear in the operators and launches).
     """
+    name = temp_table(report, OP_KERNELS, lambda: _owners_query(report))
+    for helper in _OWNER_HELPERS:
+        report.sql(f"DROP TABLE IF EXISTS {helper}")
+    return name
+
+
+def _owners_query(report: Report) -> str:
+    """The query of :func:`op_kernels_table`; it first creates the tables it reads: the operators
+    under each launch key, the keys where they overlap, and the innermost operator of each launch
+    under those keys."""
     ops, calls = ops_table(report), torch_ops_table(report)
     keyed = f"SELECT op_id, pid, coalesce(tid, {ANY_THREAD}) AS ktid, launch_ns FROM {ops}"
     intervals = f"""
@@ -91,24 +108,25 @@ def op_kernels_table(report: Report) -> str:
         FROM {calls} t
         JOIN (SELECT DISTINCT pid, ktid FROM ({keyed})) k
           ON k.pid = t.pid AND (k.ktid = {ANY_THREAD} OR k.ktid = t.tid)"""
-    tangled_launches = "SELECT * FROM launches SEMI JOIN tangled USING (pid, ktid)"
-    tangled_calls = "SELECT pid, ktid, rid, start_ns, end_eff FROM keyed_calls SEMI JOIN tangled USING (pid, ktid)"
-    query = f"""
+    keyed_calls, tangled, general = _OWNER_HELPERS
+    for helper in _OWNER_HELPERS:
+        report.sql(f"DROP TABLE IF EXISTS {helper}")
+    report.sql(f"""CREATE TEMP TABLE {keyed_calls} AS
+                   SELECT *, {_before('pid, ktid', 'end_eff', 'rid')} AS before FROM ({intervals})""")
+    report.sql(f"CREATE TEMP TABLE {tangled} AS SELECT DISTINCT pid, ktid FROM {keyed_calls} WHERE before >= start_ns")
+    innermost_into(report, general, f"SELECT * FROM ({keyed}) SEMI JOIN {tangled} USING (pid, ktid)",
+                   f"SELECT pid, ktid, rid, start_ns, end_eff FROM {keyed_calls} SEMI JOIN {tangled} USING (pid, ktid)")
+    return f"""
         WITH launches AS MATERIALIZED ({keyed}),
-        keyed_calls AS MATERIALIZED (
-            SELECT *, {_before('pid, ktid', 'end_eff', 'rid')} AS before FROM ({intervals})),
-        tangled AS MATERIALIZED (SELECT DISTINCT pid, ktid FROM keyed_calls WHERE before >= start_ns),
         simple AS (
             SELECT l.op_id, CASE WHEN c.end_eff >= l.launch_ns THEN c.rid END AS rid
-            FROM (SELECT * FROM launches ANTI JOIN tangled USING (pid, ktid)) l
-            ASOF JOIN (SELECT * FROM keyed_calls ANTI JOIN tangled USING (pid, ktid)) c
-              ON c.pid = l.pid AND c.ktid = l.ktid AND l.launch_ns >= c.start_ns),
-        general AS ({innermost_query(tangled_launches, tangled_calls, _levels(report))})
+            FROM (SELECT * FROM launches ANTI JOIN {tangled} USING (pid, ktid)) l
+            ASOF JOIN (SELECT * FROM {keyed_calls} ANTI JOIN {tangled} USING (pid, ktid)) c
+              ON c.pid = l.pid AND c.ktid = l.ktid AND l.launch_ns >= c.start_ns)
         SELECT o.op_id, i.rid AS torch_op_id
         FROM {ops} o
         LEFT JOIN (SELECT op_id, rid FROM simple WHERE rid IS NOT NULL
-                   UNION ALL SELECT op_id, rid FROM general) i ON i.op_id = o.op_id"""
-    return temp_table(report, OP_KERNELS, query)
+                   UNION ALL SELECT op_id, rid FROM {general}) i ON i.op_id = o.op_id"""
 
 
 def _no_ops(report: Report) -> list[str]:
