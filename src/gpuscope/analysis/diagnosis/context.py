@@ -19,6 +19,7 @@ from ..roofline.power import PowerBudget, power_budget
 from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
 from .finding import MIN_SHARE
+from .side import SideContext
 from .step_means import PerStep
 from .timeline import ProcessTimeline, Timelines, load_timelines, shared_if_constant
 
@@ -137,15 +138,13 @@ class Process(PerStep):
 # the columns of the steady kernels (Context.steady_kernels) the rules read
 STEADY_COLUMNS = ("op_id", "name", "launch_ns", "start_ns", "end_ns", "critical", "steady_ns")
 
-class Context:
+class Context(SideContext):
     """The report and everything rules share, computed on first use."""
 
     side = "gpu"  # the side of the report the rules read here (rule.GPU)
 
     def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
-        self.report = report
-        self.min_share = min_share
-        self.notes: list[str] = []
+        super().__init__(report, min_share)
         self.cache: dict[Any, Any] = {}  # results rules share (e.g. the GEMM loops), keyed by rule and pid
 
     # -- data that may be missing -------------------------------------------------------------

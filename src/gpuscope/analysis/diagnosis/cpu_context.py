@@ -15,6 +15,7 @@ import pandas as pd
 
 from ...trace.report import Report
 from .finding import MIN_SHARE
+from .side import SideContext
 from .cpu_breakdown import CATEGORY_PART, CpuBreakdown, part_at, split_steps
 from .cpu_frames import StackInfo, load_stacks
 from .cpu_steps import CpuSteps, load_steps, run_window, whole_run
@@ -46,15 +47,13 @@ class CpuProcess(PerStep):
         return int((self.steady_windows["end_ns"] - self.steady_windows["start_ns"]).sum())
 
 
-class CpuContext:
+class CpuContext(SideContext):
     """The report and everything the rules reading its CPU side share."""
 
     side = "cpu"  # the side of the report the rules read here (rule.CPU)
 
     def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
-        self.report = report
-        self.min_share = min_share
-        self.notes: list[str] = []
+        super().__init__(report, min_share)
         self.startup: dict[int, dict[str, object]] = {}  # per process, its start-up (rule cpu_startup)
 
     @cached_property
