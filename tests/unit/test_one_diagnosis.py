@@ -130,3 +130,20 @@ def test_a_report_with_both_sides_breaks_its_steps_down_on_both(recorded: Callab
         d = diagnose(r)
         assert d.processes and d.host == [] and d.host_table() is None
         assert "host" not in json.loads(formats["json"](d))
+
+
+def test_a_host_side_that_fails_is_said_in_a_note() -> None:
+    """The host's breakdown is an addition: where it fails, the diagnosis says so in a note, and the
+    GPU side's breakdown and findings stand without it."""
+    from gpuscope.analysis.diagnosis.cpu_diagnosis import host_side
+
+    class Broken:
+        notes: ClassVar[list[str]] = []
+
+        @property
+        def cpu_side(self) -> Any:
+            return 1 / 0
+
+    ctx = Broken()
+    assert host_side(ctx) == ([], "")
+    assert ctx.notes and ctx.notes[0].startswith("The host side's breakdown failed (ZeroDivisionError")

@@ -59,14 +59,19 @@ def host_side(ctx: Any) -> tuple[list[CpuBreakdown], str]:
     """The host side's breakdown of a report with GPU work (``ctx``: its diagnosis context), for the
     processes whose steps PyTorch's ranges split (any part other than the rest of the Python), and
     the description of their steps; ([], "") where none did."""
-    cpu = ctx.cpu_side
-    out = []
-    for p in cpu.processes:
-        b = p.breakdown
-        mean = b.mean_parts()
-        if b.has_steps and any(round(mean[k]) for k in CPU_PARTS if k != "cpu_other"):
-            out.append(b)
-    return out, (cpu.steps.description if out else "")
+    try:
+        cpu = ctx.cpu_side
+        out = []
+        for p in cpu.processes:
+            b = p.breakdown
+            mean = b.mean_parts()
+            if b.has_steps and any(round(mean[k]) for k in CPU_PARTS if k != "cpu_other"):
+                out.append(b)
+        return out, (cpu.steps.description if out else "")
+    except Exception as exc:  # noqa: BLE001  (the GPU side's answer stands without it; said in the notes)
+        ctx.notes.append(f"The host side's breakdown failed ({type(exc).__name__}: {exc}); the GPU side's above "
+                         "is complete without it.")
+        return [], ""
 
 
 def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> CpuDiagnosis:
