@@ -88,6 +88,16 @@ def test_runs_match_the_walk(seed: int) -> None:
     assert _runs(np.zeros(0, bool), np.zeros(0, np.int64), 2) == []
 
 
+def test_short_runs_match_the_walk() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n = int(rng.integers(1, 40))
+        ok = rng.random(n) < rng.random()
+        step = np.sort(rng.integers(0, 3, n))
+        for least in (1, 2, 3):
+            assert _runs(ok, step, least) == _runs_walk(ok, step, least)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_attention_chains_match_the_walk(seed: int) -> None:
     rng = np.random.default_rng(seed)

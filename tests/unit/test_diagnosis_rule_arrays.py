@@ -1,39 +1,14 @@
 """The rules' array helpers that replaced frame copies on long runs: the same answers as the
-frame operations they replace."""
+frame operations they replace (the elementwise runs: tests/unit/test_diagnosis_kernel_flags.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from gpuscope.analysis.diagnosis.rules.fusion import _runs, _texts
+from gpuscope.analysis.diagnosis.rules.fusion import _texts
 from gpuscope.analysis.diagnosis.rules.gemm_loops import _groups
 from gpuscope.analysis.diagnosis.rules.idle import _median_duration, _median_interval
-
-
-def _runs_one_by_one(ok: np.ndarray, step: np.ndarray, least: int) -> list[tuple[int, int]]:
-    out, i = [], 0
-    while i < len(ok):
-        if not ok[i]:
-            i += 1
-            continue
-        j = i + 1
-        while j < len(ok) and ok[j] and step[j] == step[i]:
-            j += 1
-        if j - i >= least:
-            out.append((i, j))
-        i = j
-    return out
-
-
-def test_runs_are_those_found_one_by_one() -> None:
-    rng = np.random.default_rng(3)
-    for _ in range(500):
-        n = int(rng.integers(1, 40))
-        ok = rng.random(n) < rng.random()
-        step = np.sort(rng.integers(0, 3, n))
-        for least in (1, 2, 3):
-            assert _runs(ok, step, least) == _runs_one_by_one(ok, step, least)
 
 
 def test_names_sliced_from_codes() -> None:
