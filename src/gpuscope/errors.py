@@ -19,6 +19,11 @@ class ReportError(GpuscopeError):
         self.path = path
 
 
+class ReadLimitError(ReportError):
+    """A query on a report used up the memory or the time a reader may use (its message names the
+    setting that raises the limit): the report is sound, and a part of an output may be left out."""
+
+
 class QueryError(GpuscopeError):
     """A SQL query given to an opened report failed on the query itself (its syntax, a name it
     uses, a value it casts), not on the report's file."""

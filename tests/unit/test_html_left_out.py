@@ -14,7 +14,7 @@ import pytest
 import gpuscope.analysis as analysis
 import gpuscope.analysis.roofline.points as points
 from gpuscope.analysis.timeline.tracks import build_index
-from gpuscope.errors import ReportError
+from gpuscope.errors import ReadLimitError, ReportError
 from gpuscope.reporters.html import file_page
 from gpuscope.trace.report import Report
 from gpuscope.trace.report_errors import explain
@@ -29,7 +29,7 @@ def _data(html: str) -> dict:
 def _out_of_memory(path: Path) -> ReportError:
     """The error a query past the memory limit raises (as Report.sql makes it)."""
     err = explain(path, duckdb.OutOfMemoryException("failed to pin block of size 256.0 KiB"), False)
-    assert isinstance(err, ReportError)
+    assert isinstance(err, ReadLimitError)  # a report error whose limit a setting raises
     return err
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import GpuscopeError, QueryError, ReportError
+from ..errors import GpuscopeError, QueryError, ReadLimitError, ReportError
 from .report_connection import MEMORY_ENV, TIME_ENV, larger_size, memory_limit, time_limit
 
 # What DuckDB raises when a report's data blocks cannot be read (truncated or damaged file).
@@ -52,10 +52,10 @@ def explain(path: Path, exc: duckdb.Error, timed_out: bool = False) -> GpuscopeE
     text = first_line(exc)
     if isinstance(exc, duckdb.OutOfMemoryException):
         limit = memory_limit()
-        return ReportError(path, f"reading it needed more than the memory allowed ({limit}): set "
+        return ReadLimitError(path, f"reading it needed more than the memory allowed ({limit}): set "
                                  f"{MEMORY_ENV} higher, such as {larger_size(limit)} ({text})")
     if isinstance(exc, duckdb.InterruptException) and timed_out:
-        return ReportError(path, f"a query on it ran past the time limit of {time_limit():g} s; set "
+        return ReadLimitError(path, f"a query on it ran past the time limit of {time_limit():g} s; set "
                                  f"{TIME_ENV} higher (seconds; 0: no limit)")
     if disk_full(exc):
         return GpuscopeError(f"the disk is full: {text}")

@@ -9,7 +9,7 @@ shows (from :mod:`..units`), so the page computes no number of its own.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +17,7 @@ import pandas as pd
 from ...analysis.table import Table
 from ...analysis.timeline.tracks import TimelineIndex
 from ...analysis.timeline.window import counters, lane_window
-from ...errors import GpuscopeError
+from ...errors import GpuscopeError, ReadLimitError
 from ...trace.report import Report
 from ..overview import capture_line, overhead_line
 from ...units import duration, human, machine, scaled
@@ -142,9 +142,7 @@ def stats_data(report: Report) -> list[dict[str, Any]]:
 def past_limit(exc: GpuscopeError) -> bool:
     """Whether ``exc`` says a query used up the memory or time a report's reader may use (the
     message names the setting that raises it), not that the report is damaged or the query wrong."""
-    from ...trace.report_connection import MEMORY_ENV, TIME_ENV
-
-    return MEMORY_ENV in str(exc) or TIME_ENV in str(exc)
+    return isinstance(exc, ReadLimitError)
 
 
 def left_out(exc: GpuscopeError) -> str:
