@@ -95,3 +95,18 @@ def test_ingesting_keeps_nothing_per_row(tmp_path: Path) -> None:
     assert grown < 200_000, grown
     assert w.records == 20 * 2_200
     w.close(exit_code=0)
+
+
+def test_the_writer_uses_a_few_threads_whatever_the_machine(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """DuckDB's default is every core of the machine: beside a program on a 64-core host the ingest
+    cache was split 64 ways, and the report could not be finished (out of memory at the cache's limit)."""
+    import gpuscope.trace.writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "threads", lambda: 64)
+    w = ReportWriter(tmp_path / "r.gpuscope")
+    assert int(w.con.execute("SELECT current_setting('threads')").fetchall()[0][0]) == writer_mod.WRITER_THREADS
+    w.close(exit_code=0)
+    monkeypatch.setattr(writer_mod, "threads", lambda: 1)
+    w = ReportWriter(tmp_path / "one.gpuscope")
+    assert int(w.con.execute("SELECT current_setting('threads')").fetchall()[0][0]) == 1
+    w.close(exit_code=0)

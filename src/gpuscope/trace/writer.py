@@ -25,6 +25,7 @@ from ..version import __version__
 from . import anchor_log, decode, memory_counters, memory_totals, schema, trim
 from .demangle import demangle
 from .range_log import LoggedRanges
+from .report_connection import threads
 from .ranges import RangeBuilder
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ Diagnostic = tuple[int, str, str]  # pid, level, message
 # one byte per byte of report). Appending needs only the blocks being filled: the cache is held to
 # this while chunks are ingested, and released for the finishing queries (trimming, the checkpoint).
 INGEST_MEMORY = "64MB"
+WRITER_THREADS = 2
 
 # Rows that collectors in the program send with text where the table holds a string id: the
 # positions (in the row as sent, without ``pid``) of the values to intern.
@@ -76,7 +78,11 @@ class ReportWriter:
         self.summarize = summarize
         self.unsummarized: str | None = None
         self._closed = False
-        self.con = duckdb.connect(str(path) if partial is None else partial.database)
+        self._stage = "starting"  # the step of finishing the report that runs (said where one fails)
+        # A few threads: the writer runs beside the program, and DuckDB's default (every core of the
+        # machine, not those this process may use) splits the small ingest cache between them.
+        self.con = duckdb.connect(str(path) if partial is None else partial.database,
+                                  config={"threads": min(WRITER_THREADS, threads())})
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         for stmt in schema.create_statements():
@@ -362,7 +368,7 @@ class ReportWriter:
                     self.checkpoint_failed = "checkpoint" in str(exc).lower()
                 else:  # the records are stored; the report stays 'recording' and says why
                     try:
-                        self._problem(0, f"the report could not be finished: {self.failed}")
+                        self._problem(0, f"the report could not be finished ({self._stage}): {self.failed}")
                     except Exception:  # noqa: BLE001,S110  (said by the caller anyway)
                         pass
         try:
@@ -389,7 +395,9 @@ class ReportWriter:
                 self.unplaced = str(exc)
 
     def _finish(self, meta: dict[str, Any]) -> None:
+        self._stage = "lifting the ingest cache's limit"
         self.con.execute("RESET memory_limit")  # the joins below may need more than appending did
+        self._stage = "storing the open ranges"
         self._insert_ranges(self._ranges.unfinished())
         for frame in self._logged.unfinished_frames():
             self._insert("nvtx_range", frame)
@@ -401,17 +409,23 @@ class ReportWriter:
                 merged = _merged_counts(detail, counts)
                 self.con.execute("UPDATE collector SET records = records + ?, detail = ? WHERE pid = ? AND "
                                  "name = 'ranges'", [counts["ranges"], merged, pid])
+        self._stage = "storing the names"
         self._store_strings()
+        self._stage = "placing the host counters"
         # host counters were taken on CLOCK_MONOTONIC: move them to the session clock
         self.con.execute(
             """UPDATE host_counter SET ts_ns = ts_ns + coalesce(
                    (SELECT clock_offset_ns FROM process ORDER BY start_ns LIMIT 1), 0)"""
         )
+        self._stage = "memory totals"
         memory_totals.fill(self.con)  # CUPTI's allocations and frees: their running totals, once all are in
+        self._stage = "trimming to the capture windows"
         trimmed = trim.trim(self.con)  # to the capture windows, if a capture range limited the run
+        self._stage = "memory counters"
         memory_counters.store(self.con)  # from the trimmed memory events; on the session clock already
         if trimmed:
             meta["capture_trimmed"] = trimmed
+        self._stage = "the last meta items and checkpoint"
         self.set_meta(**meta, status="complete")
         self.con.execute("CHECKPOINT")
 
