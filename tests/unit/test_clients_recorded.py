@@ -34,18 +34,12 @@ RECORDED = sorted(p for p in MEASURED if (FIXTURES / f"client_{p}.gpuscope.gz").
 
 # program -> why the analysis misses it (kept honest: the test fails when one starts passing)
 KNOWN_MISSES: dict[str, str] = {
-    "hf_gpt2_generate": "launch_bound ranks first at 85% for the static cache, which measured 35% (39% in a "
-                        "second measurement): the finding prices a CUDA graph of the whole decode step, and no "
-                        "CUDA-graph recipe ran on this stack (transformers 5, torch 2.11): compiling the forward "
-                        "with reduce-overhead by hand failed (a graph's output overwritten by the next replay), "
-                        "with a step mark before each call the measuring process crashed (SIGSEGV), and with the "
-                        "static cache alone transformers compiles the forward but Inductor skips CUDA graphs "
-                        "(mutated inputs: the cache), so the 35% is compilation without graphs",
     "torch_transformer_lm_fp32": "no_tensor_cores ranks first at 54%; TF32 measured 5% with four programs on the "
-                                 "host (no fix more), 13% alone. On an H100 TF32 cut a step's GPU work from 21.1 to "
-                                 "9.7 ms but the step only from 21.7 to 19.5 ms: the host takes about 19.5 ms to "
-                                 "issue a step (forward on the main thread, backward on autograd's), which the "
-                                 "recording does not show (the GPU bound, the host threads spinning in launches)",
+                                 "host (no fix more), 13% alone on an H100 and 16.6% alone on an H200 (7 "
+                                 "rounds). On an H100 TF32 cut a step's GPU work from 21.1 to 9.7 ms but the step "
+                                 "only from 21.7 to 19.5 ms: the host takes about 19.5 ms to issue a step "
+                                 "(forward on the main thread, backward on autograd's), which the recording does not "
+                                 "show (the GPU bound, the host threads spinning in launches)",
     "compiled_graph_break": "no fix measured a gain: the guard on the GPU (torch.where) 45% slower, "
                             "torch.compile(mode='reduce-overhead') 12% slower (the graph breaks at each .item() "
                             "leave CUDA graphs replayed piece by piece, each with its guards on the host); yet "
@@ -59,8 +53,7 @@ UNKEPT_MISSES: dict[str, str] = {
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%
-RIGHT_FIX_AT = {"hf_gpt2_generate": "first",
-                "torch_transformer_lm_fp32": "nothing measured", "compiled_graph_break": "nothing measured"}
+RIGHT_FIX_AT = {"torch_transformer_lm_fp32": "nothing measured", "compiled_graph_break": "nothing measured"}
 
 compare_mod = load_bench("diagnosis_compare")
 

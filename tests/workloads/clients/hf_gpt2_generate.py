@@ -14,13 +14,17 @@ Fixes, as transformers documents them for faster decoding:
   (generate's automatic compilation, unless ``generation_config.disable_compile``) then compile the
   decoding step by themselves on a GPU, so this may measure like the recipe; where they do not, it
   is the static cache without compiling, which by itself removes no launches. The plain run's
-  timing (dynamo's counters) tells which happened.
+  timing (dynamo's counters) tells which happened;
+- ``graphed_decode``: what the launch-bound finding asks for, written by hand: a ``StaticCache``, the
+  prompt run once, then one decoding step (forward and greedy pick) captured with
+  ``torch.cuda.graph`` and replayed for each new token, its inputs updated in place.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,9 +51,63 @@ def build(variant: str, setup: Setup) -> Step:
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     input_ids = torch.randint(0, config.vocab_size, (1, prompt), device=dev)
     attention_mask = torch.ones_like(input_ids)
+    if variant == "graphed_decode":
+        return _graphed_decode(transformers, model, config, input_ids, new)
 
     def step() -> torch.Tensor:
         return model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=new, do_sample=False)
+
+    return step
+
+
+def _graphed_decode(transformers: Any, model: Any, config: Any, input_ids: torch.Tensor, new: int) -> Step:
+    """Greedy decoding of ``new`` tokens: the prompt eagerly into a static cache, then each token by
+    replaying one captured decoding step."""
+    dev, prompt = input_ids.device, input_ids.shape[1]
+    try:  # transformers 5: the cache's tensors are made at the first update
+        cache = transformers.StaticCache(config=config, max_cache_len=prompt + new)
+    except TypeError:  # transformers 4
+        cache = transformers.StaticCache(config=config, max_batch_size=1, max_cache_len=prompt + new,
+                                         device=dev, dtype=torch.bfloat16)
+    ids = torch.zeros((1, 1), dtype=torch.long, device=dev)
+    pos = torch.zeros((1,), dtype=torch.long, device=dev)
+    prompt_pos = torch.arange(prompt, device=dev)
+
+    def prefill() -> torch.Tensor:
+        cache.reset()
+        out = model(input_ids=input_ids, past_key_values=cache, cache_position=prompt_pos, use_cache=True)
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+    def decode_one() -> torch.Tensor:
+        out = model(input_ids=ids, past_key_values=cache, cache_position=pos, position_ids=pos.view(1, 1),
+                    use_cache=True)
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+    with torch.no_grad():
+        ids.copy_(prefill())  # makes the cache's tensors before the capture
+        pos.fill_(prompt)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                decode_one()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            picked = decode_one()
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            first = prefill()
+            ids.copy_(first)
+            pos.fill_(prompt)
+            tokens = [first]
+            for _ in range(new - 1):
+                graph.replay()
+                tokens.append(picked.clone())
+                ids.copy_(picked)
+                pos.add_(1)
+            return torch.cat([input_ids, *tokens], dim=1)
 
     return step
 
@@ -62,6 +120,8 @@ PROGRAM = Program(
         Variant("static_compiled", 'static cache + torch.compile(model.forward, mode="reduce-overhead")',
                 ("launch_bound",)),
         Variant("static_cache", 'cache_implementation="static" alone', ("launch_bound",)),
+        Variant("graphed_decode", "static cache, one decoding step captured in a CUDA graph and replayed per token",
+                ("launch_bound",)),
     ),
     build=build,
     iterations=60,
