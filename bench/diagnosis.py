@@ -62,9 +62,9 @@ PLANTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "launch_bound": ("300 tiny kernels per step launched from Python", ("launch_bound",)),
     "fp32_gemm": ("float32 matmuls with TF32 off", ("no_tensor_cores",)),
     "small_gemms": ("256 small same-shape matmuls in a Python loop", ("small_gemms",)),
-    "cpu_preprocess": ("per-value Python normalization in the loop", ("idle_cpu_work",)),
+    "cpu_preprocess": ("per-value Python normalization in the loop", ("hot_line",)),
     "sync_d2h": ("blocking 8 MB device-to-host copy, then 3 ms of host work", ("sync_copies",)),
-    "first_compile": ("torch.compile with a cold cache", ("warmup",)),
+    "first_compile": ("torch.compile with a cold cache", ("startup",)),
 }
 # program -> estimated seconds on an H100 for its whole part of the run (processes started, timed
 # runs, the traced run, the analysis); --part balances the halves by these

@@ -41,13 +41,13 @@ NOTHING = 0.05  # a balanced program: no finding and no measured gain above this
 # program -> (what is wrong, the rule expected on top; None: nothing above NOTHING)
 PROGRAMS: dict[str, tuple[str, str | None]] = {
     "dataloader_starved": ("DataLoader(num_workers=0), Python in the Dataset", "data_loader"),
-    "infer_hot_line": ("inference, argmax in Python over the logits", "cpu_hot_line"),
+    "infer_hot_line": ("inference, argmax in Python over the logits", "hot_line"),
     "one_thread": ("torch.set_num_threads(1) on large matmuls", "cpu_idle_cores"),
     "balanced": ("nothing (batches from memory, every core)", None),
     "infer_transformer": ("nothing (a small transformer, one batched call per step, no step marks)", None),
-    "infer_mlp_per_item": ("inference, the model called once per item of the batch", "cpu_hot_line"),
+    "infer_mlp_per_item": ("inference, the model called once per item of the batch", "hot_line"),
     "train_small": ("nothing (a small MLP training loop)", None),
-    "preprocess_loop": ("inference, batches normalized in Python value by value", "cpu_hot_line"),
+    "preprocess_loop": ("inference, batches normalized in Python value by value", "hot_line"),
 }
 
 

@@ -23,7 +23,7 @@ def test_analyze_a_recorded_report(gs: Gpuscope) -> None:
     assert res.returncode == 0, res.describe()
     out = res.stdout
     assert out.startswith("Step-Time Breakdown (step_breakdown)")
-    assert out.index("[launch_bound]") < out.index("[idle_cpu_work]") < out.index("[no_tensor_cores]")
+    assert out.index("[launch_bound]") < out.index("[hot_line]") < out.index("[no_tensor_cores]")
     assert "Not checked" in out and res.stderr == ""
 
 
@@ -32,7 +32,7 @@ def test_analyze_json_and_markdown(gs: Gpuscope) -> None:
     res = gs.run("analyze", "-f", "json", report)
     assert res.returncode == 0, res.describe()
     doc = json.loads(res.stdout)
-    assert [f["rule"] for f in doc["findings"]][:2] == ["launch_bound", "idle_cpu_work"]
+    assert [f["rule"] for f in doc["findings"]][:2] == ["launch_bound", "hot_line"]
     md = gs.run("analyze", "--format", "markdown", "--output", "diag.md", report)
     assert md.returncode == 0 and md.stdout == "", md.describe()
     assert md.stderr.strip() == "gpuscope: wrote diag.md"
@@ -65,7 +65,7 @@ def test_a_run_without_gpu_work(gs: Gpuscope) -> None:
     assert "gpuscope analyze " in res.stderr and res.stderr.rstrip().endswith("c.gpuscope")
     out = gs.run("analyze", "c.gpuscope")
     assert out.returncode == 0, out.describe()
-    assert "CPU Step-Time Breakdown" in out.stdout and "[cpu_hot_line]" in out.stdout
+    assert "CPU Step-Time Breakdown" in out.stdout and "[hot_line]" in out.stdout
     assert "where: cpu.py:1" in out.stdout
     # the GPU rules in one line, not one name each (20 names of noise on a CPU-only report)
     not_checked = out.stdout[out.stdout.index("\nNot checked\n"):].splitlines()[2:]
@@ -85,7 +85,7 @@ def test_analyze_a_report_recorded_without_a_gpu(gs: Gpuscope) -> None:
     out = res.stdout
     assert out.startswith("CPU Step-Time Breakdown (no GPU operations) (cpu_step_breakdown)")
     assert "Data loading (waiting for batches)" in out and "[data_loader]" in out
-    assert "[cpu_startup]" not in out and "start-up before the first step" in out  # a note, not a finding
+    assert "[startup]" not in out and "start-up before the first step" in out  # a note, not a finding
     doc = json.loads(gs.run("analyze", "-f", "json", report).stdout)
     assert doc["analysis"] == "cpu" and doc["findings"][0]["rule"] == "data_loader"
     assert doc["step_source"] == "PyTorch's marks at the end of optimizer.step()"

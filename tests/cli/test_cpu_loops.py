@@ -95,7 +95,7 @@ def test_one_batched_call_per_step_is_not_a_hot_line(reports: dict[str, str], na
 def test_start_up_is_a_note_not_a_finding(reports: dict[str, str]) -> None:
     with gpuscope.load(reports["marked"]) as report:
         diag = diagnose(report)
-    assert not [f for f in diag.findings if f.rule == "cpu_startup"]
+    assert not [f for f in diag.findings if f.rule == "startup"]
     assert any("start-up before the first step" in n for n in diag.notes), diag.notes
     doc = json.loads(diagnosis_formats()["json"](diag))
     (p,) = doc["processes"]
@@ -120,7 +120,7 @@ def test_per_item_model_calls_are_the_top_finding(gs: Gpuscope, program: str) ->
         notes = step_sum(report).notes
     assert any("repeating pattern of 16 top-level calls" in n for n in notes), notes
     top = [f for f in diag.findings if not f.advisory][0]
-    assert top.rule == "cpu_hot_line" and top.data["per_item"], top
+    assert top.rule == "hot_line" and top.data["per_item"], top
     assert f"items.py:{_line(program, 'PER ITEM')}" in top.location
     assert not [f for f in diag.findings if f is not top and f.location == top.location]  # one finding a line
     assert "once over the whole batch" in top.fix and top.share > 0.3
@@ -188,7 +188,7 @@ def test_a_loop_of_small_matmuls_is_estimated_as_one_batched_call(gs: Gpuscope) 
     with gpuscope.load(str(gs.cwd / "mm.gpuscope")) as report:
         diag = diagnose(report)
     top = [f for f in diag.findings if not f.advisory][0]
-    assert top.rule == "cpu_hot_line" and top.data["per_item"], top
+    assert top.rule == "hot_line" and top.data["per_item"], top
     assert f"mm.py:{_line(MATMULS, 'PER MATMUL')}" in top.location
     assert "about 8 calls" in " ".join(top.evidence) and top.data["work_share"] < 0.2
     # the batched call keeps the work and one call's fixed cost: under the line's whole time
@@ -268,6 +268,6 @@ def test_python_in_a_helper_counts_at_the_loops_line(gs: Gpuscope) -> None:
     with gpuscope.load(str(gs.cwd / "prep.gpuscope")) as report:
         diag = diagnose(report)
     top = [f for f in diag.findings if not f.advisory][0]
-    assert top.rule == "cpu_hot_line" and f"prep.py:{_line(HELPER, 'PREPROCESS')}" in top.location, top
+    assert top.rule == "hot_line" and f"prep.py:{_line(HELPER, 'PREPROCESS')}" in top.location, top
     assert top.share > 0.5 and "per-element Python" in top.fix, top
     assert not [f for f in diag.findings if f is not top and "prep.py:" in f.location]  # not again at the helper

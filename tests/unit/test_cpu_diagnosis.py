@@ -48,7 +48,7 @@ def _actionable(diag: CpuDiagnosis) -> list:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("program, rule, marker", [
     ("dataloader_starved", "data_loader", "the per-sample Python that costs"),
-    ("infer_hot_line", "cpu_hot_line", "the hot line"),
+    ("infer_hot_line", "hot_line", "the hot line"),
 ])
 def test_the_planted_problem_comes_first_at_its_line(diagnoses: dict[str, CpuDiagnosis], program: str, rule: str,
                                                      marker: str) -> None:
@@ -104,7 +104,7 @@ def test_steps_come_from_the_optimizer_and_start_up_is_left_out(diagnoses: dict[
     assert p["has_steps"] and p["steady_steps"] >= 10
     assert p["mean_ns"]["cpu_data"] > 0 and p["mean_ns"]["cpu_backward"] > 0
     # start-up is a note with its size, not a finding: no step can save it
-    assert not [f for f in diag.findings if f.rule == "cpu_startup"]
+    assert not [f for f in diag.findings if f.rule == "startup"]
     assert p["startup"]["startup_ns"] > 0
     assert any("start-up before the first step" in n for n in diag.notes)
 
@@ -153,7 +153,7 @@ def test_ordinary_loops_with_nothing_to_fix_have_no_finding(ordinary: dict[str, 
     """Measured: no candidate fix gains 5% (bench/RESULTS.md); start-up is a note."""
     diag = ordinary[program]
     assert all(f.share < NOTHING for f in _actionable(diag)), diag.findings
-    assert not [f for f in diag.findings if f.rule == "cpu_startup"]
+    assert not [f for f in diag.findings if f.rule == "startup"]
     assert any("start-up before the first step" in n for n in diag.notes)
 
 
@@ -166,7 +166,7 @@ def test_an_inference_loop_without_marks_is_stepped_by_its_model_calls(ordinary:
 
 def test_python_preprocessing_is_found_at_the_loops_line(ordinary: dict[str, CpuDiagnosis]) -> None:
     top = _actionable(ordinary["preprocess_loop"])[0]
-    assert top.rule == "cpu_hot_line" and _line_of("preprocess_loop", "normalize(s) for s in") in top.location
+    assert top.rule == "hot_line" and _line_of("preprocess_loop", "normalize(s) for s in") in top.location
     assert top.share > 0.5 and not top.data["per_item"]
 
 

@@ -52,7 +52,7 @@ def test_a_work_changing_fix_is_compared_per_sample() -> None:
 
 
 def test_best_fix_is_the_largest_gain_and_the_top_finding_must_name_it() -> None:
-    found = [finding("launch_bound", 0.8), finding("idle_cpu_work", 0.05)]
+    found = [finding("launch_bound", 0.8), finding("hot_line", 0.05)]
     c = cmp.compare(MLP, found)
     assert c["best_fix"] == "cuda_graph" and c["top_rule"] == "launch_bound" and c["top_fix"] == "cuda_graph"
     assert c["estimate"] == pytest.approx(0.8) and c["within"] and c["pass"]

@@ -95,7 +95,7 @@ def test_cuda_graph_takes_pytorchs_own_code_between_launches(tmp_path: Path) -> 
     diag = _run(tmp_path / "r.gpuscope", _with_gaps(True))
     graph = _rule(diag, "launch_bound")
     assert graph is not None and diag.findings[0] is graph
-    own = _rule(diag, "idle_cpu_work")  # only the program's 50 µs at the end of each step
+    own = _rule(diag, "hot_line")  # only the program's 50 µs at the end of each step
     assert own is None or own.saving_ns == pytest.approx(50 * US, rel=0.05)
     # after a replay the step keeps its GPU work and about 1 µs per kernel
     step = _step_ns(diag)
@@ -106,7 +106,7 @@ def test_cuda_graph_takes_pytorchs_own_code_between_launches(tmp_path: Path) -> 
 
 def test_the_programs_own_work_at_a_fixed_place_is_not_the_graphs(tmp_path: Path) -> None:
     diag = _run(tmp_path / "r.gpuscope", _with_gaps(False))
-    own = _rule(diag, "idle_cpu_work")
+    own = _rule(diag, "hot_line")
     assert own is not None and own.saving_ns == pytest.approx(4 * 300 * US, rel=0.05)
     graph = _rule(diag, "launch_bound")
     assert graph is None or graph.saving_ns < own.saving_ns

@@ -32,7 +32,7 @@ def test_a_cpu_only_report(tmp_path: Path) -> None:
     for reason in reasons.values():
         assert "\n" not in reason
     assert reasons["host_sync"].startswith("no GPU operations in this report")
-    assert reasons["cpu_hot_line"].startswith("no Python stack samples")
+    assert reasons["hot_line"].startswith("no Python stack samples")
     assert any("whole" in n or "one window" in n for n in diag.breakdown_table().notes)
     for fmt, render in diagnosis_formats().items():
         text = render(diag)
@@ -48,7 +48,7 @@ def test_without_steps_the_capture_is_one_step(recorded: Callable[[str], Path]) 
         diag = diagnose(report)
     (p,) = diag.processes
     assert not p.has_steps and p.steps["step"].tolist() == ["all"]
-    assert _skipped(diag)["warmup"].startswith("no steps in this report")
+    assert _skipped(diag)["startup"].startswith("no steps in this report")
     assert all(not f.one_time for f in diag.findings)
     assert "whole capture" in " ".join(diag.breakdown_table().notes)
     assert "do not repeat at least 4 times" in diag.step_source
@@ -62,8 +62,8 @@ def test_without_torch_cpu_samples_nvml_or_roofline(recorded: Callable[[str], Pa
     assert reasons["data_loader"].startswith("no PyTorch ranges in this report")
     assert "nvml" in reasons["gpu_memory"]
     assert "roofline" in reasons["below_roofline"]
-    assert {"launch_bound", "idle_cpu_work", "no_tensor_cores"} <= {f.rule for f in diag.findings}
-    cpu = next(f for f in diag.findings if f.rule == "idle_cpu_work")
+    assert {"launch_bound", "hot_line", "no_tensor_cores"} <= {f.rule for f in diag.findings}
+    cpu = next(f for f in diag.findings if f.rule == "hot_line")
     assert any("--trace cpu" in e for e in cpu.evidence)
     assert any("no bound class" in n for n in diag.notes)
 

@@ -89,7 +89,7 @@ def test_host_sync_saving_is_capped_by_the_wait(tmp_path: Path) -> None:
     assert sync.data["idle_ns"] == pytest.approx(3.0 * MS, rel=0.02)
 
 
-def test_idle_cpu_work_names_the_python_lines(tmp_path: Path) -> None:
+def test_hot_line_names_the_python_lines(tmp_path: Path) -> None:
     def body(sim: Sim) -> None:
         sim.cpu(3 * MS, at=("/home/user/project/prep.py", 12, "preprocess"))
         for _ in range(10):
@@ -97,7 +97,7 @@ def test_idle_cpu_work_names_the_python_lines(tmp_path: Path) -> None:
 
     diag = _run(tmp_path / "r.gpuscope", body)
     top = _top(diag)
-    assert top.rule == "idle_cpu_work"
+    assert top.rule == "hot_line"
     assert top.location == "/home/user/project/prep.py:12 preprocess"
     # the host needs 3.05 ms a step, the GPU 1 ms
     assert top.saving_ns == pytest.approx(2.05 * MS, rel=0.03)
@@ -241,7 +241,7 @@ def test_no_tensor_cores_counts_only_what_the_step_waits_for(tmp_path: Path) -> 
 
     diag = _run(tmp_path / "r.gpuscope", body)
     assert not [f for f in diag.findings if f.rule == "no_tensor_cores"]
-    assert _top(diag).rule == "idle_cpu_work"
+    assert _top(diag).rule == "hot_line"
 
 
 SMALL = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_ffma"
@@ -319,7 +319,7 @@ def test_warmup_of_a_compiled_model(recorded) -> None:  # type: ignore[no-untype
     with Report.open(recorded("gpt_compiled")) as report:
         diag = diagnose(report)
     top = _top(diag)
-    assert top.rule == "warmup" and top.one_time and not top.advisory
+    assert top.rule == "startup" and top.one_time and not top.advisory
     assert top.saving_ns > 17e9 and "Triton" in " ".join(top.evidence)
     assert "TORCHINDUCTOR_CACHE_DIR" in top.fix
 
@@ -329,9 +329,9 @@ def test_warmup_without_compilation_is_listed_last(recorded) -> None:  # type: i
 
     with Report.open(recorded("gpt_eager")) as report:
         diag = diagnose(report)
-    warm = _only(diag, "warmup")
+    warm = _only(diag, "startup")
     assert warm.advisory and diag.findings[-1] is warm
-    assert diag.findings[0].rule in ("idle_cpu_work", "launch_bound")
+    assert diag.findings[0].rule in ("hot_line", "launch_bound")
 
 
 def test_recorded_float32_gemms_of_the_mlp(recorded) -> None:  # type: ignore[no-untyped-def]

@@ -52,7 +52,7 @@ def _item_loop(path: Path, watts: float | None, capped: bool = True) -> Diagnosi
 
 
 def _idle_share(diag: Diagnosis) -> float:
-    return sum(f.share for f in diag.findings if f.rule in ("host_sync", "idle_cpu_work", "launch_bound"))
+    return sum(f.share for f in diag.findings if f.rule in ("host_sync", "hot_line", "launch_bound"))
 
 
 def test_a_gpu_at_its_power_limit_gains_little_from_its_gaps(tmp_path: Path) -> None:

@@ -53,9 +53,9 @@ PLANTED = {
     "launch_bound": "launch_bound",
     "fp32_gemm": "no_tensor_cores",
     "small_gemms": "small_gemms",
-    "cpu_preprocess": "idle_cpu_work",
+    "cpu_preprocess": "hot_line",
     "sync_d2h": "sync_copies",
-    "first_compile": "warmup",
+    "first_compile": "startup",
 }
 
 

@@ -63,7 +63,7 @@ def test_interval_judges_estimates_and_losses() -> None:
     ("channels_last", {"channels_last", "cudnn_benchmark"}),
     ("host_sync", set()),
     ("small_gemms", set()),
-    ("cpu_hot_line", set()),
+    ("hot_line", set()),
 ])
 def test_rules_map_to_fixes(rule: str, expected: set[str]) -> None:
     assert {f.name for f in fixes.fixes_for(finding(rule, 0.2))} == expected

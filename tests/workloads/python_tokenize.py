@@ -121,7 +121,7 @@ PROGRAM = Program(
     description="text classifier inference, each batch of 64 sentences tokenized in Python in the loop",
     variants=(
         Variant("as_written", "tokenize each batch in the loop", samples=64),
-        Variant("pretokenized", "tokenized once before the loop, pinned token batches", ("idle_cpu_work",),
+        Variant("pretokenized", "tokenized once before the loop, pinned token batches", ("hot_line",),
                 samples=64),
     ),
     build=build,

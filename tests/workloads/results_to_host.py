@@ -121,9 +121,9 @@ PROGRAM = Program(
     variants=(
         Variant("as_written", "probs.cpu(), then post-process", samples=32),
         Variant("pinned_overlap", "non_blocking copy to pinned buffers; post-process the previous batch",
-                ("sync_copies", "host_sync", "idle_cpu_work"), samples=32),
+                ("sync_copies", "host_sync", "hot_line"), samples=32),
         Variant("vectorized", "spans found with tensor operations on the GPU, only the spans copied back",
-                ("idle_cpu_work",), samples=32),
+                ("hot_line",), samples=32),
     ),
     build=build,
     iterations=200,

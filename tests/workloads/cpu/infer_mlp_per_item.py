@@ -14,7 +14,7 @@ from loop_timing import Loop, StepClock, measure, parser
 
 BATCH, WIDTH, CLASSES = 32, 64, 10
 STEPS = 800
-FIXES = {"batched": ("one model(batch) call per batch", ("cpu_hot_line",))}
+FIXES = {"batched": ("one model(batch) call per batch", ("hot_line",))}
 
 
 def infer(batched: bool, steps: int = STEPS) -> list[float]:

@@ -15,7 +15,7 @@ from loop_timing import Loop, StepClock, measure, parser
 
 BATCH, WIDTH = 32, 64
 STEPS = 1200
-FIXES = {"vectorized": ("the batch normalized with tensor operations", ("cpu_hot_line",))}
+FIXES = {"vectorized": ("the batch normalized with tensor operations", ("hot_line",))}
 
 
 def normalize(sample: list[float]) -> list[float]:

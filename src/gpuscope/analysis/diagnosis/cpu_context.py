@@ -54,7 +54,7 @@ class CpuContext(SideContext):
 
     def __init__(self, report: Report, min_share: float = MIN_SHARE) -> None:
         super().__init__(report, min_share)
-        self.startup: dict[int, dict[str, object]] = {}  # per process, its start-up (rule cpu_startup)
+        self.startup: dict[int, dict[str, object]] = {}  # per process, its start-up (rule startup)
 
     @cached_property
     def counts(self) -> dict[str, int]:

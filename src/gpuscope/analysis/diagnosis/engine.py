@@ -5,7 +5,7 @@ and rank the findings by the time they save.
 A rule that reads only the other side is listed as not checked where the report has no GPU work
 (``GPU_REASON``: the GPU rules on a CPU-only report); on a report with GPU work, the CPU-side rules
 are left out silently, for their fixes are judged by the GPU side's rules on the GPU idle time
-their causes leave (Python between launches: ``idle_cpu_work``; waiting for batches:
+their causes leave (Python between launches: ``hot_line``; waiting for batches:
 ``data_loader``).
 """
 

@@ -10,15 +10,15 @@ from .copies import PageableCopies, StreamOverlap, SyncCopies
 from .data_loader import DataLoading
 from .fusion import UnfusedElementwise
 from .gemm_loops import SmallGemms
-from .hot_line import CpuHotLine
-from .idle import IdleCpuWork, LaunchBound, WarmUp
+from .hot_line import HotLine
+from .idle import LaunchBound
 from .idle_cores import CpuIdleCores
 from .kernels import BelowRoofline, NoTensorCores
 from .layout import ChannelsLast
 from .memory import GpuMemory
 from .out_of_memory import OutOfMemory
 from .precision import Precision
-from .startup import CpuStartup
+from .startup import Startup
 from .straggler import ExposedComm, Straggler
 from .sync import HostSync
 
@@ -26,7 +26,7 @@ RULES: list[Rule] = [
     Straggler(),
     ExposedComm(),
     SmallGemms(),
-    IdleCpuWork(),
+    HotLine(),
     LaunchBound(),
     HostSync(),
     DataLoading(),
@@ -42,11 +42,9 @@ RULES: list[Rule] = [
     BelowRoofline(),
     GpuMemory(),
     OutOfMemory(),
-    WarmUp(),
+    Startup(),
     # the CPU side only (reports without GPU work)
-    CpuHotLine(),
     CpuIdleCores(),
-    CpuStartup(),
 ]
 
 

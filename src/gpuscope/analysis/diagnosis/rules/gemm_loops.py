@@ -12,7 +12,7 @@ shapes), else about as long as the loop's multiplies need SMs: ``max(one kernel,
 blocks / SMs)``; the saving is the
 loop's span (kernels, other operations of the body, and the launch gaps between them) minus that.
 The launch and CPU-work gaps inside a loop are counted here, not by ``launch_bound`` or
-``idle_cpu_work``.
+``hot_line``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""``cpu_hot_line``: a line of the program that takes a large part of the step, for what a change to
+"""``hot_line``: a line of the program that takes a large part of the step, for what a change to
 that line can save: Python of the program's own frames at it (its self time), or many calls per
 step into a library from it (a module or an operator per item) whose fixed cost per call one call
 over the batch pays once. A line that makes one batched library call per step is not blamed for the
-library's time."""
+library's time. On a report with GPU work the same fix is read on the GPU's side: the Python that
+runs while the GPU waits (:func:`.idle.gpu_hot_line`)."""
 
 from __future__ import annotations
 
 import ast
 from functools import lru_cache
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -17,8 +19,10 @@ from ..cpu_breakdown import FORWARD, OTHER
 from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import Frame, frame_text
 from ..finding import Finding
+from ..rule import CPU, GPU, Rule
+from .cpu_side import by_line, per_step_text, source_text
+from .idle import gpu_hot_line
 from .idle_cores import largest_input
-from .cpu_side import CpuRule, by_line, per_step_text, source_text
 
 TOP = 3  # lines reported, at most
 
@@ -148,13 +152,21 @@ def batched_saving(line_ns: float, calls: float, work: float) -> float:
     return line_ns * (1.0 - work) * (1.0 - 1.0 / calls)
 
 
-class CpuHotLine(CpuRule):
-    name = "cpu_hot_line"
+class HotLine(Rule):
+    name = "hot_line"
     description = ("A line of the program that takes a large part of the step with Python of its own, or with "
-                   "many library calls per step (one per item).")
-    needs = ("cpu_samples",)
+                   "many library calls per step (one per item); with GPU work, the Python that runs while the "
+                   "GPU waits (the CPU-work part of the breakdown).")
+    sides: ClassVar[tuple[str, ...]] = (GPU, CPU)
 
-    def evaluate(self, ctx: CpuContext) -> list[Finding]:  # type: ignore[override]
+    def needs_on(self, side: str) -> tuple[str, ...]:
+        return ("gpu",) if side == GPU else ("cpu_samples",)
+
+    def evaluate(self, ctx: Any) -> list[Finding]:
+        return gpu_hot_line(ctx, self.name) if ctx.side == GPU else self._cpu(ctx)
+
+    def _cpu(self, ctx: CpuContext) -> list[Finding]:
+        """On a report without GPU work: the lines of the steady steps' Python, and per-item calls."""
         out = []
         have_ops = ctx.missing("torch_ops") is None
         for p in ctx.processes:

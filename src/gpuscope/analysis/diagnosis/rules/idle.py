@@ -1,5 +1,5 @@
-"""Rules on GPU idle time whose cause is on the host: CPU work, launch overhead, data loading,
-and the one-time warm-up."""
+"""Rules on GPU idle time whose cause is on the host: launch overhead, and the GPU side of the hot
+line (:func:`gpu_hot_line`: CPU work while the GPU waits); the idle pieces they share."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap left when a CUDA graph replays the 
 SHORT_GAP_NS = 500_000  # outside PyTorch's ranges, a host gap shorter than this is launch machinery
 BUSY_GPU = 0.9  # a GPU busy more than this share of the step without the profiler ...
 BUSY_GPU_MAX_SHARE = 0.05  # ... gets no launch-bound saving above this share of it
-WARMUP_MIN_NS = 1_000_000_000  # warm-up excess below this, without signs of compilation, is not reported
-COMPILER_FILES = ("torch/_dynamo", "torch/_inductor", "triton/", "torch/_functorch")
 
 
 def steady_pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
@@ -128,53 +126,51 @@ def _stretches(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.bincount(ids, weights=ends - starts).astype(np.int64)
 
 
-class IdleCpuWork(Rule):
-    name = "idle_cpu_work"
-    description = ("GPU idle while the host ran Python or framework code that launched nothing "
-                   "(the CPU-work part of the breakdown), with the Python lines that ran then.")
-
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        out = []
-        for p in ctx.processes:
-            starts, ends, graphed = graph_capturable(ctx, p)
-            stalls = one_off_stalls(ctx, p)
-            stalled = p.per_step(float((ends - starts)[stalls].sum()))
-            own = ((ends - starts) - graphed > 0) & ~stalls
-            starts, ends = starts[own], ends[own]
-            looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
-            recorded = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
-            ns = p.gpu_gain(p.own(recorded))
-            if p.share(ns) < ctx.min_share:
-                continue
-            gaps = _stretches(starts, ends)
-            evidence = [f"GPU idle {per_step_text(p, recorded)} while the host ran the program's own code and "
-                        "launched nothing for more than 100 µs at a time (PyTorch's own code between launches is "
-                        "counted under launch overhead: a CUDA graph removes it)",
-                        f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
-            if p.own_text(recorded):
-                evidence.append(p.own_text(recorded))
-            if p.power_text(p.own(recorded)):
-                evidence.append(p.power_text(p.own(recorded)))
-            if stalled:
-                evidence.append(f"left out: one-off host stalls longer than a step ({fmt_ns(stalled)} per step) that "
-                                "do not recur at one place of the step")
-            lines = ctx.program_lines(p.pid, starts, ends)
-            if lines:
-                evidence.append("Python lines running then: " + ctx.describe_lines(lines))
-            else:
-                evidence.append("record Python samples (--trace cpu) to see which lines ran in these gaps")
-            out.append(Finding(
-                rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
-                title=f"GPU waits for Python: idle {per_step_text(p, ns)} while the host computes",
-                evidence=evidence,
-                location=f"{lines[0][0]} {lines[0][1]}" if lines else "host code between GPU launches",
-                fix=("Take this work off the step's critical path: do per-sample preprocessing in DataLoader "
-                     "workers (num_workers > 0) or as batched tensor operations on the GPU, replace Python loops "
-                     "over tensors with vectorized operations, and log or checkpoint less often. Once the loop "
-                     "does not wait for the GPU, the remaining host work overlaps the GPU's."),
-                data=data_dict(idle_ns=ns, gaps_per_step=len(gaps) / p.n_steps, longest_gap_ns=int(gaps.max())),
-            ))
-        return out
+def gpu_hot_line(ctx: Context, rule: str) -> list[Finding]:
+    """The hot-line rule on a report with GPU work: GPU idle while the host ran Python or framework
+    code that launched nothing (the CPU-work part of the breakdown), with the Python lines that ran
+    then; findings named ``rule``."""
+    out = []
+    for p in ctx.processes:
+        starts, ends, graphed = graph_capturable(ctx, p)
+        stalls = one_off_stalls(ctx, p)
+        stalled = p.per_step(float((ends - starts)[stalls].sum()))
+        own = ((ends - starts) - graphed > 0) & ~stalls
+        starts, ends = starts[own], ends[own]
+        looped = idle_inside(p, gemm_loops(ctx, p), starts, ends)
+        recorded = p.per_step(float((ends - starts).sum() - graphed[own].sum()) - looped)
+        ns = p.gpu_gain(p.own(recorded))
+        if p.share(ns) < ctx.min_share:
+            continue
+        gaps = _stretches(starts, ends)
+        evidence = [f"GPU idle {per_step_text(p, recorded)} while the host ran the program's own code and "
+                    "launched nothing for more than 100 µs at a time (PyTorch's own code between launches is "
+                    "counted under launch overhead: a CUDA graph removes it)",
+                    f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
+        if p.own_text(recorded):
+            evidence.append(p.own_text(recorded))
+        if p.power_text(p.own(recorded)):
+            evidence.append(p.power_text(p.own(recorded)))
+        if stalled:
+            evidence.append(f"left out: one-off host stalls longer than a step ({fmt_ns(stalled)} per step) that "
+                            "do not recur at one place of the step")
+        lines = ctx.program_lines(p.pid, starts, ends)
+        if lines:
+            evidence.append("Python lines running then: " + ctx.describe_lines(lines))
+        else:
+            evidence.append("record Python samples (--trace cpu) to see which lines ran in these gaps")
+        out.append(Finding(
+            rule=rule, pid=p.pid, saving_ns=ns, share=p.share(ns),
+            title=f"GPU waits for Python: idle {per_step_text(p, ns)} while the host computes",
+            evidence=evidence,
+            location=f"{lines[0][0]} {lines[0][1]}" if lines else "host code between GPU launches",
+            fix=("Take this work off the step's critical path: do per-sample preprocessing in DataLoader "
+                 "workers (num_workers > 0) or as batched tensor operations on the GPU, replace Python loops "
+                 "over tensors with vectorized operations, and log or checkpoint less often. Once the loop "
+                 "does not wait for the GPU, the remaining host work overlaps the GPU's."),
+            data=data_dict(idle_ns=ns, gaps_per_step=len(gaps) / p.n_steps, longest_gap_ns=int(gaps.max())),
+        ))
+    return out
 
 
 class LaunchBound(Rule):
@@ -313,82 +309,3 @@ def _untraced_step(ctx: Context, p: Process) -> float:
         ctx.cache[key] = p.step_ns - own
     out: float = ctx.cache[key]
     return out
-
-
-class WarmUp(Rule):
-    name = "warmup"
-    description = ("The first steps' extra time (torch.compile, autotuning, lazy initialization): a one-time "
-                   "cost, reported when it is over a second or shows compilation.")
-    needs = ("gpu", "steps")
-
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        out = []
-        for p in ctx.processes:
-            steps = p.breakdown.steps
-            warm = steps[steps["warmup"]]
-            if not len(warm) or len(warm) == len(steps):
-                continue
-            median = float(p.breakdown.steady["duration_ns"].median())
-            excess = float((warm["duration_ns"] - median).clip(lower=0).sum())
-            lo, hi = int(warm["start_ns"].min()), int((warm["start_ns"] + warm["duration_ns"]).max())
-            ops = p.timeline.ops
-            in_warm = ops[(ops["launch_ns"] >= lo) & (ops["launch_ns"] < hi) & (ops["kind"] == "kernel")]
-            triton = int(in_warm["name"].str.startswith("triton").sum())
-            compiler = self._compiler_share(ctx, p, lo, hi)
-            compiling = triton > 0 or compiler > 0.2
-            if excess < WARMUP_MIN_NS and not compiling:
-                continue
-            total = float(steps["duration_ns"].sum())
-            which = "step 1" if len(warm) == 1 else f"steps 1-{len(warm)}"
-            evidence = [f"{which} took {fmt_ns(float(warm['duration_ns'].sum()))}; a steady step takes {fmt_ns(median)}",
-                        f"one-time excess {fmt_ns(excess)}, {excess / total:.0%} of the {fmt_ns(total)} of all steps"]
-            if triton:
-                evidence.append(f"{triton} Triton kernel launches in the warm-up: torch.compile generated code")
-            if compiler:
-                evidence.append(f"{compiler:.0%} of the sampled Python time of the warm-up was in the compiler "
-                                "(torch._dynamo, torch._inductor, triton)")
-            fix = ("Keep torch.compile's caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
-                   "torch.compiler.save_cache_artifacts()/load_cache_artifacts()), avoid recompilations (fixed "
-                   "shapes, or torch._dynamo.mark_dynamic for the dimensions that vary), compile the repeated block "
-                   "rather than the whole model, and leave warm-up steps out of timings."
-                   if compiling else
-                   "Expected once per run (CUDA context, cuBLAS/cuDNN handles, autotuning such as "
-                   "cudnn.benchmark, allocator growth); run a few warm-up steps before timing, and make runs long "
-                   "enough that it does not matter.")
-            out.append(Finding(
-                rule=self.name, pid=p.pid, saving_ns=excess, share=excess / total if total else 0.0,
-                one_time=True, advisory=not compiling,
-                title=f"{'Compilation' if compiling else 'Warm-up'} in the first steps: {fmt_ns(excess)} once",
-                evidence=evidence, location=which, fix=fix,
-                data=data_dict(excess_ns=excess, warmup_steps=len(warm), triton_launches=triton,
-                               compiler_sample_share=round(compiler, 3)),
-            ))
-        return out
-
-    @staticmethod
-    def _compiler_share(ctx: Context, p: Process, lo: int, hi: int) -> float:
-        """The share of the sampled time in [lo, hi) whose stack holds a frame of the compiler, not
-        under an import (importing torch._dynamo, which the optimizers do on first use, is no
-        compilation)."""
-        if ctx.missing("cpu_samples"):
-            return 0.0
-        like = " OR ".join(f"fl.value LIKE '%{f}%'" for f in COMPILER_FILES)
-        pid, lo, hi = int(p.pid), int(lo), int(hi)
-        total, compiler = ctx.report.sql(
-            f"""WITH RECURSIVE s AS (SELECT stack_id, sum(weight_ns) AS w FROM cpu_sample
-                                     WHERE pid = {pid} AND ts_ns >= {lo} AND ts_ns < {hi} GROUP BY stack_id),
-                walk(stack_id, node) AS (
-                    SELECT stack_id, stack_id FROM s
-                    UNION ALL
-                    SELECT w.stack_id, st.parent_id FROM walk w JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
-                    WHERE w.node <> 0),
-                framed AS (
-                    SELECT w.stack_id, fl.value AS file FROM walk w
-                    JOIN cpu_stack st ON st.pid = {pid} AND st.id = w.node
-                    JOIN cpu_frame f ON f.pid = {pid} AND f.id = st.frame_id JOIN string fl ON fl.id = f.file_id),
-                hit AS (
-                    SELECT DISTINCT stack_id FROM framed fl WHERE {like.replace("fl.value", "fl.file")}
-                    EXCEPT SELECT stack_id FROM framed WHERE file LIKE '%importlib%')
-                SELECT (SELECT sum(w) FROM s), (SELECT sum(w) FROM s WHERE stack_id IN (SELECT stack_id FROM hit))""",
-            )[0]
-        return float(compiler or 0) / float(total) if total else 0.0
