@@ -103,3 +103,24 @@ def test_an_unreadable_report_says_permission_denied(tmp_path: Path, recorded, m
     with pytest.raises(ReportError) as raised:
         Report.open(path)
     assert "permission denied" in str(raised.value) and "damaged" not in str(raised.value)
+
+
+def test_a_compressed_report_is_told_as_compressed_not_damaged(tmp_path: Path) -> None:
+    """Reports travel packed (the test fixtures are gzip files): such a file is not called damaged."""
+    import gzip
+    import zipfile
+
+    packed = tmp_path / "run.gpuscope.gz"
+    packed.write_bytes(gzip.compress(b"not a report, but packed"))
+    with pytest.raises(ReportError) as exc:
+        Report.open(packed)
+    assert "gzip-compressed" in str(exc.value) and "damaged" not in str(exc.value), exc.value
+    zipped = tmp_path / "run.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("run.gpuscope", b"x")
+    with pytest.raises(ReportError, match="is a zip file"):
+        Report.open(zipped)
+    plain = tmp_path / "notes.gpuscope"
+    plain.write_bytes(b"plain text, not a database" * 10)
+    with pytest.raises(ReportError, match="damaged"):  # any other file that is not a report
+        Report.open(plain)

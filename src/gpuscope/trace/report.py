@@ -217,7 +217,25 @@ def _unopenable(p: Path, exc: duckdb.Error) -> ReportError:
                               "that run has ended")
     if denied(exc):
         return ReportError(p, f"permission denied ({text})")
+    packed = _compressed(p)
+    if packed:
+        return ReportError(p, f"is a {packed} file, not a report: decompress it first, then read what it holds")
     return ReportError(p, f"not a gpuscope report, or a damaged one ({text})")
+
+
+# The first bytes of the compressed files a report travels in (a report is not damaged for being packed).
+_PACKED = ((b"\x1f\x8b", "gzip-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+           (b"\xfd7zXZ\x00", "xz-compressed"), (b"BZh", "bzip2-compressed"), (b"PK\x03\x04", "zip"))
+
+
+def _compressed(p: Path) -> str | None:
+    """The kind of compressed file ``p`` is, from its first bytes; None for any other file."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return None
+    return next((kind for magic, kind in _PACKED if head.startswith(magic)), None)
 
 
 def _meta(p: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
