@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Any, ClassVar
+
+import numpy as np
 
 from ..context import Context, Process, data_dict, fmt_ns
 from ..cpu_context import CpuContext
@@ -36,10 +36,10 @@ class Startup(Rule):
         return ("gpu", "steps") if side == GPU else ("cpu_samples",)
 
     def evaluate(self, ctx: Any) -> list[Finding]:
-        return _gpu_warmup(ctx, self.name) if ctx.side == GPU else _startup(ctx, self.name)
+        return _gpu_warmup(ctx, self.name) if ctx.side == GPU else _before_first_step(ctx, self.name)
 
 
-def _startup(ctx: CpuContext, rule: str) -> list[Finding]:
+def _before_first_step(ctx: CpuContext, rule: str) -> list[Finding]:
     """On a report without GPU work: start-up before the first step and the first steps' extra time,
     a note unless the run is mostly start-up."""
     if not ctx.processes:
