@@ -26,7 +26,9 @@ gpuscope: ``bare_cupti.py``, what any CUPTI-based profiler pays) and ``tp-cuda``
 its CUDA activity alone); with ``floor``, they split the floor into CUPTI's part and gpuscope's.
 
 ``--previous DIR``: the ``src`` folder of the previous version (mode ``previous``; without it the
-mode is left out). ``--budget-s``: stop starting rounds once the slowest round so far would not fit.
+mode is left out). Mode ``elsewhere``: this version's ``src`` copied outside the checkout, run as
+``default`` is: a control for where the source lies (on one host the same source measured a third
+slower on ``generate`` from the checkout than from ``/tmp``, a cause not yet found). ``--budget-s``: stop starting rounds once the slowest round so far would not fit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,6 +123,8 @@ def command(mode: str, program: str, timing: str, report: str, args: argparse.Na
         return [*gs, *prog], {"PYTHONPATH": _path(src)}
     if mode == "previous":
         return [*gs, *prog], {"PYTHONPATH": _path(args.previous)}
+    if mode == "elsewhere":
+        return [*gs, *prog], {"PYTHONPATH": _path(args.elsewhere)}
     if mode == "floor":
         return [*gs, "-t", "cuda", *prog], {"PYTHONPATH": _path(src), **FLOOR_ENV}
     if mode in PARTS:
@@ -311,6 +316,10 @@ def main() -> None:
         return
     names = programs(args.only)
     modes = [m for m in args.modes.split(",") if m != "previous" or args.previous]
+    outside = tempfile.TemporaryDirectory(prefix="real-cost-src-")  # mode elsewhere's copy, kept to the end
+    args.elsewhere = str(Path(outside.name) / "src")
+    if "elsewhere" in modes:
+        shutil.copytree(ROOT / "src", args.elsewhere, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     runs: list[dict[str, Any]] = []
     lock = threading.Lock()
     began = time.perf_counter()

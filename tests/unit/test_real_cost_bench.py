@@ -65,3 +65,14 @@ def test_bare_cupti_refuses_in_one_line() -> None:
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("bare_cupti: could not load /nonexistent/libcupti.so")
     assert len(out.stderr.splitlines()) == 1
+
+
+def test_mode_elsewhere_runs_this_version_from_a_copy_outside_the_checkout(tmp_path: Path) -> None:
+    """The control for where the source lies: the default's command line, PYTHONPATH on the copy."""
+    args = _args()
+    args.elsewhere = str(tmp_path / "src")
+    argv, env = bench.command("elsewhere", "jax_mlp", "t.json", "r", args)
+    default_argv, default_env = bench.command("default", "jax_mlp", "t.json", "r", args)
+    assert argv == default_argv
+    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "src")
+    assert default_env["PYTHONPATH"].split(":")[0] == str(ROOT / "src")
