@@ -351,3 +351,24 @@ def test_gpt_layers_are_not_a_gemm_loop(recorded) -> None:  # type: ignore[no-un
     with Report.open(recorded("gpt_eager")) as report:
         diag = diagnose(report)
     assert not [f for f in diag.findings if f.rule == "small_gemms"]
+
+
+def test_recorded_idle_is_a_share_of_the_recorded_step(recorded) -> None:  # type: ignore[no-untyped-def]
+    """generate's recording (an H200, the overhead probe measured collection's cost): the idle time read
+    off the recording is told as a share of the recorded step, never past 100%, while the saving stays
+    a share of the step without the profiler."""
+    import re
+
+    from gpuscope.trace.report import Report
+
+    with Report.open(recorded("client_hf_gpt2_generate")) as report:
+        diag = diagnose(report)
+    (p,) = diag.processes
+    launch = _only(diag, "launch_bound")
+    idle = re.search(r"GPU idle between launches ([\d.]+) ms per step \(([\d.]+)% of the recorded step\)",
+                     launch.title)
+    assert idle, launch.title
+    ms, pct = float(idle.group(1)), float(idle.group(2))
+    step_ms = float(p.steps.loc[~p.steps["warmup"], "duration_ns"].mean()) / 1e6
+    assert pct < 100 and abs(pct - 100 * ms / step_ms) < 2, (pct, ms, step_ms)
+    assert launch.share < 1

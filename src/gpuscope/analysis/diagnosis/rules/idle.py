@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..context import Context, Process, data_dict, fmt_ns, per_step_text
+from ..context import Context, Process, data_dict, fmt_ns, per_step_text, recorded_text
 from ..finding import Finding
 from ..rule import Rule
 from .gemm_loops import gemm_loops, idle_inside
@@ -143,7 +143,7 @@ def gpu_hot_line(ctx: Context, rule: str) -> list[Finding]:
         if p.share(ns) < ctx.min_share:
             continue
         gaps = _stretches(starts, ends)
-        evidence = [f"GPU idle {per_step_text(p, recorded)} while the host ran the program's own code and "
+        evidence = [f"GPU idle {recorded_text(p, recorded)} while the host ran the program's own code and "
                     "launched nothing for more than 100 µs at a time (PyTorch's own code between launches is "
                     "counted under launch overhead: a CUDA graph removes it)",
                     f"{len(gaps) / p.n_steps:.1f} such gaps per step, the longest {fmt_ns(gaps.max())}"]
@@ -221,7 +221,7 @@ class LaunchBound(Rule):
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=(f"Launch-bound between CUDA graph replays: launch the loop as fewer, larger graphs; "
                        if graphed else "Launch-bound: capture the step in a CUDA graph; ")
-                      + f"{per_step:.0f} kernels per step, GPU idle between launches {per_step_text(p, recorded)}",
+                      + f"{per_step:.0f} kernels per step, GPU idle between launches {recorded_text(p, recorded)}",
                 evidence=[
                     f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
                     f"launches {fmt_ns(interval)}",
