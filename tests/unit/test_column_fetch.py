@@ -101,3 +101,35 @@ def test_in_order_at_every_chunk_boundary(seed: int) -> None:
                     k[i], k[i + 1] = k[i + 1], k[i]
                 assert not in_order(swapped, n, step)
     assert in_order([], n) and in_order([np.zeros(1, np.int64)], 1)
+
+
+# columns of one value, of NULL, of values past 32 bits first or only late, of NULLs first or late
+COMPACT = """SELECT range AS i, 7 AS one, CAST(NULL AS BIGINT) AS none, range % 2 = 0 AS even, TRUE AS yes,
+                    CASE WHEN range > 4500 THEN range * 10000000000 ELSE range END AS late_wide,
+                    -range * 10000000000 AS wide, CASE WHEN range < 100 THEN NULL ELSE 7 END AS early_null,
+                    CASE WHEN range > 4900 THEN NULL ELSE 7 END AS late_null, CASE WHEN range < 3000 THEN 3 ELSE 4 END AS
+                    two, (range % 7)::INTEGER AS small
+             FROM range(5000)"""
+
+
+@pytest.mark.parametrize("vectors", [1, 256])
+@pytest.mark.parametrize("rows", [0, 5000, 9000])
+def test_compact_arrays_hold_fetchnumpys_values(mlp_api: Report, vectors: int, rows: int) -> None:
+    want = mlp_api.con.execute(COMPACT).fetchnumpy()
+    got = fetch_arrays(mlp_api, COMPACT, rows=rows, vectors=vectors, compact=list(want))
+    assert list(got) == list(want)
+    for name in want:
+        a, b = got[name], want[name]
+        assert type(a) is type(b), name
+        assert np.array_equal(np.ma.getmaskarray(a), np.ma.getmaskarray(b)), name
+        assert np.array_equal(np.ma.compressed(a), np.ma.compressed(b)), name
+    # one value (or NULL) everywhere: that value viewed for every row, no memory of its own
+    for name in ("one", "none", "yes"):
+        assert np.ma.getdata(got[name]).strides == (0,), name
+    assert np.ma.getmaskarray(got["none"]).strides == (0,)
+    # 64-bit integers as 32-bit where every value fits, as they came where one does not
+    assert got["i"].dtype == np.int32 and got["two"].dtype == np.int32
+    assert got["late_wide"].dtype == np.int64 and got["wide"].dtype == np.int64
+    assert got["small"].dtype == np.int32 and got["even"].dtype == bool
+    # only the columns named are narrowed
+    assert fetch_arrays(mlp_api, COMPACT, rows=rows, vectors=vectors, compact=[])["i"].dtype == np.int64

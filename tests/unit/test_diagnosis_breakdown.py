@@ -180,3 +180,25 @@ def test_pieces_classified_in_batches_give_the_same_breakdown(name: str, recorde
     for one, many in zip(whole, batched):
         for a, b in zip(one, many):
             pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cut_points_and_piece_times_worked_in_place_are_numpys(seed: int) -> None:
+    """The distinct cut points moved to the front of their array a batch at a time, and the pieces'
+    times written over them, are ``np.unique`` and the two gathers, whatever the batch."""
+    from gpuscope.analysis.diagnosis.breakdown import _piece_times, _sorted_unique
+
+    rng = np.random.default_rng(seed)
+    for n, high in ((1, 5), (2, 2), (500, 40), (5000, 10**12)):
+        values = rng.integers(0, high, n)
+        for step in (1, 3, 64, 1 << 20):
+            cuts = _sorted_unique(values.copy(), step)
+            assert np.array_equal(cuts, np.unique(values)) and cuts.dtype == values.dtype
+            for share in (0.0, 0.3, 1.0):
+                at = np.flatnonzero(rng.random(max(len(cuts) - 1, 0)) < share).astype(np.int32)
+                want = (cuts[at], cuts[at + 1])
+                starts, ends = _piece_times(cuts.copy(), at.copy(), step)
+                assert np.array_equal(starts, want[0]) and np.array_equal(ends, want[1])
+    # positions out of order (never made so): the two gathers
+    starts, ends = _piece_times(np.arange(10, dtype=np.int64) * 3, np.array([3, 1, 2]))
+    assert starts.tolist() == [9, 3, 6] and ends.tolist() == [12, 6, 9]

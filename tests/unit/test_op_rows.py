@@ -115,3 +115,22 @@ def test_order_of_rows_in_order_is_none_with_lexsorts_ties() -> None:
             assert tied == want_tied, name
             assert np.array_equal(np.arange(n) if at is None else at, want), name
             assert (at is None) == np.array_equal(want, np.arange(n)), name
+
+
+@pytest.mark.parametrize("name", ["mlp_api", "dist4_fsdp", "program_custom_rnn_loop", "diagnosis_pageable_copy"])
+def test_compact_frame_holds_the_same_values(recorded: Callable[[str], Path], name: str) -> None:
+    """Read compact, the operations are the same rows with the same values; ids as 32-bit integers
+    where they fit, and a column of one value viewed for every row."""
+    narrow = ("op_id", "pid", "tid")
+    with Report.open(recorded(name)) as report:
+        want = op_frame(report, COLUMNS, ("pid", "start_ns", "op_id"), {"kind": ("kernel", "memcpy", "memset", "graph")})
+        got = op_frame(report, COLUMNS, ("pid", "start_ns", "op_id"), {"kind": ("kernel", "memcpy", "memset", "graph")},
+                       compact=narrow)
+    assert list(got.columns) == list(want.columns) and len(got) == len(want) > 200
+    for c in want.columns:
+        if c in narrow and want[c].dtype.kind == "i":
+            assert np.dtype(getattr(got[c].dtype, "numpy_dtype", got[c].dtype)) == np.int32, c  # Int32 where nullable
+        a, b = got[c].astype(want[c].dtype), want[c]
+        pd.testing.assert_series_equal(a, b, check_exact=True)
+    pids = got["pid"].to_numpy()
+    assert (pids.strides == (0,)) == (want["pid"].nunique() == 1)

@@ -126,16 +126,28 @@ def _sorted_of(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray
     return values if _is_sorted(values) else _sorted(values)
 
 
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
+def _sorted_unique(values: np.ndarray, step: int = 1 << 20) -> np.ndarray:
     """The distinct values, sorted (a sort is faster than np.unique's hashing on large time arrays);
-    ``values`` (an array made for it) is sorted in place."""
+    ``values`` (an array made for it, no view of it kept) is sorted and its distinct values moved to
+    its front in place, ``step`` at a time, then cut to them: no second array of all of them (the
+    cut points of ten million operations, 0.16 GB)."""
     values.sort(kind="stable")
     if not len(values):
         return values
     new = np.empty(len(values), dtype=bool)
     new[0] = True
     np.not_equal(values[1:], values[:-1], out=new[1:])
-    return values[new]
+    k = 0
+    for a in range(0, len(values), step):
+        kept = values[a:a + step][new[a:a + step]]  # a copy: the places written are at or before it
+        values[k:k + len(kept)] = kept
+        k += len(kept)
+    del new, kept
+    try:
+        values.resize(k, refcheck=False)  # shrunk in place: the caller holds no other view of it
+    except ValueError:  # not its own memory
+        return values[:k].copy()
+    return values
 
 
 def covering_sorted(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -382,11 +394,8 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         if i != 1:
             cols[i] = shared_if_constant(cols[i])
     # the pieces' times from their positions, then the cuts go
-    at = cols[1]
-    starts = cuts[at]
-    at += 1
-    ends = cuts[at]
-    del at, cuts
+    starts, ends = _piece_times(cuts, cols[1])
+    del cuts
     cols[1] = None
     idle_frame = pd.DataFrame({
         "window": cols[0], "start_ns": starts, "end_ns": ends,
@@ -395,6 +404,30 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         "culprit": pd.Categorical.from_codes(cols[3], categories=list(CULPRITS)),
         "ref": cols[4], "call": cols[5]}, copy=False)  # the joined arrays as they are: no copy of millions
     return ProcessBreakdown(tl.pid, tl.has_steps, steps, idle_frame, op_times)
+
+
+def _piece_times(cuts: np.ndarray, at: np.ndarray, step: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """The start and end of each piece that runs from cut ``at[i]`` to the next: ``cuts[at]`` and
+    ``cuts[at + 1]``. Pieces come in time order (their positions rise), so each start is written
+    over ``cuts`` (made for it, no view of it kept) in place, ``step`` at a time, at or before the
+    places still to be read, and ``cuts`` is cut to them: no third array of ten million times
+    beside the cuts and the ends (80 MB). ``at`` is changed."""
+    n = len(at)
+    rising = all(bool((at[a + 1:min(a + step, n - 1) + 1] > at[a:min(a + step, n - 1)]).all())
+                 for a in range(0, n - 1, step))
+    if not rising or cuts.base is not None or not cuts.flags.writeable:  # never seen: the two gathers
+        starts = cuts[at]
+        at += 1
+        return starts, cuts[at]
+    ends = np.empty(n, dtype=cuts.dtype)
+    for a in range(0, n, step):
+        p = at[a:a + step]
+        p += 1
+        ends[a:a + len(p)] = cuts[p]  # read before this batch's starts are written
+        p -= 1
+        cuts[a:a + len(p)] = cuts[p]
+    cuts.resize(n, refcheck=False)  # shrunk in place: the caller holds no other view of it
+    return cuts, ends
 
 
 def _charge_copies(tl: ProcessTimeline, prev_op: np.ndarray, cause: np.ndarray, culprit: np.ndarray,
@@ -437,7 +470,9 @@ def _round_rows(parts: np.ndarray, totals: np.ndarray) -> None:
 
 
 def _op_times(tl: ProcessTimeline, ws: np.ndarray, we: np.ndarray, warm: np.ndarray) -> pd.DataFrame:
-    """Per operation: exclusive time inside steady steps, and whether it was critical."""
+    """Per operation: exclusive time inside steady steps, and whether it was critical. Worked
+    :data:`CHUNK` operations at a time (the latest end before them carried over), so that its
+    arrays of the length of every operation are the two it gives: the values are the same."""
     ops, calls = tl.ops, tl.calls
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     launch = ops["launch_ns"].to_numpy(np.int64)
@@ -447,29 +482,36 @@ def _op_times(tl: ProcessTimeline, ws: np.ndarray, we: np.ndarray, warm: np.ndar
     for group in (~transfer, transfer):
         # every operation in one group (no transfers, most runs): the columns themselves, not copies
         idx: slice | np.ndarray = slice(None) if group.all() else np.flatnonzero(group)
-        ends = e[idx]
-        if not len(ends):
-            continue
-        x0 = np.empty_like(ends)  # the end of the operations before, then where this one's own time starts
-        x0[0] = np.iinfo(np.int64).min
-        np.maximum.accumulate(ends[:-1], out=x0[1:])
-        np.maximum(s[idx], x0, out=x0)
-        np.minimum(x0, ends, out=x0)
-        covered = _covered_before(steady_ws, steady_we, ends)
-        covered -= _covered_before(steady_ws, steady_we, x0)
-        exclusive[idx] = covered
-        del covered, x0, ends
+        n = len(s) if isinstance(idx, slice) else len(idx)
+        before = np.iinfo(np.int64).min  # the latest end of the group's operations before the batch
+        for a in range(0, n, CHUNK):
+            at: slice | np.ndarray = slice(a, min(a + CHUNK, n)) if isinstance(idx, slice) else idx[a:a + CHUNK]
+            ends = e[at]
+            x0 = np.empty_like(ends)  # the end of the operations before, then where this one's own time starts
+            x0[0] = before
+            np.maximum.accumulate(ends[:-1], out=x0[1:])
+            np.maximum(x0[1:], before, out=x0[1:])
+            before = max(int(x0[-1]), int(ends[-1]))
+            np.maximum(s[at], x0, out=x0)
+            np.minimum(x0, ends, out=x0)
+            covered = _covered_before(steady_ws, steady_we, ends)
+            covered -= _covered_before(steady_ws, steady_we, x0)
+            exclusive[at] = covered
+            del covered, x0, ends
     # the next operation was launched before this one ended, or started right after it ended: it was
     # queued (a kernel queued deep has no launch time of its own in CUPTI's record, only an estimate
     # at its GPU start)
     critical = np.empty(len(s), bool)
     if len(s):
         last = np.iinfo(np.int64).max
-        critical[:-1] = launch[1:] < e[:-1]
-        critical[:-1] |= s[1:] - e[:-1] <= BACK_TO_BACK_NS
+        for a in range(0, len(s) - 1, CHUNK):
+            b = min(a + CHUNK, len(s) - 1)
+            np.less(launch[a + 1:b + 1], e[a:b], out=critical[a:b])
+            critical[a:b] |= s[a + 1:b + 1] - e[a:b] <= BACK_TO_BACK_NS
         critical[-1] = bool((np.int64(last) < e[-1]) | (np.int64(last) - e[-1] <= BACK_TO_BACK_NS))
     if len(calls):
-        critical |= latest_covering(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64),
-                                    e, slack=SLACK_NS) >= 0
+        in_calls = _Latest(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64))
+        for a in range(0, len(s), CHUNK):
+            critical[a:a + CHUNK] |= in_calls.at(e[a:a + CHUNK], slack=SLACK_NS) >= 0
     # the operations' own ids and the arrays made here, not copies of them
     return pd.DataFrame({"op_id": ops["op_id"].to_numpy(), "steady_ns": exclusive, "critical": critical}, copy=False)

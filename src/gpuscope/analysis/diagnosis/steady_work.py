@@ -81,7 +81,7 @@ def steady_work(ctx: Context, p: Process) -> pd.DataFrame:
         out["name"] = _names(kern["name"])
         # columns made here given as Series: an array set as a column is copied (ten million values each)
         out["dur_ns"] = _own((kern["end_ns"] - kern["start_ns"]).to_numpy(np.float64), out.index)
-        out["critical"] = kern["critical"].fillna(False).to_numpy(bool)
+        out["critical"] = _own(kern["critical"].fillna(False).to_numpy(bool), out.index)
         out["step"] = _own(step, out.index)  # shared with steady_kernels: neither is changed
         work = _work(ctx)
         numeric = ("flops", "matrix_flops", "bytes")

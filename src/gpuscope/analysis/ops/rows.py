@@ -16,7 +16,7 @@ ids would then be DuckDB's choice), or there are none, it reads the table
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...trace.report import Report
@@ -32,13 +32,17 @@ _KIND_TEXT_ORDER = "ENUM('graph', 'kernel', 'memcpy', 'memset')"
 
 
 def op_frame(report: Report, columns: Mapping[str, str], order: Sequence[str],
-             codes: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
+             codes: Mapping[str, Sequence[str]] | None = None, compact: Collection[str] | None = None) -> pd.DataFrame:
     """``ordered_frame(report, "SELECT <columns> FROM ops_table(report)", order, codes)``, without
     the table where it is not made yet (see the module docstring).
 
     ``columns`` maps each column of the result to its SQL over the table's columns (``op_id``: the
     operation's id, which only the name ``op_id`` may select); ``order`` names columns of the table,
-    ``op_id`` last. Every column's values, its type and the row order are those of the table's."""
+    ``op_id`` last. Every column's values, its type and the row order are those of the table's;
+    with ``compact`` (column names, possibly none), read from the rows, a column of one value may
+    come as that value viewed read-only for every row, and the named integer columns as 32-bit
+    integers where every value fits (:func:`..column_fetch.fetch_arrays`): the frame is then read,
+    never written."""
     from .attribution import OP_ORDER, OPS, _exists, ops_table, ordered_frame
 
     def from_table() -> pd.DataFrame:
@@ -51,14 +55,15 @@ def op_frame(report: Report, columns: Mapping[str, str], order: Sequence[str],
         return from_table()
     launch = [k.strip() for k in OP_ORDER.split(",")]
     own = [k for k in order if k != "op_id"]
-    frame = _read(report, columns, own, launch if "op_id" in order or "op_id" in columns else [], codes or {})
+    frame = _read(report, columns, own, launch if "op_id" in order or "op_id" in columns else [], codes or {},
+                  compact)
     return from_table() if frame is None else frame
 
 
 def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: list[str],
-          codes: Mapping[str, Sequence[str]]) -> pd.DataFrame | None:
+          codes: Mapping[str, Sequence[str]], compact: Collection[str] | None = None) -> pd.DataFrame | None:
     """:func:`op_frame` from the unsorted rows, or None where it must read the table: ordered by the
-    keys ``own``, then by ``launch`` (the launch order, which numbers them)."""
+    keys ``own``, then by ``launch`` (the launch order, which numbers them); ``compact`` as there."""
     import numpy as np
     import pandas as pd
 
@@ -84,7 +89,10 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
                 return None if staged is _DUCKDB else staged
         # every column at once, as the rows come: a table of them read a column at a time took as long
         # again, and held them in DuckDB's buffer as well
-        fetched = fetch_arrays(report, f"SELECT {', '.join(parts)} FROM ({query})", rows=_count(report))
+        narrow = None if compact is None else (
+            [f"c_{name}" for name in compact] + [f"k_{as_key[name]}" for name in compact if name in as_key])
+        fetched = fetch_arrays(report, f"SELECT {', '.join(parts)} FROM ({query})", rows=_count(report),
+                               compact=narrow)
     finally:
         report.sql(f"DROP TABLE IF EXISTS {OPS}_placed")
     n = len(fetched[f"k_{keys[0]}"]) if keys else 0
@@ -96,7 +104,7 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         if _array_kind(a) != "plain" or a.dtype.kind not in "iu":
             return None  # a key with NULLs is left to DuckDB's sort
         if a.min() != a.max():  # keys of one value order nothing
-            arrays[k] = a.astype(np.int64, copy=False)
+            arrays[k] = a  # in its own type (32-bit ids as they came): the order is the same
     launch_keys = [arrays[k] for k in launch if k in arrays]
     order_keys = [arrays[k] for k in keys if k in arrays]
     # orders as positions, None where the rows come in that order (one stream's operations, most
@@ -105,11 +113,13 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         by_launch, tied = _order(launch_keys, n)
         if tied:
             return None  # ids of operations alike in every key would be DuckDB's choice
+        # the ids as 32-bit integers where they may be and fit (ten million of them: 40 MB less)
+        id_type = np.int32 if compact is not None and "op_id" in compact and n < 2**31 - 1 else np.int64
         if by_launch is None:
-            rank = np.arange(1, n + 1, dtype=np.int64)
+            rank = np.arange(1, n + 1, dtype=id_type)
         else:
-            rank = np.empty(n, dtype=np.int64)
-            rank[by_launch] = np.arange(1, n + 1, dtype=np.int64)
+            rank = np.empty(n, dtype=id_type)
+            rank[by_launch] = np.arange(1, n + 1, dtype=id_type)
         del by_launch
         # the order's own keys, then the launch order
         at, _ = _order([arrays[k] for k in own if k in arrays] + [rank], n)
@@ -135,11 +145,19 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         kind = _array_kind(a)
         if len(a) != n or (kind is None and name not in codes):
             return None
-        if at is not None:
+        if at is not None and not _one_value(a):  # one value viewed for every row: in any order
             a = a[at]
         out[name] = (_categorical(a, codes[name]) if name in codes
                      else _nullable(a) if kind == "masked" else a)
     return pd.DataFrame(out, copy=False)
+
+
+def _one_value(a: np.ndarray) -> bool:
+    """Whether ``a`` (plain or masked) is one value viewed for every row (see ``compact``)."""
+    import numpy as np
+
+    masked = isinstance(a, np.ma.MaskedArray)
+    return len(a) > 1 and np.ma.getdata(a).strides == (0,) and (not masked or np.ma.getmaskarray(a).strides == (0,))
 
 
 def _count(report: Report) -> int:

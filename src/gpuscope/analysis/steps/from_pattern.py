@@ -91,7 +91,7 @@ def given_operations(report: Report, ops: pd.DataFrame) -> Iterator[None]:
 def tokens_of(ops: pd.DataFrame) -> pd.DataFrame:
     """The tokens of :func:`_gpu_tokens` (the same frame) from operations as :func:`given_operations`
     takes them."""
-    from ..ops.rows import _lexsort
+    from ..ops.rows import _order
 
     kind = ops["kind"].array
     code = {str(c): i for i, c in enumerate(kind.categories)}
@@ -108,12 +108,23 @@ def tokens_of(ops: pd.DataFrame) -> pd.DataFrame:
     token[of("memset")] = -10
     token[of("graph")] = -11
     exact = of("kernel") | of("graph")
-    keys = [ops[c].to_numpy(np.int64) for c in ("pid", "start_ns", "op_id")]
-    at, _ = _lexsort([k for k in keys if len(k) and k.min() != k.max()], len(ops))
-    if np.array_equal(at, np.arange(len(at))):
-        at = slice(None)
-    return pd.DataFrame({"pid": keys[0][at], "token": token[at], "launch_ns": ops["launch_ns"].to_numpy(np.int64)[at],
-                         "start_ns": keys[1][at], "exact": exact[at]}, copy=False)
+    # the keys in their own types (the order is the same), None where the rows are in order already
+    # (one process, most runs): no sort, no copy of ten million ids as 64-bit integers
+    keys = [ops[c].to_numpy() for c in ("pid", "start_ns", "op_id")]
+    varying = [k for k in keys if len(k) and k.min() != k.max()]
+    found = _order(varying, len(ops))[0] if varying else None
+    at = slice(None) if found is None else found
+    return pd.DataFrame({"pid": _int64(keys[0])[at], "token": token[at],
+                         "launch_ns": ops["launch_ns"].to_numpy(np.int64)[at],
+                         "start_ns": keys[1].astype(np.int64, copy=False)[at], "exact": exact[at]}, copy=False)
+
+
+def _int64(values: np.ndarray) -> np.ndarray:
+    """``values`` as 64-bit integers: one value viewed for every row (a process id read as such,
+    read-only) stays so, not ten million copies of it."""
+    if len(values) > 1 and values.strides == (0,):
+        return np.broadcast_to(values[:1].astype(np.int64), values.shape)
+    return values.astype(np.int64, copy=False)
 
 
 def _process_pattern(own: pd.DataFrame) -> tuple[Pattern, pd.DataFrame] | None:
