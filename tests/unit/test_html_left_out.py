@@ -71,3 +71,13 @@ def test_a_damaged_report_is_not_taken_for_a_limit(adam: Path, monkeypatch: pyte
     monkeypatch.setattr(points, "kernel_points", damaged)
     with Report.open(adam) as report, pytest.raises(ReportError, match="damaged"):
         file_page(report, build_index(report))
+
+
+def test_an_index_made_in_the_page_gives_the_same_page(adam: Path) -> None:
+    """The timeline index given as the function that makes it (made in the page and dropped once its
+    timeline is drawn, before the other sections are read) gives the page its own index gives."""
+    with Report.open(adam) as report:
+        given = file_page(report, build_index(report), budget=1000)
+        made = file_page(report, lambda: build_index(report), budget=1000)
+    assert _data(made) == _data(given)
+    assert "Timeline:" in " ".join(_data(made)["content"]["run"].get("detail", []))  # the note of lanes left out

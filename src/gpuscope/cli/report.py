@@ -48,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
                   "showing what was recorded", file=sys.stderr)
         if tried is not None:
             _check_program(tried[1], report.meta.get("command"), args.tried)
-        index = build_index(report)
         missing: list[str] = []
-        text = file_page(report, index, budget=args.max_events, viewer=f"gpuscope view {args.report}",
+        # the index made in the page and dropped there once its timeline is drawn
+        text = file_page(report, lambda: build_index(report), budget=args.max_events,
+                         viewer=f"gpuscope view {args.report}",
                          tried=None if tried is None else tried[0], missing=missing)
     if missing:
         print(f"gpuscope: warning: left out of the page, past the memory or time gpuscope may use to read the "

@@ -7,6 +7,7 @@ viewer's window queries; :mod:`.try_section` the fixes ``gpuscope try`` measured
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +47,29 @@ def left_out(content: dict[str, Any]) -> list[str]:
             + [f"table {t['name']}" for t in content["tables"] if t.get("left_out")])
 
 
-def file_page(report: Report, index: TimelineIndex, budget: int | None = None, viewer: str = "gpuscope view",
-              tried: dict[str, Any] | None = None, missing: list[str] | None = None) -> str:
+def file_page(report: Report, index: TimelineIndex | Callable[[], TimelineIndex], budget: int | None = None,
+              viewer: str = "gpuscope view", tried: dict[str, Any] | None = None,
+              missing: list[str] | None = None) -> str:
     """Return the self-contained page of ``report`` (``gpuscope report``): every section, and the
     timeline with at most ``budget`` slices whole (default :data:`.content.STATIC_SLICES`), the
     lanes past them as summaries per pixel, which the page's run section says (naming ``viewer``,
     the command that shows every slice); with ``tried`` (:func:`.try_section.try_data`), the
     section of the fixes ``gpuscope try`` measured; ``missing`` gets the parts left out past a
-    reading limit (:func:`left_out`)."""
+    reading limit (:func:`left_out`). ``index``: the report's timeline index, or a function that
+    makes it: then it is dropped once the page's timeline is drawn, before the other sections are
+    read (its slices, hundreds of megabytes at millions of them, not held beside the diagnosis's)."""
     from .content import STATIC_SLICES, detail_note, timeline_static
     from .page import render
 
     title = title_of(report.path)
-    timeline = timeline_static(index, report, STATIC_SLICES if budget is None else budget)
-    content = sections(report, index.start_ns)
+    made = index() if callable(index) else index
+    timeline = timeline_static(made, report, STATIC_SLICES if budget is None else budget)
+    note = detail_note(made, timeline, viewer)
+    origin = made.start_ns
+    del made, index
+    content = sections(report, origin)
     if missing is not None:
         missing.extend(left_out(content))
-    note = detail_note(index, timeline, viewer)
     if note:
         content["run"].setdefault("detail", []).insert(0, note)
     if tried is not None:

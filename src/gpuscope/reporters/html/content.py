@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.table import Table
-from ...analysis.timeline.tracks import TimelineIndex
+from ...analysis.timeline.tracks import Lane, TimelineIndex
 from ...analysis.timeline.window import counters, lane_window
 from ...errors import GpuscopeError, ReadLimitError
 from ...trace.report import Report
@@ -190,13 +190,13 @@ def roofline_data(report: Report) -> dict[str, Any]:
 
 def timeline_static(index: TimelineIndex, report: Report | None = None, budget: int = STATIC_SLICES) -> dict[str, Any]:
     """Return the timeline for a file: the tracks, every lane's slices while they fit in ``budget``
-    (smallest lanes first), the others as :data:`STATIC_PX` buckets over the run, and the counters;
-    with ``report``, the details of the GPU operations the file holds (:func:`file_details`).
-    Times are timeline times (ns from the index's start)."""
+    (:func:`whole_first`: the lanes of the heaviest slices first), the others as :data:`STATIC_PX`
+    buckets over the run, and the counters; with ``report``, the details of the GPU operations the
+    file holds (:func:`file_details`). Times are timeline times (ns from the index's start)."""
     span = max(index.end_ns - index.start_ns, 1) + 1
     left = budget
     lanes = []
-    for lane in sorted(index.lanes, key=len):
+    for lane in whole_first(index.lanes):
         if len(lane) <= left:
             left -= len(lane)
             lanes.append({"lane": lane.id, "kind": "slices", "first": 0,
@@ -210,6 +210,18 @@ def timeline_static(index: TimelineIndex, report: Report | None = None, budget: 
     if report is not None:
         out["details"] = file_details(report, index, [w["lane"] for w in lanes if w["kind"] == "slices"])
     return out
+
+
+def whole_first(lanes: list[Lane]) -> list[Lane]:
+    """``lanes`` in the order a file takes them whole while they fit its budget: the heaviest slices
+    first (the most busy time per slice: long kernels and steps before short API calls and sampled
+    stacks), so that a budget of slices holds as much of the run's time as slices as it can; of
+    equal weight, the smaller lane first, then by id. A lane without slices costs nothing."""
+    def weight(lane: Lane) -> tuple[float, int, int]:
+        n = len(lane)
+        return (-(int(lane.cum[-1]) / n) if n else -float("inf"), n, lane.id)
+
+    return sorted(lanes, key=weight)
 
 
 def detail_note(index: TimelineIndex, timeline: dict[str, Any], viewer: str) -> str | None:
