@@ -186,7 +186,8 @@ def test_pieces_classified_in_batches_give_the_same_breakdown(name: str, recorde
 def test_cut_points_and_piece_times_worked_in_place_are_numpys(seed: int) -> None:
     """The distinct cut points moved to the front of their array a batch at a time, and the pieces'
     times written over them, are ``np.unique`` and the two gathers, whatever the batch."""
-    from gpuscope.analysis.diagnosis.breakdown import _piece_times, _sorted_unique
+    from gpuscope.analysis.diagnosis.breakdown import _piece_times
+    from gpuscope.analysis.diagnosis.sorted_arrays import sorted_unique as _sorted_unique
 
     rng = np.random.default_rng(seed)
     for n, high in ((1, 5), (2, 2), (500, 40), (5000, 10**12)):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from diagnosis_sim import Sim
-from gpuscope.analysis.diagnosis.breakdown import _is_sorted, _sorted_of, _sorted_unique
+from gpuscope.analysis.diagnosis.sorted_arrays import is_sorted as _is_sorted, sorted_of as _sorted_of, sorted_unique as _sorted_unique
 from gpuscope.analysis.diagnosis.context import Context
 from gpuscope.analysis.diagnosis.steady_work import _names, steady_work
 from gpuscope.analysis.diagnosis.timeline import _narrowed, shared_if_constant

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .sorted_arrays import is_sorted, sorted_copy, sorted_of, sorted_unique
 from .step_means import StepsBreakdown
 from .timeline import COPY_APIS, ProcessTimeline, shared_if_constant
 
@@ -98,56 +99,6 @@ class ProcessBreakdown(StepsBreakdown):
         over the capture's windows)."""
         s = self.steady
         return {k: float(s[k].mean() if self.has_steps else s[k].sum()) for k in ("duration_ns", *PARTS)}
-
-
-def _sorted(values: np.ndarray) -> np.ndarray:
-    """``values`` sorted. Times come mostly in order (operations by start, their ends, launches), and
-    a merge sort of runs already in order (timsort, numpy's stable sort) takes a few passes where
-    quicksort takes its whole time: 10 M starts, 0.8 s -> 0.2 s. The values are the same either way."""
-    return np.sort(values, kind="stable")
-
-
-def _is_sorted(values: np.ndarray, step: int = 1 << 20) -> bool:
-    """Whether ``values`` are in ascending order, looked at ``step`` values at a time (no temporary
-    array of all of them)."""
-    for a in range(0, len(values) - 1, step):
-        b = min(a + step, len(values) - 1)
-        if (values[a + 1:b + 1] < values[a:b]).any():
-            return False
-    return True
-
-
-def _sorted_of(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """``values[mask]`` sorted (all of them without ``mask``, or where it holds everywhere): the
-    array itself where it is in order already (one stream's operations by start, most runs), not a
-    sorted copy of ten million times. The values are the same either way; not to be changed."""
-    if mask is not None and not mask.all():
-        return _sorted(values[mask])
-    return values if _is_sorted(values) else _sorted(values)
-
-
-def _sorted_unique(values: np.ndarray, step: int = 1 << 20) -> np.ndarray:
-    """The distinct values, sorted (a sort is faster than np.unique's hashing on large time arrays);
-    ``values`` (an array made for it, no view of it kept) is sorted and its distinct values moved to
-    its front in place, ``step`` at a time, then cut to them: no second array of all of them (the
-    cut points of ten million operations, 0.16 GB)."""
-    values.sort(kind="stable")
-    if not len(values):
-        return values
-    new = np.empty(len(values), dtype=bool)
-    new[0] = True
-    np.not_equal(values[1:], values[:-1], out=new[1:])
-    k = 0
-    for a in range(0, len(values), step):
-        kept = values[a:a + step][new[a:a + step]]  # a copy: the places written are at or before it
-        values[k:k + len(kept)] = kept
-        k += len(kept)
-    del new, kept
-    try:
-        values.resize(k, refcheck=False)  # shrunk in place: the caller holds no other view of it
-    except ValueError:  # not its own memory
-        return values[:k].copy()
-    return values
 
 
 def covering_sorted(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -241,13 +192,13 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
     op_times = _op_times(tl, ws, we, warm)  # first: its arrays are freed before the lookups below are made
     lo, hi = int(ws.min()), int(we.max())
     cuts = np.concatenate([ws, we, s, e, cs, ce, ls, le])
-    cuts = _sorted_unique(np.clip(cuts, lo, hi, out=cuts))
+    cuts = sorted_unique(np.clip(cuts, lo, hi, out=cuts))
 
     # lookups of the operations, made once: busy work by bound class, transfers, ends, launches
     # (the operations' own columns where they are in order already)
     # the operations in end order: None where that is their own order (positions as 32-bit integers
     # where they fit: ten million of them 40 MB less)
-    end_order = None if _is_sorted(e) else np.argsort(e, kind="stable")
+    end_order = None if is_sorted(e) else np.argsort(e, kind="stable")
     if end_order is not None and len(e) < 2**31:
         end_order = end_order.astype(np.int32)
     end_sorted = e if end_order is None else e[end_order]
@@ -256,13 +207,13 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
         m = (~transfer) & np.asarray(bound == b, dtype=bool)
         # every operation of one class (a run without roofline points): its ends sorted are those
         # above, not a second sorted copy of them
-        by_bound.append((_sorted_of(s, m), end_sorted if m.all() else _sorted_of(e, m)) if m.any() else None)
+        by_bound.append((sorted_of(s, m), end_sorted if m.all() else sorted_of(e, m)) if m.any() else None)
         del m
-    moving_ops = (_sorted(s[transfer]), _sorted(e[transfer]))
+    moving_ops = (sorted_copy(s[transfer]), sorted_copy(e[transfer]))
     t_idx = np.flatnonzero(transfer)
     order = t_idx[np.argsort(s[t_idx], kind="stable")]
     copies = _Latest(s[order], e[order])
-    launch_sorted = _sorted_of(launch)
+    launch_sorted = sorted_of(launch)
     in_calls, in_loaders = _Latest(cs, ce), _Latest(ls, le)
     op_ids = ops["op_id"].to_numpy()
     # the pieces' windows and references as 32-bit integers where every value fits (ten million
