@@ -28,7 +28,8 @@ its CUDA activity alone); with ``floor``, they split the floor into CUPTI's part
 ``--previous DIR``: the ``src`` folder of the previous version (mode ``previous``; without it the
 mode is left out). Mode ``elsewhere``: this version's ``src`` copied outside the checkout, run as
 ``default`` is: a control for where the source lies (on one host the same source measured a third
-slower on ``generate`` from the checkout than from ``/tmp``, a cause not yet found). ``--budget-s``: stop starting rounds once the slowest round so far would not fit.
+slower on ``generate`` from the checkout than from a copy outside it, a cause not yet found).
+``--budget-s``: stop starting rounds once the slowest round so far would not fit.
 """
 
 from __future__ import annotations
