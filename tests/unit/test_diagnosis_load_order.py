@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.analysis.diagnosis.breakdown import PARTS, _sorted, _sorted_unique
+from gpuscope.analysis.diagnosis.breakdown import PARTS
+from gpuscope.analysis.diagnosis.sorted_arrays import sorted_copy as _sorted, sorted_unique as _sorted_unique
 from gpuscope.analysis.diagnosis.context import STEADY_COLUMNS, Context
 from gpuscope.analysis.diagnosis.steady_work import WORK_COLUMNS, steady_work
 from gpuscope.analysis.ops.attribution import ordered_frame
