@@ -119,6 +119,7 @@ class _Filled:
     def __init__(self, rows: int) -> None:
         self.rows = max(int(rows), 0)
         self.n = 0
+        self.cap = 0  # the rows the arrays have room for
         self.data: dict[str, np.ndarray] = {}
         self.masks: dict[str, np.ndarray] = {}
 
@@ -131,25 +132,33 @@ class _Filled:
 
         size = len(next(iter(part.values())))
         if not self.data:
-            cap = max(self.rows, size)
-            self.data = {name: np.empty(cap, dtype=np.ma.getdata(a).dtype) for name, a in part.items()}
-        cap = len(next(iter(self.data.values())))
-        if self.n + size > cap:  # more rows than said: grow (a copy of each column)
-            cap = max(2 * cap, self.n + size)
-            for name, a in self.data.items():
-                grown = np.empty(cap, dtype=a.dtype)
-                grown[:self.n] = a[:self.n]
-                self.data[name] = grown
-            for name, m in self.masks.items():
-                self.masks[name] = np.concatenate([m, np.zeros(cap - len(m), dtype=bool)])
+            self.cap = max(self.rows, size)
+            self.data = {name: np.empty(self.cap, dtype=np.ma.getdata(a).dtype) for name, a in part.items()}
+        self._grow(self.n + size)
         at = slice(self.n, self.n + size)
         for name, a in part.items():
             self.data[name][at] = np.ma.getdata(a)
             if isinstance(a, np.ma.MaskedArray):
                 if name not in self.masks:
-                    self.masks[name] = np.zeros(cap, dtype=bool)
+                    self.masks[name] = np.zeros(self.cap, dtype=bool)
                 self.masks[name][at] = np.ma.getmaskarray(a)
         self.n += size
+
+    def _grow(self, need: int) -> None:
+        """Room for ``need`` rows: where there is less, each column and mask copied into arrays twice
+        as large (or of ``need`` rows, if more), the rows so far kept."""
+        import numpy as np
+
+        if need <= self.cap:
+            return
+        cap = max(2 * self.cap, need)
+        for name, a in self.data.items():
+            grown = np.empty(cap, dtype=a.dtype)
+            grown[:self.n] = a[:self.n]
+            self.data[name] = grown
+        for name, m in self.masks.items():
+            self.masks[name] = np.concatenate([m, np.zeros(cap - len(m), dtype=bool)])
+        self.cap = cap
 
     def arrays(self) -> dict[str, np.ndarray]:
         import numpy as np
@@ -224,21 +233,6 @@ class _Compact(_Filled):
             if not len(data):
                 return True
         return bool(data.min() >= _INT32[0] and data.max() <= _INT32[1])
-
-    def _grow(self, need: int) -> None:
-        import numpy as np
-
-        cap = self.cap
-        if need <= cap:
-            return
-        cap = max(2 * cap, need)
-        for name, a in self.data.items():
-            grown = np.empty(cap, dtype=a.dtype)
-            grown[:self.n] = a[:self.n]
-            self.data[name] = grown
-        for name, m in self.masks.items():
-            self.masks[name] = np.concatenate([m, np.zeros(cap - len(m), dtype=bool)])
-        self.cap = cap
 
     def _materialize(self, name: str, a: np.ndarray, values: list[Any]) -> None:
         """Column ``name``, held as one value so far, as an array of its rows so far."""
