@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,7 +221,16 @@ def _unopenable(p: Path, exc: duckdb.Error) -> ReportError:
     packed = _compressed(p)
     if packed:
         return ReportError(p, f"is a {packed} file, not a report: decompress it first, then read what it holds")
+    newer = _NEWER_STORAGE.search(text)
+    if newer:  # a file of a later DuckDB is whole: this one cannot read it
+        return ReportError(p, f"was written by a newer DuckDB (storage version {newer.group(1)}) than the "
+                              f"one installed here ({duckdb.__version__}), which cannot read it: upgrade "
+                              "duckdb (pip install -U duckdb) to read it")
     return ReportError(p, f"not a gpuscope report, or a damaged one ({text})")
+
+
+# what DuckDB says of a database file of a later storage format than it reads
+_NEWER_STORAGE = re.compile(r"database file with version number (\d+), but we can only read versions")
 
 
 # The first bytes of the compressed files a report travels in (a report is not damaged for being packed).

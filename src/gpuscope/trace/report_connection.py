@@ -126,6 +126,7 @@ def connect(p: Path, spill: str, writable: list[Path] | None = None,
                                              "autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
     try:
+        con.execute("SET enable_progress_bar = false")  # a long query draws no bar among gpuscope's output
         try:
             con.execute(f"SET memory_limit = {_quote(limit)}")
         except duckdb.Error as exc:

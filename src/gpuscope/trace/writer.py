@@ -83,6 +83,7 @@ class ReportWriter:
         # machine, not those this process may use) splits the small ingest cache between them.
         self.con = duckdb.connect(str(path) if partial is None else partial.database,
                                   config={"threads": min(WRITER_THREADS, threads())})
+        self.con.execute("SET enable_progress_bar = false")
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         for stmt in schema.create_statements():
