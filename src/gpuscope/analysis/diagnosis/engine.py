@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..distributed.ranks import rank_of
-from .context import fmt_ns
+from .context import fmt_ns, release_freed
 from .finding import Finding, Skipped, cap_to_step, merge_ranks
 from .rule import CPU, Rule
 
@@ -38,6 +38,7 @@ def run_rules(ctx: Any, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]
             skipped.append(Skipped(rule.name, reason))
             continue
         findings += rule.evaluate(ctx)
+        release_freed()  # a rule's arrays are freed when it is done: not resident at the next one's peak
     return findings, skipped + other
 
 

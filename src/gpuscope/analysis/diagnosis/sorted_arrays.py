@@ -1,9 +1,11 @@
-"""Sorted time arrays without copies of ten million values where they are in order already: the
-step breakdown's helpers (:mod:`.breakdown`)."""
+"""Sorted time arrays without copies of ten million values where they are in order already, and
+times held once where the operations and the idle pieces between them share them: the step
+breakdown's helpers (:mod:`.breakdown`)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def sorted_copy(values: np.ndarray) -> np.ndarray:
@@ -54,3 +56,39 @@ def sorted_unique(values: np.ndarray, step: int = 1 << 20) -> np.ndarray:
     except ValueError:  # not its own memory
         return values[:k].copy()
     return values
+
+
+def _equal(a: np.ndarray, b: np.ndarray, step: int) -> bool:
+    """Whether ``a`` and ``b`` hold the same values, compared ``step`` at a time."""
+    return len(a) == len(b) and all(np.array_equal(a[i:i + step], b[i:i + step]) for i in range(0, len(a), step))
+
+
+def shared_if_equal(values: np.ndarray, column: np.ndarray, step: int = 1 << 18) -> np.ndarray:
+    """``column`` (a read-only view) where it holds the same values as ``values`` (compared ``step``
+    at a time, no temporary array of all of them); else ``values``."""
+    if values.dtype != column.dtype or not len(values) or not _equal(values, column, step):
+        return values
+    shared = column.view()
+    shared.flags.writeable = False
+    return shared
+
+
+def share_piece_starts(ops: pd.DataFrame, idle: pd.DataFrame, step: int = 1 << 18) -> bool:
+    """Where there is an idle piece before every operation and each piece but the first starts where
+    the operation before it ended (back-to-back launches, each kernel on its own), the operations'
+    ``end_ns`` and the pieces' ``start_ns`` made views of one array of their times (ten million
+    operations: 80 MB less held); the values are the same. Whether they were."""
+    end, start = ops["end_ns"].array, idle["start_ns"].array
+    if not (isinstance(end, pd.arrays.NumpyExtensionArray) and isinstance(start, pd.arrays.NumpyExtensionArray)):
+        return False
+    e, s = end.to_numpy(), start.to_numpy()
+    n = len(e)
+    if n < 2 or len(s) != n or e.dtype != np.int64 or s.dtype != np.int64 or not _equal(s[1:], e[:-1], step):
+        return False
+    times = np.empty(n + 1, np.int64)
+    times[0] = s[0]
+    times[1:] = e
+    times.flags.writeable = False  # both frames are read, never written
+    ops["end_ns"] = pd.Series(times[1:], index=ops.index, copy=False)
+    idle["start_ns"] = pd.Series(times[:n], index=idle.index, copy=False)
+    return True
