@@ -76,3 +76,30 @@ def test_mode_elsewhere_runs_this_version_from_a_copy_outside_the_checkout(tmp_p
     assert argv == default_argv
     assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "src")
     assert default_env["PYTHONPATH"].split(":")[0] == str(ROOT / "src")
+
+
+def test_a_tie_with_torch_profiler_is_within_two_percent() -> None:
+    by = {("p", "default"): {"ratio": 1.01}, ("p", "torch-profiler"): {"ratio": 1.00}, ("p", "floor"): {"ratio": 1.0}}
+    assert bench.target(by, "p").startswith("met")
+    by[("p", "default")] = {"ratio": 1.03}
+    assert bench.target(by, "p").startswith("missed")
+
+
+def test_summarized_calls_keep_their_rounds_apart(tmp_path: Path) -> None:
+    import json
+
+    files = []
+    for i, (u, d) in enumerate([(1.0, 1.1), (2.0, 2.6)]):  # round 0 of each call: ratios 1.1 and 1.3
+        f = tmp_path / f"call{i}.jsonl"
+        f.write_text("".join(json.dumps({**_run(0, m, t), "device": "GPU X"}) + "\n"
+                             for m, t in (("untraced", u), ("default", d))))
+        files.append(str(f))
+    out = tmp_path / "merged.json"
+    done = subprocess.run([sys.executable, str(Path(bench.__file__)), "--summarize", *files, "--modes", "untraced,default",
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    row = next(s for s in doc["summary"] if s["mode"] == "default")
+    # paired within each call (1.1 and 1.3), not call 1's default against call 0's untraced
+    assert row["rounds"] == 2 and abs(row["ratio_min"] - 1.1) < 1e-9 and abs(row["ratio_max"] - 1.3) < 1e-9
+    assert doc["device"] == "GPU X" and doc["rounds"] == 2
