@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...errors import GpuscopeError
 from ...trace.report import Report
 from ..ops.attribution import ops_table
+from ..ops.own_connection import own_connection
 from ..ops.rows import op_frame
 from ..steps.from_pattern import given_operations
 from ..steps.source import StepSource, step_source, step_windows
@@ -137,29 +137,15 @@ def load_ops(report: Report) -> pd.DataFrame:
 def _reader(report: Report) -> Iterator[Report]:
     """``report`` opened again on a connection of its own, closed once the operations are read: the
     blocks of the report that reading them brought into DuckDB's cache (ten million operations: 0.13
-    GB) go with it instead of staying for the rest of the analysis. ``report`` itself where its
-    connection has the operations' table already (read from there), or where its file cannot be
-    opened again."""
+    GB) go with it instead of staying for the rest of the analysis (:mod:`..ops.own_connection`).
+    ``report`` itself where its connection has the operations' table already (read from there)."""
     from ..ops.attribution import OPS, _exists
 
-    if _exists(report, f"{OPS}_sorted") or not report.path.is_file():
+    if _exists(report, f"{OPS}_sorted"):
         yield report
         return
-    try:
-        own = Report.open(report.path, memory=_memory_limit(report))
-    except GpuscopeError:
-        yield report
-        return
-    try:
+    with own_connection(report) as own:
         yield own
-    finally:
-        own.close()
-
-
-def _memory_limit(report: Report) -> str | None:
-    """The memory limit of ``report``'s connection, as a size DuckDB takes; None where unknown."""
-    rows = report.sql("SELECT current_setting('memory_limit')")
-    return str(rows[0][0]) if rows and rows[0][0] else None
 
 
 def _shared_if_constant(column: pd.Series) -> pd.Series:

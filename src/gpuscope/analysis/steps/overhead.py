@@ -50,6 +50,7 @@ import json
 from dataclasses import dataclass, field
 
 from ...trace.report import Report
+from ..ops.own_connection import own_connection
 from .probe import ProbeTiming, probe_timings
 
 CUPTI_OWN_OVERHEAD = ("CuptiBufferFlush", "CuptiInstrumentation", "CuptiResource", "ActivityBufferRequest",
@@ -152,9 +153,11 @@ def _estimate_cupti_in_calls(report: Report, out: CollectionOverhead) -> None:
                FROM (SELECT pid, config_id, count(*) AS n FROM kernel GROUP BY pid, config_id) k
                LEFT JOIN kernel_config c ON c.id = k.config_id LEFT JOIN string s ON s.id = c.name_id"""
     union = " UNION ALL ".join([names, *(f"SELECT pid, '', 1 FROM {t}" for t in CUPTI_RECORD_TABLES if t != "kernel")])
-    counts = report.sql(f"""SELECT pid, coalesce(sum(n) FILTER (WHERE starts_with(lower(name), '{TRITON_PREFIX}')), 0),
-                                   coalesce(sum(n) FILTER (WHERE NOT starts_with(lower(name), '{TRITON_PREFIX}')), 0)
-                            FROM ({union}) GROUP BY pid""")
+    # on a connection of its own: the blocks of every kernel it reads are not kept in the report's cache
+    with own_connection(report) as own:
+        counts = own.sql(f"""SELECT pid, coalesce(sum(n) FILTER (WHERE starts_with(lower(name), '{TRITON_PREFIX}')), 0),
+                                    coalesce(sum(n) FILTER (WHERE NOT starts_with(lower(name), '{TRITON_PREFIX}')), 0)
+                             FROM ({union}) GROUP BY pid""")
     if not counts:
         return
     measured = launch_costs(report)
