@@ -151,7 +151,13 @@ def line_of(report: str, src: str) -> dict[str, Any]:
         "    o = collection_overhead(r)\n"
         "    steps = r.sql(\"SELECT count(*) FROM nvtx_range WHERE kind = 'mark' AND category IN ('step', 'iteration')\")[0][0]\n"
         "    cap = [json.loads(d) for (d,) in r.sql(\"SELECT detail FROM collector WHERE name = 'capture'\") if d]\n"
+        "    try:\n"  # the bound from the busiest GPU, in versions that have it
+        "        from gpuscope.analysis.overview import overview\n"
+        "        at_most = overview(r).overhead.at_most\n"
+        "    except Exception:\n"
+        "        at_most = None\n"
         "print(json.dumps({'estimate_ns': o.total_ns, 'wall_ns': o.wall_ns, 'percent': o.percent, 'marks': steps,\n"
+        "                  'at_most_percent': None if at_most is None else 100 * at_most,\n"
         "                  'switches': sum(c.get('switches', 0) for c in cap), 'switch_ns': sum(c.get('switch_ns', 0) for c in cap),\n"
         "                  'probes': [{'ratio': t.ratio, 'measured': t.measured, 'off': len(t.off_ns), 'on': len(t.on_ns),\n"
         "                              'source': getattr(t, 'source', 'torch')} for t in o.probes]}))\n")
@@ -243,6 +249,9 @@ def summarize(runs: list[dict[str, Any]], names: list[str], modes: list[str]) ->
             shares = [r["line"]["percent"] for r in mine if r.get("line", {}).get("percent") is not None]
             if shares:
                 row["estimate_percent_of_wall"] = statistics.median(shares)
+            bounds = [r["line"]["at_most_percent"] for r in mine if r.get("line", {}).get("at_most_percent") is not None]
+            if bounds:
+                row["at_most_percent"] = statistics.median(bounds)
             compiles = [r["compile"] for r in mine if r.get("compile")]
             if compiles:
                 row["compile"] = compiles[0]

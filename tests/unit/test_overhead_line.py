@@ -132,3 +132,38 @@ def test_what_a_capture_range_missed_is_said(tmp_path: Path) -> None:
         summary = capture_summary(r)
         assert summary is not None and summary.problems == [] and summary.captured_ns == 1000
         assert "Capture range: d (1 window, 1 µs recorded)" in render(overview(r))
+
+
+def test_without_a_probe_the_busiest_gpu_bounds_the_cost_from_above(recorded: Callable[[str], Path]) -> None:
+    from gpuscope.analysis.overview import DeviceBusy, busy_time
+
+    with Report.open(recorded("mlp_api")) as r:
+        ov = overview(r)
+        o = ov.overhead
+        assert o is not None and not o.probes
+        devices = busy_time(r)
+        best = max(devices, key=lambda d: d.busy_ns / d.span_ns)
+        assert o.busiest == best and 0 < best.busy_ns < best.span_ns
+        assert abs(o.at_most - (best.span_ns / best.busy_ns - 1)) < 1e-12
+        # a short run, its GPU mostly idle between set-up and the end: a bound of many times the run
+        # says nothing, and is not said
+        assert o.at_most > 10 and "At most" not in overhead_line(o)
+        o.busiest = DeviceBusy(best.device_id, best.name, busy_ns=best.span_ns * 4 // 5, span_ns=best.span_ns,
+                               kernels=best.kernels)
+        line = overhead_line(o)
+        assert f"At most 25% longer over the recorded span: GPU {best.device_id} was busy 80% of it" in line
+        # the time in the program (1.3% of the wall here) is below the bound: nothing said of an overlap
+        assert "overlapped the GPU's work" not in line
+
+
+def test_a_busy_gpu_says_the_hosts_time_overlapped_it() -> None:
+    from gpuscope.analysis.overview import DeviceBusy
+    from gpuscope.analysis.steps.overhead import CollectionOverhead
+
+    o = CollectionOverhead(1_000_000_000, [OverheadPart("CUPTI buffers", 120_000_000)])
+    o.busiest = DeviceBusy(0, "GPU", busy_ns=990_000_000, span_ns=1_000_000_000, kernels=10)
+    line = overhead_line(o)
+    assert "At most 1% longer over the recorded span: GPU 0 was busy 99% of it" in line
+    assert line.endswith("(collection's time on the host overlapped the GPU's work)")
+    o.busiest = None
+    assert "At most" not in overhead_line(o)

@@ -104,12 +104,15 @@ def overview(report: Report, top: int = 5) -> Overview:
     capture = capture_summary(report)
     if capture is not None:
         warnings += capture.problems
+    devices = busy_time(report)
+    cost = collection_overhead(report)
+    cost.busiest = max(devices, key=lambda d: d.busy_ns / d.span_ns if d.span_ns else 0.0, default=None)
     return Overview(
         command=list(meta.get("command") or []),
         wall_ns=meta.get("wall_ns"),
         exit_description=exit_description,
         processes=report.count("process"),
-        devices=busy_time(report),
+        devices=devices,
         top_kernels=kern,
         records=records,
         dropped={str(k): int(v) for k, v in dropped.items()},
@@ -120,7 +123,7 @@ def overview(report: Report, top: int = 5) -> Overview:
         host_advice=(lambda h: h.advice() if h else None)(host_summary(report)),
         warnings=warnings,
         capture=capture,
-        overhead=collection_overhead(report),
+        overhead=cost,
     )
 
 

@@ -85,6 +85,7 @@ def capture_line(c: CaptureSummary) -> str:
     return f"Capture range: {c.description} ({c.windows} window{plural}, {duration(c.captured_ns)} recorded)"
 
 
+AT_MOST_SAID = 0.5  # the bound from the busiest GPU is said where it says something: at most 50% longer
 PROBE_LEAVES_OUT = ("what stays on while a probe runs (the step marks, the wrappers that pass calls straight "
                     "through, CUPTI's subscription): a lower bound of the cost")
 
@@ -122,4 +123,10 @@ def overhead_line(o: CollectionOverhead) -> str:
         # timing steps without collection sees it (bench/RESULTS.md, real-client programs)
         line += (". A lower bound, not a measurement: no overhead probe timed steps without collection, and "
                  "what CUPTI adds to each kernel beyond the launch call is not counted")
+    if o.at_most is not None and o.busiest is not None and o.at_most <= AT_MOST_SAID:
+        d = o.busiest
+        line += (f". At most {o.at_most:.0%} longer over the recorded span: GPU {d.device_id} was busy "
+                 f"{d.busy_ns / d.span_ns:.0%} of it, and its work takes as long without the profiler")
+        if o.percent is not None and o.at_most * 100 < o.percent:
+            line += " (collection's time on the host overlapped the GPU's work)"
     return line

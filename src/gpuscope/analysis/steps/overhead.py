@@ -29,6 +29,11 @@ The parts, each from the report:
   ``cuDriverGetVersion``) times the per-anchor cost measured the same way;
 - any other collector row with a ``callback_ns``, under its own name, measured.
 
+Where no probe measured, what the busiest GPU did bounds the cost from above (``at_most``): its
+work takes as long without the profiler, so the span from its first to its last operation can have
+grown by at most its idle time; on a program whose GPU is busy throughout, time collection took on
+the host overlapped the GPU's work and cost the run little or nothing.
+
 Beside these estimates, a run recorded whole with steps carries a measurement: the overhead probe
 timed a few steps with collection off (analysis/steps/probe.py), so ``probes`` says how much longer a
 recorded step took, whatever the parts.
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...trace.report import Report
 from ..ops.own_connection import own_connection
@@ -84,6 +90,19 @@ class CollectionOverhead:
     unseen: list[str] = field(default_factory=list)  # costs the estimate can not see
     probes: list[ProbeTiming] = field(default_factory=list)  # steps timed with collection off, where measured
     unmeasured: list[ProbeTiming] = field(default_factory=list)  # probes that timed too few steps for a verdict
+    # the GPU busiest over its recorded span (analysis/overview.py's DeviceBusy; set by the overview)
+    busiest: Any = None
+
+    @property
+    def at_most(self) -> float | None:
+        """The most collection can have lengthened the recorded span, as a share (0.25: 25% longer):
+        the busiest GPU's work takes at least as long without the profiler, so the span was at most
+        span / busy of the span without it. None without GPU work; from CUPTI's kernel records,
+        which do not lengthen the kernels they time."""
+        d = self.busiest
+        if d is None or not d.busy_ns or not d.span_ns:
+            return None
+        return max(0.0, d.span_ns / d.busy_ns - 1.0)
 
     @property
     def total_ns(self) -> int:
