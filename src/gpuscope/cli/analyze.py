@@ -8,7 +8,7 @@ import sys
 from ..reporters import DIAGNOSIS_FORMATS
 from ..errors import GpuscopeError
 from .fleet import is_fleet, run_analyze
-from .heap import freed_memory_kept
+from ..analysis.heap import freed_memory_kept
 from .output import emit
 
 NAME = "analyze"

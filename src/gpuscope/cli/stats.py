@@ -13,7 +13,7 @@ from ..reporters import FORMATS
 from ..reporters.terminal import render_present
 from ..safe_text import terminal
 from .fleet import add_engine, is_fleet, run_stats
-from .heap import freed_memory_kept, give_back
+from ..analysis.heap import freed_memory_kept, give_back
 from .output import emit
 
 if TYPE_CHECKING:

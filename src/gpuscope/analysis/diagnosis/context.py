@@ -436,11 +436,11 @@ class Context(SideContext):
 
 def release_freed() -> None:
     """Give the memory freed so far back to the system (glibc's ``malloc_trim``: ``analyze`` has malloc
-    keep what is freed, :mod:`...cli.heap`): called between the parts whose arrays do not outlive
+    keep what is freed, :mod:`..heap`): called between the parts whose arrays do not outlive
     them (reading the timelines, the breakdown, each rule), so that the holes one part's arrays
     leave in the heap are not resident beside the next part's peak (ten million operations: about
     0.1 GB of the peak)."""
-    from ...cli.heap import give_back
+    from ..heap import give_back
 
     give_back()
 

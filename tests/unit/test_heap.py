@@ -1,4 +1,4 @@
-"""analyze and stats keep freed heap memory for the next large array while they run (cli/heap.py):
+"""analyze and stats keep freed heap memory for the next large array while they run (analysis/heap.py):
 a block of 64 MB made again after it was freed costs no new page faults inside, and does again
 once malloc's settings are back."""
 
@@ -12,7 +12,7 @@ import pytest
 _FAULTS = """
 import resource
 import numpy as np
-from gpuscope.cli.heap import freed_memory_kept
+from gpuscope.analysis.heap import freed_memory_kept
 
 def again() -> int:
     a = np.ones(8_000_000); del a  # 64 MB, touched and freed
@@ -42,7 +42,7 @@ def test_freed_memory_is_used_again_without_page_faults_while_kept() -> None:
 
 _GIVE_BACK = """
 import numpy as np
-from gpuscope.cli.heap import freed_memory_kept, give_back
+from gpuscope.analysis.heap import freed_memory_kept, give_back
 
 def resident() -> int:
     with open("/proc/self/statm") as f:
