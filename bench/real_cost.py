@@ -62,6 +62,8 @@ PARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "no-shapes": ("cuda,nvtx,torch,host,nvml", {}, []),
     "no-torch": ("cuda,nvtx,host,nvml", {}, []),
     "no-probe": (DEFAULT, {}, ["--no-overhead-probe"]),
+    "pace": (DEFAULT, {"GPUSCOPE_PACE_PROBE": "1"}, []),  # the probe paced by CUDA graph launches (opt-in)
+    "pace-poll": (DEFAULT, {"GPUSCOPE_PACE_PROBE": "poll"}, []),  # its launch counter read, never switching
     "no-sites": (DEFAULT, {"GPUSCOPE_SYNC_SITES": "0"}, []),  # nor graph launches
     "default-graphs": (DEFAULT + ",cuda-graph", {}, []),
     "both-sites": (DEFAULT, {"GPUSCOPE_SYNC_LAYER": "both"}, []),  # runtime and driver API watched

@@ -53,7 +53,8 @@ WORKERS = 2  # drivers at a time: CI machines have 2 cores
 # The recorded reports that took 40 s or more each on a shared 2-core machine (every command, seconds in
 # brackets): read only with GPUSCOPE_READER_MATRIX=all, to keep the file within CI's few minutes.
 HEAVY = {"client_eager_norm_chain": 139, "program_adam_foreach_off": 115, "diagnosis_launch_bound": 77,
-         "program_custom_rnn_loop": 51, "program_triton_substeps": 46, "program_dataloader_and_sync": 43}
+         "program_custom_rnn_loop": 51, "program_triton_substeps": 46, "program_dataloader_and_sync": 43,
+         "client_jax_mlp_paced": 49}
 # Recorded reports of a kind the others already cover (GPU training and inference runs of one process,
 # four-rank tensor-parallel jobs): read only with GPUSCOPE_READER_MATRIX=all, to keep CI within its time.
 LIKE_OTHERS = {"client_dataloader_cnn", "client_hf_gpt2_train", "client_nanogpt_compiled",

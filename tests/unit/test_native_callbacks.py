@@ -207,9 +207,12 @@ def test_graph_launches_are_timed_in_c_without_any_python_callback(shim: ctypes.
     assert all(r[1] - r[0] >= 1_000_000 for r in rows[:3]), "entry to exit: the call's own time"
     assert launches.take() == []
 
-    launches.set_collecting(False)  # outside a capture window the launches pass untimed
+    counted = launches.launched()
+    launches.set_collecting(False)  # outside a capture window the launches pass untimed,
+    lib.call(DRV, launch[0])
     lib.call(DRV, launch[0])
     assert launches.take() == []
+    assert launches.launched() == counted + 2, "but counted: the overhead probe's pace"
     launches.set_collecting(True)
     hub.set_enabled(False)  # the timed ids are switched with the others
     assert not any((DRV, c) in lib.enabled for c in launch)

@@ -42,7 +42,8 @@ def test_cpu_default_parts(tmp_path: Path) -> None:
     assert o.not_measured == []
     assert o.unseen == ["the report writer beside the program (it competes for the cores)"]
     assert overhead_line(o) == (
-        "Collection overhead: 332.4 ms in the program (8.3% of 4.000 s wall): Python sampler 315.0 ms, flush thread "
+        "Collection overhead: not measured (no overhead probe timed the program with collection off). What gpuscope "
+        "times, a lower bound: 332.4 ms in the program (8.3% of 4.000 s wall): Python sampler 315.0 ms, flush thread "
         "16 ms, PyTorch operators ~1.38 ms, PyTorch hooks ~12 µs; not included: the report writer beside the "
         "program (it competes for the cores)")
 

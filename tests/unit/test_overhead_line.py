@@ -32,12 +32,12 @@ def test_recorded_mlp(recorded: Callable[[str], Path]) -> None:
         assert own == 35_116_928 < everything
         assert o.total_ns == 113_746_488 + cupti_calls and round(o.percent or 0, 2) == 1.29
         assert overhead_line(o) == (
-            "Collection overhead: 114.1 ms in the program (1.3% of 8.832 s wall): CUPTI buffers 78.6 ms, CUPTI in "
+            "Collection overhead: not measured (no overhead probe timed the program with collection off). What "
+            "gpuscope times, a lower bound: 114.1 ms in the program (1.3% of 8.832 s wall): CUPTI buffers 78.6 ms, CUPTI in "
             "CUDA calls ~317.8 µs, CUPTI overhead records 35.1 ms; not included: CUPTI's cost per CUDA call on this "
             "machine (an H100's, 1.16 µs, is used); CUPTI's start (attaching, and the program's kernels loaded under it); "
-                "the report writer beside the program (it competes for the cores). A lower bound, not a measurement: "
-                "no overhead probe timed steps without collection, and what CUPTI adds to each kernel beyond the "
-                "launch call is not counted")
+                "the report writer beside the program (it competes for the cores). What CUPTI adds to each kernel "
+                "beyond the launch call is not counted")
         page = render(overview(r))
         assert " ".join(overhead_line(o).split()) in " ".join(page.split())  # wrapped to the terminal's width
         assert max(len(line) for line in page.splitlines() if "Collection overhead" in line) <= 120
@@ -82,7 +82,8 @@ def test_estimated_hooks_and_ranges_and_measured_collectors(tmp_path: Path) -> N
         OverheadPart("launch anchors", 7 * 3_000, estimated=True),
         OverheadPart("ranges", 3 * 2_000, estimated=True),
     ]
-    assert overhead_line(o) == ("Collection overhead: 1.26 ms in the program (1.3% of 100.0 ms wall): Python "
+    assert overhead_line(o) == ("Collection overhead: not measured (no overhead probe timed the program with "
+                                "collection off). What gpuscope times, a lower bound: 1.26 ms in the program (1.3% of 100.0 ms wall): Python "
                                 "sampler 1 ms, CUPTI overhead records 5 ns, PyTorch hooks ~230.0 µs, launch anchors "
                                 "~21 µs, ranges ~6 µs; not included: "
                                 "the report writer beside the program (it competes for the cores)")

@@ -95,7 +95,7 @@ def overhead_line(o: CollectionOverhead) -> str:
     off, its measurement (``collection made a step 28% longer (±9%)``, or ``no measurable slowdown
     (within the noise: ±12%)``), what it rests on and leaves out, then the parts gpuscope times
     (``0.21 s in the program (2.3% of 9.1 s wall): CUPTI buffers 0.12 s, ...; not included: ...``);
-    without one, the parts alone. Estimated parts carry a ``~``."""
+    without one, that the cost was not measured, and the parts as a lower bound. Estimated parts carry a ``~``."""
     share = f" ({o.percent:.1f}% of {duration(o.wall_ns)} wall)" if o.percent is not None and o.wall_ns else ""
     parts = ", ".join(f"{p.name} {'~' if p.estimated else ''}{duration(p.ns)}" for p in o.parts)
     timed = f"{duration(o.total_ns)} in the program{share}"
@@ -115,14 +115,14 @@ def overhead_line(o: CollectionOverhead) -> str:
             line += (f"; together less than the {duration(added)} the probe measured over the recorded steps: "
                      "the rest is what they can not see")
         return line
-    line = f"Collection overhead: {timed}"
-    for t in o.unmeasured:
-        line += f". The overhead probe in process {t.pid}: {t.describe()}"
-    if not o.unmeasured and any(p.name == "CUPTI in CUDA calls" for p in o.parts):
-        # on launch-heavy programs CUPTI's own cost per kernel was most of the slowdown, and only
-        # timing steps without collection sees it (bench/RESULTS.md, real-client programs)
-        line += (". A lower bound, not a measurement: no overhead probe timed steps without collection, and "
-                 "what CUPTI adds to each kernel beyond the launch call is not counted")
+    # no probe measured: said first, plainly, so that the parts are not read as the slowdown (on
+    # launch-heavy programs CUPTI's own cost per kernel was most of it, and only timing the program
+    # without collection sees it: bench/RESULTS.md, real-client programs)
+    why = "; ".join(f"the overhead probe in process {t.pid}: {t.describe()}" for t in o.unmeasured)
+    line = (f"Collection overhead: not measured ({why or 'no overhead probe timed the program with collection off'})"
+            f". What gpuscope times, a lower bound: {timed}")
+    if any(p.name == "CUPTI in CUDA calls" for p in o.parts):
+        line += ". What CUPTI adds to each kernel beyond the launch call is not counted"
     if o.at_most is not None and o.busiest is not None and o.at_most <= AT_MOST_SAID:
         d = o.busiest
         line += (f". At most {o.at_most:.0%} longer over the recorded span: GPU {d.device_id} was busy "

@@ -52,6 +52,7 @@ _KEEP = {"nvtx_range": "t.kind = 'mark' AND t.category IN ('step', 'iteration')"
 
 
 PROBE_CLOSES = "overhead probe at step"  # how a window closed by the overhead probe names it (capture/process/window.py)
+PACE_CLOSES = "overhead probe at CUDA graph launch"  # and one closed by the probe paced by graph launches
 
 
 def probes_only(con: Any) -> bool:
@@ -59,7 +60,7 @@ def probes_only(con: Any) -> bool:
     overhead probe (a run recorded whole but for the probe's few steps); False without windows."""
     closes = [str(r or "").rpartition(" to ")[2] for (r,) in con.execute(
         "SELECT reason FROM capture_window WHERE end_ns IS NOT NULL").fetchall()]
-    return bool(closes) and all(PROBE_CLOSES in c or c == "process end" for c in closes)
+    return bool(closes) and all(PROBE_CLOSES in c or PACE_CLOSES in c or c == "process end" for c in closes)
 
 
 def capture_limited(meta: dict[str, Any]) -> bool:

@@ -56,7 +56,7 @@ class Process(PerStep):
         # the recorded mean step also holds collection's occasional long steps (buffer hand-overs),
         # which the medians leave out: the step without collection is at most the probe's median
         added = self.step_ns * self.probe.cost_share
-        if self.probe.source != "module":  # timed by the same steps: the medians compare directly
+        if self.probe.times_steps:  # timed by the same steps: the medians compare directly
             added = max(added, self.step_ns - self.probe.off_median)
         return min(added, self.host_idle_ns)
 

@@ -14,6 +14,11 @@ starts at mark *k-1*, as ``step_sum`` numbers them):
   each longer than 1.5x the median), timed the same way (mark to mark, so that both groups are
   measured alike).
 
+A program that nothing marks steps of but that launches CUDA graphs (JAX) is probed by time instead
+(capture/process/pace_probe.py): its *pace*, the time per graph launch between polls of gpuscope's
+launch counter, with collection off against the stretches just before and after (the first poll
+interval after each switch left out, as the switching steps are).
+
 Their medians give how much longer collection made a step, a measurement of the profiler's cost that
 needs no model of it, with a 95% interval from resampling both groups (deterministic: a fixed seed).
 What stays on during a probe (the step marks, the wrappers that pass calls straight through, CUPTI's
@@ -24,6 +29,7 @@ slowdown, with the noise it is within.
 
 from __future__ import annotations
 
+import json
 import math
 import weakref
 from dataclasses import dataclass
@@ -34,6 +40,8 @@ import numpy as np
 from ...trace.report import Report
 from ...trace.trim import PROBE_CLOSES
 
+PACE = "graph"  # the source of a probe paced by CUDA graph launches
+POLL_NS = 10_000_000  # how often its launch counter was read (capture/process/pace_probe.py)
 MIN_OFF_STEPS = 2  # fewer timed steps without collection than this: no verdict
 # steps with collection off that took less than this share of the GPU work a recorded step holds were
 # only queued: the loop does not wait for the GPU, so the time between its marks is not its steps'
@@ -52,7 +60,8 @@ class ProbeTiming:
     probes: int
     off_ns: tuple[int, ...]
     on_ns: tuple[int, ...]
-    source: str = "torch"  # what the steps were timed by: gpuscope, torch (optimizer) or module (outermost calls)
+    source: str = "torch"  # what the steps were timed by: gpuscope, torch (optimizer), module (outermost
+    # calls), or graph (no steps: the time per CUDA graph launch, :data:`PACE`)
     off_steps: tuple[int, ...] = ()  # the step numbers of ``off_ns``
     probe_steps: tuple[int, ...] = ()  # every step the probes kept from being recorded
     warmup_steps: tuple[int, ...] = ()  # recorded steps left out of ``on_ns`` as warm-up
@@ -134,6 +143,9 @@ class ProbeTiming:
         unit = "iteration" if self.source == "module" else "step"
         if not self.significant:
             return f"no measurable slowdown (within the noise: ±{_pct(self.noise)})"
+        if self.source == PACE:
+            return (f"collection made the program {_pct(self.slowdown)} slower (±{_pct(self.noise)}; its CUDA graph "
+                    "launches came that much further apart)")
         article = "an" if unit == "iteration" else "a"
         return f"collection made {article} {unit} {_pct(self.slowdown)} longer (±{_pct(self.noise)})"
 
@@ -148,6 +160,10 @@ class ProbeTiming:
             return f"{count} {what}{'s' if count != 1 else ''}"
 
         after = self.warmup_phrase()
+        if self.source == PACE and not self.measured:
+            return (f"{n(self.probes, 'probe')} of the program's pace timed {n(len(self.off_ns), 'interval')} with "
+                    f"collection off and {n(len(self.on_ns), 'interval')} with it on (at least {MIN_OFF_STEPS} of "
+                    "each are needed): no measurement")
         if self.queued:
             article = "an" if unit == "iteration" else "a"
             return (f"{self.evidence()}: no measurement: {article} {unit} with collection off took less than the "
@@ -172,6 +188,13 @@ class ProbeTiming:
 
         if not self.off_ns or not self.on_ns:
             return f"{n(self.probes, 'probe')} timed {n(len(self.off_ns))} with collection off"
+        if self.source == PACE:
+            poll = duration(POLL_NS)
+            return (f"with collection off ({n(self.probes, 'probe')}; nothing marks steps, the program launches CUDA "
+                    f"graphs) a graph launch came every {duration(round(self.off_median))} (median of "
+                    f"{n(len(self.off_ns), 'interval')} of {poll}; {duration(min(self.off_ns))} to "
+                    f"{duration(max(self.off_ns))}) against every {duration(round(self.on_median))} with it on, just before "
+                    "and after")
         low, high = min(self.off_ns), max(self.off_ns)
         what = " (outermost module calls: nothing marks steps)" if self.source == "module" else ""
         which = f"{unit}s {step_ranges(self.off_steps)}; " if self.off_steps else ""
@@ -181,8 +204,16 @@ class ProbeTiming:
 
     def added_ns(self) -> float:
         """The time collection added over the recorded steps timed: the difference of the medians
-        times their number (0 where no slowdown was measured)."""
+        times their number (0 where no slowdown was measured, or the pace was timed, not steps)."""
+        if self.source == PACE:
+            return 0.0
         return (self.on_median - self.off_median) * len(self.on_ns) if self.significant else 0.0
+
+    @property
+    def times_steps(self) -> bool:
+        """Whether the groups are the same steps as the report's (marked steps: the medians compare
+        with a step's time directly)."""
+        return self.source in ("gpuscope", "torch")
 
     def warmup_phrase(self) -> str:
         """`` after warm-up (steps 1-3)``, the warm-up as ``step_sum`` flags it, or `` after step 1``:
@@ -234,7 +265,7 @@ def probe_timings(report: Report) -> dict[int, ProbeTiming]:
     if not report.count("capture_window"):
         return {}
     if report not in _TIMINGS:
-        _TIMINGS[report] = _probe_timings(report)
+        _TIMINGS[report] = {**_pace_timings(report), **_probe_timings(report)}
     return dict(_TIMINGS[report])
 
 
@@ -272,6 +303,42 @@ def _probe_timings(report: Report) -> dict[int, ProbeTiming]:
                                tuple(int(durations[s - 2]) for s in on), source, split.timed_off,
                                split.probe, split.warmup, spans, _gpu_per_step(report, pid, t, on))
     return out
+
+
+def _pace_timings(report: Report) -> dict[int, ProbeTiming]:
+    """Per process whose probe was paced by its CUDA graph launches (the ``pace_probes`` of its
+    ``capture`` row), the time per launch of each poll interval: with collection off, and in the
+    stretches just before and after; the first interval after each switch is left out."""
+    out = {}
+    for pid, detail in report.sql("SELECT pid, detail FROM collector WHERE name = 'capture' AND pid IS NOT NULL"):
+        try:
+            cycles = json.loads(detail or "{}").get("pace_probes") or []
+        except (ValueError, AttributeError):
+            continue
+        split = []
+        for c in cycles if isinstance(cycles, list) else []:
+            try:
+                split.append(_pace_split(c["polls"], int(c["off"]), int(c["on"])))
+            except (ValueError, TypeError, KeyError, IndexError):
+                continue  # not as this version writes it: no measurement rather than a wrong one
+        if split:
+            out[int(pid)] = ProbeTiming(int(pid), len(split), tuple(v for _, off in split for v in off),
+                                        tuple(v for on, _ in split for v in on), PACE)
+    return out
+
+
+def _pace_split(polls: list[list[int]], off: int, on: int) -> tuple[list[int], list[int]]:
+    """One cycle's time per launch over each poll interval (interval ``k`` ends at poll ``k``): those
+    with collection on (before poll ``off``, and after the one past ``on``) and those with it off
+    (after the one past ``off``, to ``on``); intervals without a launch left out."""
+    per: dict[int, int] = {}
+    for k in range(1, len(polls)):
+        dt, dn = int(polls[k][0]) - int(polls[k - 1][0]), int(polls[k][1]) - int(polls[k - 1][1])
+        if dn > 0 and dt > 0:
+            per[k] = dt // dn
+    with_on = [v for k, v in per.items() if k <= off or k >= on + 2]
+    with_off = [v for k, v in per.items() if off + 2 <= k <= on]
+    return with_on, with_off
 
 
 def _gpu_per_step(report: Report, pid: int, t: np.ndarray, on: list[int]) -> float:

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 
 from ...trace.report import Report
-from .probe import probe_timings
+from .probe import PACE, probe_timings
 from .counts import probe_note, probe_rows, step_counts
 from ..ops.attribution import ops_table
 from .source import WARMUP_FACTOR, op_steps_table, step_source, step_windows
@@ -78,6 +78,9 @@ def step_sum(report: Report) -> Table:
         c = counts.get(t.pid)
         if c is not None and c.probe is not None:
             notes.append(probe_note(c) or "")
+        elif t.source == PACE:  # no steps marked: the probe switched collection off for stretches of time
+            notes.append(f"Process {t.pid}: the overhead probe switched collection off for short stretches, not "
+                         f"recorded (--no-overhead-probe records all): {t.describe()}.")
         else:  # steps counted otherwise than the probe's: no numbers to list them by
             notes.append(f"Process {t.pid}: the overhead probe ran some iterations with collection off, not "
                          f"recorded (--no-overhead-probe records every step): {t.describe()}.")

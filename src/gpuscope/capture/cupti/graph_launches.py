@@ -47,6 +47,12 @@ class GraphLaunches(TimedCalls):
         if self._shim is not None:
             self._shim.gs_set_timed_on(1 if on else 0)
 
+    def launched(self) -> int | None:
+        """How many graph launches have ended since the start, collection on or off (the overhead
+        probe's measure of a program's pace where nothing marks its steps); None where they are not
+        counted in C."""
+        return int(self._shim.gs_timed_count()) if self._shim is not None else None
+
     def take(self) -> list[tuple[Any, ...]]:
         """Return the launches recorded since the last call: those timed in C, then any in Python."""
         rows = []

@@ -209,6 +209,7 @@ static __thread uint32_t timed_open_id; /* its correlation id */
 static __thread int timed_inner; /* a timed call of the other layer is open inside it */
 static __thread uint32_t timed_open_gen; /* timed_gen when it opened */
 static volatile uint32_t timed_gen; /* changed when callbacks are switched: calls open then are stale */
+static uint64_t timed_count; /* timed calls ended since the start, timed or not (the overhead probe's pace) */
 static gs_rows timed = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 5, 0}; /* start, end, thread, key, correlation id */
 
 static int64_t now_ns(void) {
@@ -242,6 +243,7 @@ static void timed_call(uint32_t domain, uint32_t cbid, int32_t site, uint32_t co
         return;
     }
     if (!open || key != timed_open_key) return;
+    __atomic_fetch_add(&timed_count, 1, __ATOMIC_RELAXED);
     int64_t start = timed_open;
     uint32_t id = timed_open_id;
     timed_open = 0;
@@ -279,6 +281,9 @@ size_t gs_timed_take(int64_t *out, size_t max) { return rows_take(&timed, out, m
 size_t gs_timed_pending(void) { return rows_pending(&timed); }
 
 uint64_t gs_timed_lost(void) { return timed.lost; }
+
+/* How many timed calls have ended since the start, whether collection timed them or not. */
+uint64_t gs_timed_count(void) { return __atomic_load_n(&timed_count, __ATOMIC_RELAXED); }
 
 /* CUpti_CallbackFunc: runs on the thread that made the API call. */
 void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {

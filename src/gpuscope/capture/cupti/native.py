@@ -111,6 +111,7 @@ def load(directory: Path | None = None) -> ctypes.CDLL:
     lib.gs_timed_take.argtypes, lib.gs_timed_take.restype = [ctypes.POINTER(ctypes.c_int64), sz], sz
     lib.gs_timed_pending.argtypes, lib.gs_timed_pending.restype = [], sz
     lib.gs_timed_lost.argtypes, lib.gs_timed_lost.restype = [], ctypes.c_uint64
+    lib.gs_timed_count.argtypes, lib.gs_timed_count.restype = [], ctypes.c_uint64
     return lib
 
 

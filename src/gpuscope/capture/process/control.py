@@ -18,6 +18,7 @@ callback API; ``gpuscope.start()``/``stop()`` through :meth:`CaptureControl.api`
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from ..capture_range import CaptureSpec
 from ..collectors import Collector
 from ..python import imports
 from ..python.ranges import RangeRecorder
+from .pace_probe import PACE_ENV, PaceProbe
 from .window import CaptureWindow
 
 PROFILER_APIS = ["cudaProfilerStart", "cudaProfilerStop", "cuProfilerStart", "cuProfilerStop"]
@@ -81,6 +83,13 @@ class CaptureControl:
         self.window.begin()
         if not self.window.on:
             self._switch(False)
+        graphs = agent.collector("graph-launches")
+        if (self.window.probe_enabled and graphs is not None and graphs.launched() is not None
+                and os.environ.get(PACE_ENV) in ("1", "poll")):
+            # nothing may mark this program's steps (JAX): its CUDA graph launches pace the probe (opt-in:
+            # on a short JAX loop the runs with it were slower, bench/results/real_clients.md)
+            self.window.pace = PaceProbe(self.window, graphs.launched)
+            self.window.pace.start()
 
     def finish(self) -> None:
         """Close the window at process end and report what happened (a ``collector`` row)."""

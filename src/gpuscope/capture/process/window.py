@@ -18,6 +18,8 @@ ended), a timer ends the probe once no step mark has come for :data:`PROBE_PATIE
 step (at least :data:`PROBE_MIN_WAIT_NS`), so what the program does after its loop is recorded from
 then on. One thread watches every probe of the process (started at the first): starting a thread
 per probe cost the program's step 0.12 ms each time on the 2-core CPU machine.
+Where nothing marks steps but the program launches CUDA graphs (JAX), pace_probe.py runs the
+probe by time instead, paced by the graph launches that gpuscope counts in C.
 
 Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
 switch that turns collectors on and off runs under that lock, on the thread of the event, so a
@@ -50,6 +52,7 @@ PROBE_OPENS = "end of overhead probe"
 PROBE_PATIENCE = 2  # a probe ends when no step mark came for this many times the last step
 PROBE_MIN_WAIT_NS = 20_000_000  # and at least this long
 PROBE_CLOSES = "overhead probe"
+PACE_LAUNCH = "at CUDA graph launch"  # the paced probe's reasons (pace_probe.py): "overhead probe at CUDA graph launch N"
 STEP_SOURCES = {"module": 0, "torch": 1, "gpuscope": 2}  # what counts steps, worst first
 
 
@@ -103,6 +106,9 @@ class CaptureWindow:
         self._last_mark_local = 0
         self._last_step_ns = 0
         self.probes = 0
+        self.pace: Any = None  # the paced probe (pace_probe.PaceProbe), where graph launches are counted
+        self._pace_off = False  # the paced probe has collection off now
+        self._finished = False
         self._probe_started = threading.Condition(self._lock)  # wakes the watcher when a probe starts
         self._watcher_pid = 0  # the process whose watcher thread runs (a forked child starts its own)
 
@@ -125,6 +131,9 @@ class CaptureWindow:
     def finish(self) -> dict[str, Any]:
         """Close the open window at process end; return what happened, for the report."""
         with self._lock:
+            self._finished = True
+            if self.pace is not None:
+                self.pace.stop()
             for t in self._timers:
                 t.cancel()
             if self.on:
@@ -143,6 +152,7 @@ class CaptureWindow:
                 "ignored_api_calls": self.ignored_api_calls,
                 "probes": self.probes,
                 "probe_steps": PROBE_STEPS,
+                **({"pace_probes": self.pace.taken()} if self.pace is not None and self.pace.cycles else {}),
             }
 
     # -- events ------------------------------------------------------------------------------
@@ -229,9 +239,34 @@ class CaptureWindow:
             return self.on
 
     @property
+    def probe_enabled(self) -> bool:
+        """Whether this run has overhead probes (recorded whole, not turned off)."""
+        return self._probe
+
+    @property
     def probing(self) -> bool:
         """Whether an overhead probe has collection off now."""
-        return self._probe_until > 0
+        return self._probe_until > 0 or self._pace_off
+
+    def pace_switch(self, on: bool, launches: int) -> bool:
+        """The paced probe (pace_probe.py) turns collection off (``on`` False) or back on, after
+        ``launches`` CUDA graph launches; return whether it did (off: only from an open window of a
+        run recorded whole, with no probe running and the process not ending)."""
+        with self._lock:
+            if on:
+                if not self._pace_off:
+                    return False
+                self._pace_off = False
+                if not self._finished:
+                    self._update(self.now_ns(), f"{PROBE_OPENS} {PACE_LAUNCH} {launches}", "")
+                return True
+            if self._finished or not self.on or self._probe_until or self.steps:
+                return False
+            self._record = True  # the run is no longer whole: say which parts were recorded
+            self._pace_off = True
+            self.probes += 1
+            self._update(self.now_ns(), "", f"{PROBE_CLOSES} {PACE_LAUNCH} {launches}")
+            return True
 
     def _probe_step(self, t: int) -> None:
         """At the end of step ``self.steps``: start or end an overhead probe."""
@@ -300,7 +335,7 @@ class CaptureWindow:
     def _update(self, t: int, open_reason: str, close_reason: str) -> None:
         if not self._wanted:
             self._capped = False
-        want = self._wanted and self._armed and not self._capped and not self._probe_until
+        want = self._wanted and self._armed and not self._capped and not self._probe_until and not self._pace_off
         if want and not self.on:
             self._open(t, open_reason)
         elif self.on and not want:
