@@ -217,3 +217,15 @@ def test_a_recorded_jax_loop_gets_its_profiling_cost_from_the_paced_probe(record
         diag = diagnose(report)
     note = next(n for n in diag.notes if "profiling's own cost, measured" in n)
     assert "CUDA graph launches" in note and "less the" in note and "per step that collection added" in note
+
+
+def test_a_lopsided_interval_is_given_as_its_ends_not_as_a_spread() -> None:
+    from gpuscope.analysis.steps.probe import ProbeTiming
+
+    # off steps 10 ms; recorded ones mostly 12 ms with a long tail: the interval is above 0 but wide
+    wide = ProbeTiming(1, 1, (10_000_000, 10_100_000, 9_900_000), (12_000_000, 40_000_000, 13_000_000, 45_000_000, 12_500_000))
+    assert wide.significant and wide.noise > wide.slowdown
+    lo, hi = wide.interval
+    assert f"(95% interval {round(lo * 100)}% to {round(hi * 100)}%)" in wide.verdict() and "±" not in wide.verdict()
+    narrow = ProbeTiming(1, 1, (10_000_000,) * 6, (12_000_000,) * 6)
+    assert narrow.verdict() == "collection made a step 20% longer (±0%)"

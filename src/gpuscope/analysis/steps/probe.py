@@ -143,11 +143,15 @@ class ProbeTiming:
         unit = "iteration" if self.source == "module" else "step"
         if not self.significant:
             return f"no measurable slowdown (within the noise: ±{_pct(self.noise)})"
+        spread = f"±{_pct(self.noise)}"
+        if self.noise > self.slowdown:  # a lopsided interval: "150% (±181%)" would read as reaching below 0
+            lo, hi = self.interval
+            spread = f"95% interval {_pct(lo)} to {_pct(hi)}"
         if self.source == PACE:
-            return (f"collection made the program {_pct(self.slowdown)} slower (±{_pct(self.noise)}; its CUDA graph "
+            return (f"collection made the program {_pct(self.slowdown)} slower ({spread}; its CUDA graph "
                     "launches came that much further apart)")
         article = "an" if unit == "iteration" else "a"
-        return f"collection made {article} {unit} {_pct(self.slowdown)} longer (±{_pct(self.noise)})"
+        return f"collection made {article} {unit} {_pct(self.slowdown)} longer ({spread})"
 
     def describe(self) -> str:
         """One line: what the probe measured, or why it measured nothing (a probe at the run's last
