@@ -172,14 +172,22 @@ def for_device(device: str, dram_bytes_per_s: float | None = None) -> Ceilings:
     return out
 
 
+OWN_CONNECTION_KERNELS = 1_000_000  # from this many kernels the device query reads on a connection of its own
+
+
 def report_device(report: Report) -> tuple[str, float | None] | None:
     """Return the name and DRAM bandwidth (bytes/s, from CUPTI's device record) of the GPU that ran
     the most kernel time in ``report``; None when the report has no GPU."""
-    rows = report.sql(
-        """SELECT d.name, any_value(d.memory_bandwidth_kbps), sum(k.end_ns - k.start_ns) AS t
-           FROM device d LEFT JOIN kernel k ON k.pid = d.pid AND k.device_id = d.id
-           GROUP BY d.name ORDER BY t DESC NULLS LAST, d.name LIMIT 1"""
-    )
+    query = """SELECT d.name, any_value(d.memory_bandwidth_kbps), sum(k.end_ns - k.start_ns) AS t
+               FROM device d LEFT JOIN kernel k ON k.pid = d.pid AND k.device_id = d.id
+               GROUP BY d.name ORDER BY t DESC NULLS LAST, d.name LIMIT 1"""
+    if report.count("kernel") < OWN_CONNECTION_KERNELS:
+        rows = report.sql(query)
+    else:  # every kernel's blocks read on a connection closed after, not kept in the report's cache
+        from ..ops.own_connection import own_connection
+
+        with own_connection(report) as own:
+            rows = own.sql(query)
     if not rows:
         return None
     name, kbps, _ = rows[0]
