@@ -18,8 +18,9 @@ ended), a timer ends the probe once no step mark has come for :data:`PROBE_PATIE
 step (at least :data:`PROBE_MIN_WAIT_NS`), so what the program does after its loop is recorded from
 then on. One thread watches every probe of the process (started at the first): starting a thread
 per probe cost the program's step 0.12 ms each time on the 2-core CPU machine.
-Where nothing marks steps but the program launches CUDA graphs (JAX), pace_probe.py runs the
-probe by time instead, paced by the graph launches that gpuscope counts in C.
+Where nothing marks steps but the program launches CUDA graphs (JAX), pace_probe.py can run the
+probe by time instead (opt-in: ``GPUSCOPE_PACE_PROBE=1``), paced by the graph launches gpuscope
+counts in C.
 
 Events arrive on any thread (the program's, CUPTI's callback, a timer); a lock orders them. The
 switch that turns collectors on and off runs under that lock, on the thread of the event, so a
