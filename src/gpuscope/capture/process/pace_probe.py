@@ -111,24 +111,23 @@ class PaceProbe:
         off = len(polls) - 1
         cycle: dict[str, Any] = {"polls": polls, "off": off, "on": len(polls) + STRETCH_POLLS}
         self.cycles.append(cycle)  # kept if the process ends in it (the stretches then shorter)
-        for _ in range(STRETCH_POLLS):
-            if self._stop.wait(POLL_NS / 1e9):
-                break
-            got = self._poll()
-            if got is not None:
-                polls.append(got)
+        self._stretch(polls)
         got = self._poll()
         window.pace_switch(True, got[1] if got is not None else polls[-1][1])
         if got is not None:
             polls.append(got)
         cycle["on"] = len(polls) - 1
+        self._stretch(polls)
+        return cycle
+
+    def _stretch(self, polls: list[tuple[int, int]]) -> None:
+        """Poll for one stretch (:data:`STRETCH_POLLS` polls), appending to ``polls``; less once stopped."""
         for _ in range(STRETCH_POLLS):
             if self._stop.wait(POLL_NS / 1e9):
-                break
+                return
             got = self._poll()
             if got is not None:
                 polls.append(got)
-        return cycle
 
     def taken(self) -> list[dict[str, Any]]:
         """The cycles so far, copied (one may still be filling in): ``{"polls": [[t, n], ...], "off": i,
