@@ -75,15 +75,23 @@ NOT_PROGRAMS = {"nanogpt_model", "triton_kernels"}  # modules the programs impor
 
 
 def programs(only: str | None) -> list[str]:
-    """The client programs, by name (file stem), in a fixed order."""
+    """The client programs, by name (file stem), in a fixed order; with ``only``, those named there,
+    where ``NAME:VARIANT`` is program NAME run as its variant VARIANT (``--variant``: a fix applied,
+    such as ``hf_gpt2_generate:static_cache``), a program of its own in the table."""
     names = sorted(p.stem for p in CLIENTS.glob("*.py") if p.stem not in NOT_PROGRAMS and not p.stem.startswith("_"))
     if only:
         wanted = only.split(",")
-        unknown = [w for w in wanted if w not in names]
+        unknown = [w for w in wanted if w.partition(":")[0] not in names]
         if unknown:
             sys.exit(f"no client program {', '.join(unknown)}; there are {', '.join(names)}")
-        names = [n for n in names if n in wanted]
+        names = [n for n in names if n in wanted] + [w for w in wanted if ":" in w]
     return names
+
+
+def split_variant(name: str) -> tuple[str, str | None]:
+    """``NAME:VARIANT`` as (NAME, VARIANT); a plain name as (name, None)."""
+    program, _, variant = name.partition(":")
+    return program, variant or None
 
 
 MIN_TIMED = 20  # iterations timed at least
@@ -106,7 +114,10 @@ def command(mode: str, program: str, timing: str, report: str, args: argparse.Na
             ) -> tuple[list[str], dict[str, str]]:
     """The command line and extra environment of one run."""
     py = sys.executable
+    program, variant = split_variant(program)
     prog = [str(CLIENTS / f"{program}.py"), "--timing-out", timing]
+    if variant:
+        prog += ["--variant", variant]
     if args.iterations:
         prog += ["--iterations", str(args.iterations)]
     elif args.scale != 1.0:
@@ -190,7 +201,7 @@ def worker(gpu: int | None, cores: str | None, names: list[str], modes: list[str
                     order = [m for m in order if m != "previous"]
                 for mode in order:
                     timing = os.path.join(scratch, "timing.json")
-                    report = os.path.join(scratch, f"{name}-{mode}")
+                    report = os.path.join(scratch, f"{name.replace(':', '-')}-{mode}")
                     for stale in (timing, report + ".gpuscope"):
                         if os.path.exists(stale):
                             os.unlink(stale)
@@ -208,7 +219,9 @@ def worker(gpu: int | None, cores: str | None, names: list[str], modes: list[str
                     row: dict[str, Any] = {"round": rnd, "program": name, "mode": mode, "gpu": gpu, "rc": rc,
                                            "process_s": wall}
                     if rc == 0 and os.path.exists(timing):
-                        row.update(json.load(open(timing)))
+                        # the timing names the program's file: the row keeps the name it was run by
+                        # (NAME:VARIANT is a program of its own)
+                        row.update({**json.load(open(timing)), "program": name})
                         if mode == "default" and os.path.exists(report + ".gpuscope"):
                             row["line"] = line_of(report + ".gpuscope", args.previous if mode == "previous" else
                                                   str(ROOT / "src"))

@@ -141,3 +141,74 @@ def test_dynamo_is_told_of_gpuscope_code_only_once_the_program_imports_it() -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "before False False" in out.stdout and "after True" in out.stdout, out.stdout
+
+
+def test_gpuscopes_code_for_dynamo_to_skip_holds_setters_and_the_threads_it_starts() -> None:
+    """A property's setter (the operator recorder's ``recording``) and the standard library's thread
+    code that a step mark runs (starting the overhead probe's watcher) are skipped as frames too."""
+    from gpuscope.capture.python.own_code import own_code
+    from gpuscope.capture.python.torch_ops import TorchOps
+    import threading
+
+    codes = {id(c) for c in own_code()}
+    assert id(TorchOps.recording.fset.__code__) in codes
+    assert id(TorchOps.recording.fget.__code__) in codes
+    assert id(threading.Thread.start.__code__) in codes
+    assert id(threading.Condition.notify.__code__) in codes
+
+
+COMPILED_CALL = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.fc = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16)
+    def forward(self, x):
+        return x + torch.nn.functional.gelu(self.fc(self.ln(x)))
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(3))
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+model = Model()
+compiled = torch.compile(model.__call__, backend="eager")  # as transformers compiles a static-cache decode
+with torch.no_grad():
+    for _ in range(40):  # past the first overhead probe, whose watcher thread starts at a step mark
+        compiled(torch.randn(2, 16))
+print("COUNTS", json.dumps({"frames": counters["frames"]["total"], "graphs": counters["stats"]["unique_graphs"]}))
+"""
+
+
+@pytest.mark.parametrize("trace", [None, "torch"])
+def test_a_compiled_call_compiles_as_many_frames_under_gpuscope_as_untraced(tmp_path: Any, trace: Any) -> None:
+    """``torch.compile(model.__call__)``: the compiled function is gpuscope's wrapper, so dynamo sees every
+    frame the wrapper runs, the step marks' work among them. Under ``gpuscope profile`` (the default, and
+    module ranges alone) the counts must be those of the program run untraced."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prog = tmp_path / "compiled_call.py"
+    prog.write_text(COMPILED_CALL)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**__import__("os").environ, "PYTHONPATH": src}
+
+    def counts(argv: list[str]) -> dict:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("COUNTS ")), None)
+        assert line is not None, out.stdout[-1000:] + out.stderr[-2000:]
+        return json.loads(line[len("COUNTS "):])
+
+    untraced = counts([sys.executable, str(prog)])
+    argv = [sys.executable, "-m", "gpuscope", "profile", "-o", str(tmp_path / "r"), "--force-overwrite"]
+    traced = counts(argv + (["-t", trace] if trace else []) + [str(prog)])
+    assert untraced == {"frames": 1, "graphs": 1}
+    assert traced == untraced, f"under gpuscope {traced}, untraced {untraced}"

@@ -103,3 +103,20 @@ def test_summarized_calls_keep_their_rounds_apart(tmp_path: Path) -> None:
     # paired within each call (1.1 and 1.3), not call 1's default against call 0's untraced
     assert row["rounds"] == 2 and abs(row["ratio_min"] - 1.1) < 1e-9 and abs(row["ratio_max"] - 1.3) < 1e-9
     assert doc["device"] == "GPU X" and doc["rounds"] == 2
+
+
+def test_a_program_run_as_one_of_its_variants_is_a_program_of_its_own() -> None:
+    """``NAME:VARIANT`` runs program NAME with ``--variant VARIANT``; unknown programs are refused."""
+    assert bench.programs("hf_gpt2_generate,hf_gpt2_generate:static_cache") == [
+        "hf_gpt2_generate", "hf_gpt2_generate:static_cache"]
+    argv, _ = bench.command("default", "hf_gpt2_generate:static_cache", "t.json", "r", _args())
+    script = next(a for a in argv if a.endswith(".py"))
+    assert script.endswith("hf_gpt2_generate.py")
+    assert argv[argv.index("--variant") + 1] == "static_cache"
+    assert "--variant" not in bench.command("default", "hf_gpt2_generate", "t.json", "r", _args())[0]
+    try:
+        bench.programs("no_such_program:static_cache")
+    except SystemExit as exc:
+        assert "no client program no_such_program:static_cache" in str(exc)
+    else:
+        raise AssertionError("an unknown program was accepted")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import _weakrefset
 import sys
+import threading
 import types
 import weakref
 from typing import Any, Iterator
@@ -23,6 +25,10 @@ def own_code() -> Iterator[Any]:
             if isinstance(const, types.CodeType):
                 yield from walk(const)
 
+    def members(member: Any) -> Iterator[Any]:  # a property's getter, setter and deleter are three codes
+        for part in (member.fget, member.fset, member.fdel) if isinstance(member, property) else (member,):
+            yield from of(part)
+
     def of(obj: Any) -> Iterator[Any]:
         func = getattr(obj, "__func__", obj)
         code = getattr(func, "__code__", None)
@@ -36,9 +42,20 @@ def own_code() -> Iterator[Any]:
         for value in list(vars(module).values()):
             if isinstance(value, type) and value.__module__ == name:
                 for member in list(vars(value).values()):
-                    yield from of(member.fget if isinstance(member, property) else member)
+                    yield from members(member)
             elif getattr(value, "__module__", None) == name:
                 yield from of(value)
     # the standard library's Python code the wrappers call (their names of modules live in a WeakKeyDictionary)
     for member in vars(weakref.WeakKeyDictionary).values():
         yield from of(member)
+    # and the threads gpuscope starts, and wakes, from a step mark: a program that compiles its
+    # model's ``__call__`` (transformers' static cache) marks its steps from inside the compiled call,
+    # and dynamo would count each of these frames as one compiled (threading.Thread.start, Event.wait,
+    # Condition.notify, the WeakSet of threads): 16 frames where the program untraced compiles one
+    for module in (threading, _weakrefset):
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                for member in list(vars(value).values()):
+                    yield from members(member)
+            elif isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+                yield from of(value)
