@@ -212,3 +212,39 @@ def test_a_compiled_call_compiles_as_many_frames_under_gpuscope_as_untraced(tmp_
     traced = counts(argv + (["-t", trace] if trace else []) + [str(prog)])
     assert untraced == {"frames": 1, "graphs": 1}
     assert traced == untraced, f"under gpuscope {traced}, untraced {untraced}"
+
+
+def test_a_step_mark_made_inside_a_compiled_call_runs_with_dynamo_off() -> None:
+    """Whatever a mark sets off (threads, CUPTI's Python bindings on a GPU), dynamo must not see it as
+    frames of the compiled call: the mark after the outermost module call runs with its callback unset,
+    and the callback is back for the next call."""
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    def current() -> Any:
+        prior = set_eval_frame(None)
+        set_eval_frame(prior)
+        return prior
+
+    seen: list[Any] = []
+    net = Net()
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None)
+    hooks.install(torch)
+    try:
+        mark = hooks.r.mark
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            seen.append(current())
+            return mark(*args, **kwargs)
+
+        hooks.r.mark = watched  # type: ignore[method-assign]
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        compiled = torch.compile(net.__call__, backend="eager")
+        with torch.no_grad():
+            for _ in range(3):
+                compiled(torch.randn(4, 8))
+    finally:
+        hooks.uninstall()
+    assert dynamo.utils.counters["frames"]["total"] == 1  # the forward, compiled once
+    assert len(seen) >= 3 and all(s is None for s in seen), seen
+    assert current() is None

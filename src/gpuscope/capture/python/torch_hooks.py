@@ -68,6 +68,7 @@ class TorchHooks(BackwardRanges):
         self.force_full = False  # forward ranges through push/pop always (for measuring that path)
         self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
         self._skipping = False  # torch.compile runs gpuscope's frames as they are (_not_compiled_alone)
+        self._outside: Callable[[Callable[[], Any]], Any] = _call  # runs a step mark's work (_not_compiled_alone)
         self.fast = False  # forward ranges go to the thread's log (see _refresh)
         self.gate = StepGate(DEFAULT)  # which steps record module ranges (module_steps.py)
         self.modules_on = True  # this step records module ranges
@@ -163,6 +164,7 @@ class TorchHooks(BackwardRanges):
             self.diag("warning", f"torch.compile may recompile at module calls after a graph break: {exc!r}")
         else:
             self._skipping = True
+        self._outside = _outside_dynamo()
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker), which is not recorded and has no flush thread: pass
@@ -297,9 +299,12 @@ class TorchHooks(BackwardRanges):
         """An outermost module call of the main thread returned, in a program that has made no step mark
         (yet): mark it, so that an inference loop's iterations are counted (the overhead probe)."""
         try:
-            self.r.mark("iteration", "", "module", "iteration")
+            self._outside(self._mark_iteration)
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
+
+    def _mark_iteration(self) -> None:
+        self.r.mark("iteration", "", "module", "iteration")
 
     def _first_call(self, module: Any) -> tuple[int, list[Any]]:
         """Return the complement of the kind of ``module``'s forward range (0: no range of its own), kept
@@ -390,6 +395,9 @@ class TorchHooks(BackwardRanges):
         kinds: dict[type, int] = {}  # optimizer class -> its logged range's kind
         names: dict[type, str] = {}
 
+        def step_mark() -> None:
+            r.mark("step", "", SOURCE, "step")
+
         def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
             if is_compiling() or self._disabled:
                 return None
@@ -432,7 +440,7 @@ class TorchHooks(BackwardRanges):
                 if self._step_optimizer is None:
                     self._step_optimizer = id(optimizer)
                 if id(optimizer) == self._step_optimizer:  # with several optimizers, the first one's steps count
-                    r.mark("step", "", SOURCE, "step")
+                    self._outside(step_mark)
             except Exception as exc:  # noqa: BLE001
                 self._fail(exc)
             return None
@@ -447,3 +455,34 @@ def start(ctx: Context, torch: Any = None) -> TorchHooks:
     hooks.gate = StepGate(from_env(ctx.diag))
     hooks.install(torch)
     return hooks
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def _outside_dynamo() -> Callable[[Callable[[], Any]], Any]:
+    """Return a caller that runs a function with torch.compile's frame evaluation off on this thread.
+
+    A step mark can run inside a compiled call: where the program compiles its model's own
+    ``__call__`` (``torch.compile(model.__call__)``, as transformers does for a static-cache decode), the
+    compiled function is gpuscope's wrapper, and the mark after the outermost module call is made
+    inside it. What the mark does then (the overhead probe starting its watcher thread, collection
+    switched off and on through CUPTI's Python bindings) would be frames dynamo sees and counts as
+    compiled, one per function, which the program untraced never has: the mark's work runs with
+    dynamo's callback unset, as ``torch._dynamo.disable`` does, and set back after. Without the
+    call (an older torch), the function is run as it is."""
+    try:
+        from torch._C._dynamo.eval_frame import set_eval_frame  # noqa: PLC0415
+    except Exception:  # noqa: BLE001
+        return _call
+
+    def outside(fn: Callable[[], Any]) -> Any:
+        prior = set_eval_frame(None)
+        try:
+            return fn()
+        finally:
+            set_eval_frame(prior)
+
+    return outside
+
