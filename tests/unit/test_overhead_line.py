@@ -70,7 +70,9 @@ def test_estimated_hooks_and_ranges_and_measured_collectors(tmp_path: Path) -> N
     con.execute("INSERT INTO collector VALUES (100, 'ranges', 22, 0, 0, 0, ?)", [json.dumps(costs)])
     con.execute("INSERT INTO collector VALUES (100, 'sampler', 900, 0, 1000000, 0, '')")
     con.execute("INSERT INTO collector VALUES (100, 'torch-ops', 50, 0, 777, 0, '{}')")
-    con.execute("INSERT INTO overhead VALUES (10, 30, 100, 1, 'LazyFunctionLoading'), (40, 45, 100, 1, 'CuptiBufferFlush')")
+    # the host waiting for room in a full command buffer (50-150) is the program waiting for its GPU: not counted
+    con.execute("INSERT INTO overhead VALUES (10, 30, 100, 1, 'LazyFunctionLoading'), (40, 45, 100, 1, 'CuptiBufferFlush'), "
+                "(50, 150, 100, 1, 'CommandBufferFull')")
     with b.open(wall_ns=100_000_000) as r:
         o = collection_overhead(r)
     # an old sampler row (no held_ns in its detail): its CPU time stands in; the operator row's callback
