@@ -428,3 +428,13 @@ def test_dataloader_calls_count_their_cpu_time_against_their_wall_time(compute: 
     assert wall >= 8 * 10_000_000  # eight samples of 10 ms
     assert (cpu / wall > 0.4) if compute else (cpu / wall < 0.2)  # wide: a busy machine stretches the wall
     assert sum(r[8] == "dataloader" for r in recorded_rows(hooks.r)) == 5  # four batches and the last, empty call
+
+
+def test_module_call_costs_hold_no_iteration_marks() -> None:
+    """The scratch layer's every call is an outermost one: in a program that marks no steps that would
+    make an iteration mark per call, which the programs make once per iteration (counted as ranges)."""
+    hooks = TorchHooks(RangeRecorder(), lambda level, message: None, backward=False)
+    marks: list[tuple[Any, ...]] = []
+    hooks.r.mark = lambda *args, **kwargs: marks.append(args)  # type: ignore[method-assign]
+    hook_cost.module_call_costs_ns(torch, hooks)
+    assert marks == []

@@ -60,6 +60,10 @@ def module_call_costs_ns(torch: Any, hooks: Any) -> tuple[int, int]:
     take), and forward followed by its backward (backward ranges on). ``hooks``: scratch hooks
     (torch_hooks.TorchHooks) on a scratch recorder."""
     hooks._torch = torch
+    # as in a program whose steps are marked: the scratch layer's every call is an outermost one, and in
+    # a program that marks no steps each would end with an iteration mark, which such a program makes
+    # once per iteration, not once per module call (a GPT-2 decoding step calls about 85 modules)
+    hooks.r.step_marked = True
     module_cls = torch.nn.Module
     plain = getattr(module_cls.__call__, "__wrapped__", module_cls.__call__)
     hooked = hooks._module_call(plain)
