@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ...trace.report import Report
 from ..column_fetch import fetch_arrays
+from ..heap import give_back
 from .sql import op_queries
 
 if TYPE_CHECKING:
@@ -129,15 +130,18 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         if tied:
             return None
     del arrays, order_keys, launch_keys
+    give_back()  # the sorts' freed arrays not resident beside the columns put in order below
     for k in keys:
         if k not in as_key.values():
             del fetched[f"k_{k}"]
+    if at is not None and n < 2**31:  # the positions as 32-bit integers (ten million: 40 MB less held)
+        at = at.astype(np.int32)
     source = {name: f"k_{sql}" if name in as_key else f"c_{name}" for name, sql in columns.items() if name != "op_id"}
     left = list(source.values())  # each read freed after its last use
     out: dict[str, object] = {}
     for name in columns:
         if name == "op_id":
-            out[name] = rank if at is None else rank[at]
+            out[name] = rank if at is None else _gather(rank, at)
             del rank
             continue
         left.remove(source[name])
@@ -146,10 +150,23 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
         if len(a) != n or (kind is None and name not in codes):
             return None
         if at is not None and not _one_value(a):  # one value viewed for every row: in any order
-            a = a[at]
+            a = _gather(a, at)
         out[name] = (_categorical(a, codes[name]) if name in codes
                      else _nullable(a) if kind == "masked" else a)
     return pd.DataFrame(out, copy=False)
+
+
+def _gather(a: np.ndarray, at: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+    """``a[at]`` (a plain or masked array), ``step`` positions at a time: positions held as 32-bit
+    integers are not copied to 64-bit ones all at once (ten million: 80 MB)."""
+    import numpy as np
+
+    if isinstance(a, np.ma.MaskedArray):
+        return np.ma.MaskedArray(_gather(np.ma.getdata(a), at, step), mask=_gather(np.ma.getmaskarray(a), at, step))
+    out = np.empty(len(at), dtype=a.dtype)
+    for i in range(0, len(at), step):
+        np.take(a, at[i:i + step], out=out[i:i + step], mode="wrap")
+    return out
 
 
 def _one_value(a: np.ndarray) -> bool:
@@ -304,6 +321,20 @@ def _order(keys: list[np.ndarray], n: int, step: int = 1 << 20) -> tuple[np.ndar
     return (None, tied) if ordered else _lexsort(keys, n)
 
 
+def _tied(key: np.ndarray, at: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+    """Whether each row of ``key`` taken in the order ``at`` equals the next one, read ``step`` rows
+    at a time: no copy of the whole key in that order (ten million operations: 80 MB less at the
+    read's peak)."""
+    import numpy as np
+
+    n = len(at)
+    tied = np.empty(max(n - 1, 0), dtype=bool)
+    for a in range(0, n - 1, step):
+        v = key[at[a:min(a + step, n - 1) + 1]]
+        np.equal(v[1:], v[:-1], out=tied[a:a + len(v) - 1])
+    return tied
+
+
 def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:
     """``np.lexsort`` of ``keys`` given first key first, and whether two rows are equal in every
     key: a stable sort of the first key, then the runs it leaves tied sorted by the others
@@ -314,9 +345,7 @@ def _lexsort(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, bool]:
     if not keys or n < 2:
         return np.arange(n) if not keys else np.argsort(keys[0], kind="stable"), n >= 2 and not keys
     at = np.argsort(keys[0], kind="stable")
-    first = keys[0][at]
-    tied = first[1:] == first[:-1]
-    del first
+    tied = _tied(keys[0], at)
     if not tied.any():
         return at, False
     inside = np.zeros(n, dtype=bool)
