@@ -254,6 +254,7 @@ class Context(SideContext):
             bound = pd.Categorical.from_codes(codes, categories=list(BOUNDS))
             tl.ops["name"] = names
             p = Process(tl, breakdown_process(tl, bound), self.probes.get(tl.pid))
+            release_freed()
             share_piece_starts(tl.ops, p.breakdown.idle)
             p.power = self._power(p)
             out.append(p)
@@ -262,10 +263,12 @@ class Context(SideContext):
 
     def _power(self, p: Process) -> PowerBudget | None:
         """The power budget of the GPU that ran most of ``p``'s kernels, over its steady steps."""
-        kernels = p.timeline.ops[p.timeline.ops["kind"] == "kernel"]
-        if not len(kernels) or not p.breakdown.has_steps or kernels["device_id"].isna().all():
+        # the kernels' devices alone, not a copy of every column of ten million operations
+        ops = p.timeline.ops
+        devices = ops["device_id"][(ops["kind"] == "kernel").to_numpy(bool)]
+        if not len(devices) or not p.breakdown.has_steps or devices.isna().all():
             return None
-        device = int(kernels["device_id"].mode().iloc[0])
+        device = int(devices.mode().iloc[0])
         w = p.steady_windows
         if not len(w):
             return None

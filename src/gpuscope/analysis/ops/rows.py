@@ -120,7 +120,10 @@ def _read(report: Report, columns: Mapping[str, str], own: list[str], launch: li
             rank = np.arange(1, n + 1, dtype=id_type)
         else:
             rank = np.empty(n, dtype=id_type)
-            rank[by_launch] = np.arange(1, n + 1, dtype=id_type)
+            step = 1 << 20  # a batch at a time: no array of every id beside the order and the ranks
+            for a in range(0, n, step):
+                b = min(a + step, n)
+                rank[by_launch[a:b]] = np.arange(a + 1, b + 1, dtype=id_type)
         del by_launch
         # the order's own keys, then the launch order
         at, _ = _order([arrays[k] for k in own if k in arrays] + [rank], n)
