@@ -38,9 +38,9 @@ FORMAT = 1  # of the stored content and basis: a reader of another format comput
 # The code a stored table depends on, as paths in the gpuscope package: the reader, the packages of
 # analysis that the stored reports' modules may import (docs/architecture.md draws them, and
 # tests/unit/test_import_graph.py holds every import to the drawing) and the base modules.
-CODE = ("trace", "analysis/__init__.py", "analysis/table.py", "analysis/column_fetch.py", "analysis/ops",
-        "analysis/steps", "analysis/ranges", "analysis/distributed", "errors.py", "safe_text.py", "units.py",
-        "version.py")
+CODE = ("trace", "analysis/__init__.py", "analysis/table.py", "analysis/column_fetch.py", "analysis/heap.py",
+        "analysis/ops", "analysis/steps", "analysis/ranges", "analysis/distributed", "errors.py", "safe_text.py",
+        "units.py", "version.py")
 
 
 @functools.cache  # once a process: the code it runs does not change under it

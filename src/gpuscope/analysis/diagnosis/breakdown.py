@@ -192,9 +192,7 @@ def breakdown_process(tl: ProcessTimeline, bound: np.ndarray | pd.Categorical) -
     ls, le = loaders["start_ns"].to_numpy(np.int64), loaders["end_ns"].to_numpy(np.int64)
 
     op_times = _op_times(tl, ws, we, warm)  # first: its arrays are freed before the lookups below are made
-    # what malloc keeps of the freed arrays goes back to the system at each part's end, so that it is
-    # not resident beside the next part's arrays (ten million operations: 40 MB of the peak)
-    give_back()
+    give_back()  # what malloc keeps of the freed arrays, not resident beside the next part's (40 MB at 10 M)
     lo, hi = int(ws.min()), int(we.max())
     cuts = np.concatenate([ws, we, s, e, cs, ce, ls, le])
     cuts = sorted_unique(np.clip(cuts, lo, hi, out=cuts))
@@ -373,9 +371,8 @@ def _piece_times(cuts: np.ndarray, at: np.ndarray, step: int = 1 << 20,
     ``cuts[at + 1]``. Pieces come in time order (their positions rise), so each start is written
     over ``cuts`` (made for it, no view of it kept) in place, ``step`` at a time, at or before the
     places still to be read, and ``cuts`` is cut to them: no third array of ten million times
-    beside the cuts and the ends (80 MB). Where the ends are the values of ``like`` (the operations'
-    starts: a gap before every operation), they are ``like`` itself, read-only, and no array of
-    them is made beside the cuts (another 80 MB); the values are the same. ``at`` is changed."""
+    beside the cuts and the ends (80 MB). Where the ends equal ``like`` (the operations' starts: a gap
+    before every operation) they are ``like`` itself, read-only (another 80 MB saved). ``at`` is changed."""
     n = len(at)
     rising = all(bool((at[a + 1:min(a + step, n - 1) + 1] > at[a:min(a + step, n - 1)]).all())
                  for a in range(0, n - 1, step))
