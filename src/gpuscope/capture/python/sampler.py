@@ -6,9 +6,7 @@ tree of frames, and the wall time since that thread's previous sample (a sample 
 time the sampler could not look; it may wake late while another thread holds the GIL).
 Frames and stack nodes are interned in the process's shared :class:`~.stacks.StackTable`, so a
 sample is three integers. Every 0.1 s, and when sampling stops, the
-threads' CPU times are read from /proc, for CPU time against wall time per thread; a reading that
-took long (each file read hands the GIL over and waits for it back, so dozens of threads beside a
-program running Python took 0.1-0.4 s) spaces the next one out to fifty times its length.
+threads' CPU times are read from /proc, for CPU time against wall time per thread.
 
 While it runs, the interpreter's switch interval is at most half the sampling interval (see
 :meth:`Sampler.start`). Outside a capture window (``set_collecting(False)``) the thread sleeps until
@@ -43,8 +41,7 @@ if TYPE_CHECKING:
 SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
 DEFAULT_SAMPLE_HZ = 250  # 1 kHz cost 1.27x on a small CPU training loop, 250 Hz 1.09x (bench/RESULTS.md)
 
-THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times, at least ...
-THREAD_TIMES_SHARE = 50  # ... and at least this many times as long as the last reading took
+THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times
 Rows = dict[str, list[tuple[Any, ...]]]
 
 
@@ -127,7 +124,6 @@ class Sampler:
     def _run(self) -> None:
         me = threading.get_ident()
         last_times = 0
-        times_every = THREAD_TIMES_EVERY_NS
         sleep, clock, interval = time.sleep, time.monotonic_ns, self.interval
         stop, active = self._stop, self._active
         held = 0
@@ -142,13 +138,9 @@ class Sampler:
                 continue
             try:
                 self._sample(me)
-                if woke - last_times >= times_every:
+                if woke - last_times >= THREAD_TIMES_EVERY_NS:
                     self._thread_times()
                     last_times = woke
-                    # each /proc file read hands the GIL over and waits to get it back, up to a switch
-                    # interval when the program runs Python: with dozens of threads a reading took 0.1-0.4 s,
-                    # with no sample taken meanwhile, so readings are spaced by what the last one took
-                    times_every = max(THREAD_TIMES_EVERY_NS, THREAD_TIMES_SHARE * (clock() - woke))
             except Exception:  # noqa: BLE001,S110  (a sampler error must not reach the program)
                 pass
             held += clock() - woke
