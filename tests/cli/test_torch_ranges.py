@@ -8,7 +8,7 @@ import pytest
 
 import gpuscope
 
-from .conftest import Gpuscope
+from .conftest import Gpuscope, base_env
 
 pytest.importorskip("torch")
 
@@ -243,3 +243,39 @@ def test_module_backward_ranges_only_when_asked(gs: Gpuscope) -> None:
     assert (torch_r["category"] == "backward").sum() == 0  # no per-module backward ranges
     assert (torch_r["category"] == "autograd").sum() == 3  # the backward() calls still are ranges
     assert "--trace torch-backward" in hint
+
+
+INFER = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(8, 2)))
+with torch.no_grad():
+    for _ in range(12):  # an inference loop: each outermost call is an iteration
+        model(torch.randn(4, 8))
+print("done")
+"""
+
+
+def test_sampled_module_steps_keep_the_outermost_call_of_the_others(gs: Gpuscope) -> None:
+    """With module ranges in some steps only (the first 3, then one in 4: iterations 0-3, 7 and 11),
+    the other iterations keep the model's own call as a ``model`` range and nothing inside it (the
+    overhead probe may take an iteration or two with collection off: those have no range at all)."""
+    gs.script("infer.py", INFER)
+    res = gs.profile("-t", "torch", "-o", "r", "infer.py", env=base_env({"GPUSCOPE_MODULE_STEPS": "first=3,every=4"}))
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    with gpuscope.load(str(gs.cwd / "r.gpuscope")) as report:
+        r = report.ranges()
+    marks = sorted(r[(r["category"] == "iteration") & (r["kind"] == "mark")]["start_ns"])
+    assert len(marks) == 12
+    torch_r = r[(r["source"] == "torch") & (r["kind"] == "range")]
+    by_iteration: dict[int, Counter[tuple[str, str]]] = {}
+    for row in torch_r.itertuples():
+        it = sum(1 for t in marks if t < row.start_ns)
+        by_iteration.setdefault(it, Counter())[(row.category, row.name)] += 1
+    recorded = {0, 1, 2, 3, 7, 11}
+    for it, seen in by_iteration.items():
+        if it in recorded:
+            assert seen == Counter({("forward", n): 1 for n in ("Sequential", "Sequential.0", "Sequential.1",
+                                                                  "Sequential.1.0", "Sequential.1.1")}), (it, seen)
+        else:
+            assert seen == Counter({("model", "Sequential"): 1}), (it, seen)
+    assert len(set(by_iteration) & recorded) >= 4 and len(set(by_iteration) - recorded) >= 3, by_iteration

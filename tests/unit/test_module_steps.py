@@ -85,6 +85,56 @@ def test_module_calls_pass_straight_through_in_steps_without_ranges(monkeypatch:
     assert hooks.counts["module_steps"] == 7 and hooks.counts["module_steps_recorded"] == 3
 
 
+def _ranges_by_category(hooks: TorchHooks) -> dict[str, list[str]]:
+    """The module ranges recorded since the last call, their names by category (taken once)."""
+    out: dict[str, list[str]] = {"forward": [], "model": []}
+    for row in recorded_rows(hooks.r):
+        if row[6] == "range" and row[8] in out:
+            out[row[8]].append(row[5])
+    return out
+
+
+def test_a_step_without_module_ranges_keeps_its_outermost_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a step whose layers are not recorded, the model's own call is one range of category
+    ``model`` (the host's time in PyTorch's code, which the diagnosis reads in every step); the
+    calls inside it are not ranges."""
+    hooks = _hooked(monkeypatch, ModuleSteps(first=1, every=3))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    forward, outer = [], []
+    for n in range(7):
+        model(torch.ones(2, 4))
+        got = _ranges_by_category(hooks)
+        forward.append(len(got["forward"]))
+        outer.append(got["model"])
+        hooks.step_ended(n + 1)
+    assert forward == [3, 3, 0, 0, 3, 0, 0]
+    assert outer == [[], [], ["Sequential"], ["Sequential"], [], ["Sequential"], ["Sequential"]]
+
+
+def test_without_step_marks_the_outermost_calls_still_count_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inference loop that marks no steps: each outermost call ends a step (an iteration mark),
+    in steps with module ranges and in those without, so the gate opens again on time."""
+    hooks = _hooked(monkeypatch, ModuleSteps(first=2, every=4))
+    hooks.r.step_marked = False
+    ended: list[int] = []
+
+    def on_step(source: str, t: int) -> None:
+        ended.append(t)
+        hooks.step_ended(len(ended))
+
+    hooks.r.on_step = on_step
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU()))
+    forward, outer = [], []
+    for _ in range(8):
+        model(torch.ones(2, 4))
+        got = _ranges_by_category(hooks)
+        forward.append(len(got["forward"]))
+        outer.append(len(got["model"]))
+    assert len(ended) == 8  # one iteration per outermost call, recorded or not
+    assert forward == [4, 4, 4, 0, 0, 0, 4, 0]  # steps 0, 1, 2 and 6: the model and its three modules
+    assert outer == [0, 0, 0, 1, 1, 1, 0, 1]
+
+
 def test_a_call_open_when_the_gate_closes_still_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step mark inside a module call (gpuscope.step() in a forward) closes the gate: the calls
     already open end their ranges, the ones started after it pass through."""

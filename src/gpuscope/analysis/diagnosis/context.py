@@ -15,6 +15,7 @@ from ...units import duration, size
 from ...trace.report import Report
 from ..ops.attribution import innermost_table, ranges_table
 from ..ops.launch_sites import after_launches, sampled_lines
+from ..ranges.module_steps import ranged_ops_sql
 from ..roofline.power import PowerBudget, power_budget
 from ..steps.probe import ProbeTiming, probe_timings
 from .breakdown import BOUNDS, ProcessBreakdown, breakdown_process
@@ -345,7 +346,7 @@ class Context(SideContext):
         if key not in self.cache:
             rows = self.report.sql(
                 """SELECT start_ns, end_ns FROM nvtx_range WHERE pid = ? AND source = 'torch' AND kind = 'range'
-                   AND category IN ('forward', 'backward', 'autograd', 'optimizer', 'zero_grad')
+                   AND category IN ('forward', 'model', 'backward', 'autograd', 'optimizer', 'zero_grad')
                    AND end_ns IS NOT NULL AND (tid = pid OR tid IS NULL) ORDER BY start_ns""", [int(pid)])
             lo: list[int] = []
             hi: list[int] = []
@@ -363,7 +364,9 @@ class Context(SideContext):
     def top_launch_range(self, op_ids: Sequence[int] | np.ndarray,
                          weights: Sequence[float] | np.ndarray | None = None) -> str | None:
         """The innermost range (any source) open where most of ``op_ids`` (weighted) were launched,
-        as ``name (category)``; None where none of them was launched inside a range.
+        as ``name (category)``; None where none of them was launched inside a range. Where module ranges
+        were recorded in some steps only, those steps' operations say it (in the others the innermost
+        PyTorch range is the model's outermost call), unless none of ``op_ids`` ran in them.
 
         Summed in DuckDB: the operations can be millions (a rule's kernels over a long run), and one
         Python object per operation cost gigabytes.
@@ -381,13 +384,19 @@ class Context(SideContext):
         weight = "count(*)" if weights is None else "sum(o.w)"
         name = f"gpuscope_launched_{id(ops)}"
         self.report.con.register(name, ops)
+        source = self.timelines.step_source
+        ranged = ranged_ops_sql(self.report, source) if source.kind is not None else None
         try:
-            rows = self.report.sql(
-                f"""SELECT CASE WHEN coalesce(r.category, '') IN ('', 'step') THEN n.value
-                                ELSE n.value || ' (' || r.category || ')' END AS label, {weight} AS w
-                    FROM {name} o JOIN {innermost_table(self.report)} p USING (op_id)
-                    JOIN {ranges_table(self.report)} r USING (rid) JOIN string n ON n.id = r.name_id
-                    GROUP BY label ORDER BY w DESC, label LIMIT 1""")
+            rows: list[Any] = []
+            for where in ([f"WHERE o.op_id IN ({ranged})"] if ranged else []) + [""]:
+                rows = self.report.sql(
+                    f"""SELECT CASE WHEN coalesce(r.category, '') IN ('', 'step') THEN n.value
+                                    ELSE n.value || ' (' || r.category || ')' END AS label, {weight} AS w
+                        FROM {name} o JOIN {innermost_table(self.report)} p USING (op_id)
+                        JOIN {ranges_table(self.report)} r USING (rid) JOIN string n ON n.id = r.name_id
+                        {where} GROUP BY label ORDER BY w DESC, label LIMIT 1""")
+                if rows:
+                    break
         finally:
             self.report.con.unregister(name)
         return str(rows[0][0]) if rows else None

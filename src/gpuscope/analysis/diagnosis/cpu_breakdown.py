@@ -36,8 +36,11 @@ CPU_LABELS = {
 CPU_SHORT = {"cpu_data": "Data", "cpu_forward": "Forward", "cpu_backward": "Backward",
              "cpu_optimizer": "Optimizer", "cpu_other": "Other"}
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
-CATEGORY_PART = {"dataloader": DATA, "forward": FORWARD, "autograd": BACKWARD, "backward": BACKWARD,
+CATEGORY_PART = {"dataloader": DATA, "forward": FORWARD, "model": FORWARD, "autograd": BACKWARD, "backward": BACKWARD,
                  "optimizer": OPTIMIZER, "zero_grad": OPTIMIZER}
+# a module call's range: every call's (``forward``), or, in a step whose layers were not recorded, the
+# outermost call's alone (``model``: capture/python/module_steps.py)
+MODEL_CALLS = ("forward", "model")
 PRIORITY = (DATA, OPTIMIZER, BACKWARD, FORWARD)  # the first that covers a piece takes it
 
 

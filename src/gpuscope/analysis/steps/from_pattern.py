@@ -195,7 +195,7 @@ def _module_tokens(report: Report) -> pd.DataFrame:
         return pd.DataFrame(columns=["pid", "token", "launch_ns", "start_ns", "end_ns"])
     frame = report.df(
         """SELECT pid, name_id AS token, start_ns AS launch_ns, start_ns, coalesce(end_ns, start_ns) AS end_ns
-           FROM nvtx_range WHERE source = 'torch' AND kind = 'range' AND category = 'forward' AND tid = pid
+           FROM nvtx_range WHERE source = 'torch' AND kind = 'range' AND category IN ('forward', 'model') AND tid = pid
            ORDER BY pid, start_ns, end_ns DESC""")
     keep = []
     for _, own in frame.groupby("pid", sort=True):

@@ -250,10 +250,10 @@ def _estimate_ranges(report: Report, out: CollectionOverhead) -> None:
         return
     counts = report.sql(
         """SELECT pid,
-                  count(*) FILTER (WHERE source = 'torch' AND category = 'forward'),
+                  count(*) FILTER (WHERE source = 'torch' AND category IN ('forward', 'model')),
                   count(*) FILTER (WHERE source = 'torch' AND category = 'backward'),
                   count(*) FILTER (WHERE kind = 'range' AND NOT (source = 'torch' AND category IN
-                                   ('forward', 'backward')) AND source <> 'nvtx')
+                                   ('forward', 'model', 'backward')) AND source <> 'nvtx')
            FROM nvtx_range GROUP BY pid""")
     torch_ns = ranges_ns = 0
     missing = False

@@ -6,7 +6,10 @@ bench/results/real_clients.md). A Hugging Face model calls hundreds of modules p
 ranges in every step made ``generate`` a fifth slower. Layers repeat from step to step as kernels
 do, so the ranges of some steps tell where the GPU time of every step goes: ranges are recorded in
 the first ``first`` steps (warm-up and the first steady ones), then in one step of every ``every``.
-Outside those steps the wrapper passes the call straight to PyTorch.
+Outside those steps the wrapper passes every call straight to PyTorch but the outermost one on the
+main thread, which is a range of category ``model`` (torch_hooks.OUTER): the time the host spent in
+the model, which the diagnosis reads in every step (the launch-bound rule tells PyTorch's own code
+from the program's by it, the CPU breakdown counts it as forward time), without the layers inside.
 
 Steps are counted as the capture window counts them (process/window.py): the program's own step
 marks (``gpuscope.step()``, else optimizer steps), or, in a program with neither, its outermost
@@ -14,11 +17,11 @@ module calls; a better source starting the count again starts the first steps ag
 tables read only the steps that have module ranges (analysis/ranges/layers.py), and the summary says how
 many steps had them.
 
-``GPUSCOPE_MODULE_STEPS``: ``all`` (the default for now) records every step; ``sample`` records the
-first 20 steps and then one in 10; ``first=N,every=M`` sets both. The diagnosis still reads every
-step's module ranges (the launch-bound rule tells PyTorch's own code from the program's by them,
-and the CPU breakdown counts the forward time in them), which is why sampling is not the default yet. Standard library only; nothing here raises into the
-program.
+``GPUSCOPE_MODULE_STEPS``: ``all`` records every step; ``sample`` records the first 20 steps and then
+one in 10; ``first=N,every=M`` sets both. The default samples where CUPTI records the GPU's work
+(the layers' GPU time comes from kernels, which repeat) and records every step on the CPU alone
+(there the layers' time comes from the Python samples taken inside their ranges, which are sparse
+already). Standard library only; nothing here raises into the program.
 """
 
 from __future__ import annotations
@@ -65,19 +68,20 @@ class ModuleSteps:
         return cls(first=values["first"], every=max(values["every"], 1))
 
 
-DEFAULT = ModuleSteps(first=0, every=1)  # every step, until the diagnosis reads sampled steps
+DEFAULT = ModuleSteps(first=0, every=1)  # every step: on the CPU alone
+SAMPLED = ModuleSteps()  # the first 20 steps, then one in 10: where CUPTI records the GPU's work
 
 
-def from_env(diag: Callable[[str, str], None]) -> ModuleSteps:
-    """The policy of ``GPUSCOPE_MODULE_STEPS``, or the default (said as a warning where it is wrong)."""
+def from_env(diag: Callable[[str, str], None], default: ModuleSteps = DEFAULT) -> ModuleSteps:
+    """The policy of ``GPUSCOPE_MODULE_STEPS``, or ``default`` (said as a warning where it is wrong)."""
     text = os.environ.get(POLICY_ENV)
     if not text:
-        return DEFAULT
+        return default
     try:
         return ModuleSteps.parse(text)
     except ValueError as exc:
-        diag("warning", f"{exc}; using the default ({DEFAULT.describe()})")
-        return DEFAULT
+        diag("warning", f"{exc}; using the default ({default.describe()})")
+        return default
 
 
 class StepGate:

@@ -8,7 +8,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 def own_code() -> Iterator[Any]:
@@ -59,3 +59,35 @@ def own_code() -> Iterator[Any]:
                     yield from members(member)
             elif isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
                 yield from of(value)
+
+
+def run_as_is(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (where dynamo's frame evaluation needs no unsetting)."""
+    return fn()
+
+
+def outside_dynamo() -> Callable[[Callable[[], Any]], Any]:
+    """Return a caller that runs a function with torch.compile's frame evaluation off on this thread.
+
+    A step mark can run inside a compiled call: where the program compiles its model's own
+    ``__call__`` (``torch.compile(model.__call__)``, as transformers does for a static-cache decode), the
+    compiled function is gpuscope's wrapper, and the mark after the outermost module call is made
+    inside it. What the mark does then (the overhead probe starting its watcher thread, collection
+    switched off and on through CUPTI's Python bindings) would be frames dynamo sees and counts as
+    compiled, one per function, which the program untraced never has: the mark's work runs with
+    dynamo's callback unset, as ``torch._dynamo.disable`` does, and set back after. Without the
+    call (an older torch), the function is run as it is."""
+    try:
+        from torch._C._dynamo.eval_frame import set_eval_frame  # noqa: PLC0415
+    except Exception:  # noqa: BLE001
+        return run_as_is
+
+    def outside(fn: Callable[[], Any]) -> Any:
+        prior = set_eval_frame(None)
+        try:
+            return fn()
+        finally:
+            set_eval_frame(prior)
+
+    return outside
+

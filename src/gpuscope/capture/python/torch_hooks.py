@@ -14,7 +14,7 @@ bench/RESULTS.md).
 Module backward ranges (``--trace torch-backward``) come from tensor hooks (backward_ranges.py).
 Parameterless leaf modules (activations, dropout) get no backward range of their own: their few
 backward kernels count to the module around them, which saves two tensor hooks a call. Module
-ranges may be left out of some steps (module_steps.py).
+ranges may be left out of some steps, but for the outermost call (module_steps.py).
 Tensor hooks leave the autograd graph as it is, so in-place ops on module outputs keep working.
 Inside code that torch.compile traces, the wrapper does nothing, so compiled graphs are not
 broken; the compiled module's own call is still a range.
@@ -34,13 +34,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .backward_ranges import SOURCE, BackwardRanges
 from .imports import when_imported
-from .module_steps import DEFAULT, StepGate, from_env
-from .own_code import own_code
+from .module_steps import DEFAULT, SAMPLED, StepGate, from_env
+from .own_code import outside_dynamo, own_code, run_as_is
 from .ranges import RangeRecorder
 
 if TYPE_CHECKING:
     from ..collectors import Context
 
+
+# the category of an outermost module call's range in a step without module ranges: the time the
+# host spent in the model, which the diagnosis needs in every step, without its layers
+OUTER = "model"
 
 class TorchHooks(BackwardRanges):
     """Records PyTorch ranges in a RangeRecorder (module backward ranges: :class:`.backward_ranges.BackwardRanges`)."""
@@ -64,11 +68,12 @@ class TorchHooks(BackwardRanges):
         self.collecting = True  # False outside a capture window: calls pass straight through
         self._is_compiling: Callable[[], bool] = lambda: False
         self._kinds: dict[int, int] = {}  # id(module) -> ~kind of its forward range (recorder.kind), 0: none
+        self._outer_kinds: dict[int, int] = {}  # id(module) -> ~kind of its range as an outermost call (OUTER)
         self._alive: dict[int, Any] = {}  # id(module) -> a weak reference that forgets the kind with the module
         self.force_full = False  # forward ranges through push/pop always (for measuring that path)
         self._depth = 0  # module calls open on the main thread, counted while nothing marks steps
         self._skipping = False  # torch.compile runs gpuscope's frames as they are (_not_compiled_alone)
-        self._outside: Callable[[Callable[[], Any]], Any] = _call  # runs a step mark's work (_not_compiled_alone)
+        self._outside: Callable[[Callable[[], Any]], Any] = run_as_is  # runs a step mark's work (_not_compiled_alone)
         self.fast = False  # forward ranges go to the thread's log (see _refresh)
         self.gate = StepGate(DEFAULT)  # which steps record module ranges (module_steps.py)
         self.modules_on = True  # this step records module ranges
@@ -91,6 +96,8 @@ class TorchHooks(BackwardRanges):
         self.fast = self.collecting and not self._disabled and self.logged and self.modules_on
         # module calls go straight to PyTorch: collection off, or a step without module ranges
         self.passing = not self.collecting or self._disabled or (self.logged and not self.modules_on)
+        # a step without module ranges: its outermost module calls on the main thread are ranges still
+        self.outer_only = self.collecting and not self._disabled and self.logged and not self.modules_on
         self.fast_steps = self.collecting and not self._disabled and self.r.watch is None
 
     def step_ended(self, count: int) -> None:
@@ -164,7 +171,7 @@ class TorchHooks(BackwardRanges):
             self.diag("warning", f"torch.compile may recompile at module calls after a graph break: {exc!r}")
         else:
             self._skipping = True
-        self._outside = _outside_dynamo()
+        self._outside = outside_dynamo()
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker), which is not recorded and has no flush thread: pass
@@ -240,6 +247,7 @@ class TorchHooks(BackwardRanges):
         (:meth:`_full_module_call`). Return the wrapper."""
         full = self._full_module_call(call)
         r, kinds, local, clock, is_compiling = self.r, self._kinds, self.r._local, time.monotonic_ns, self._is_compiling
+        outer_kinds = self._outer_kinds
         get_ident, main = threading.get_ident, threading.main_thread().ident
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -281,6 +289,10 @@ class TorchHooks(BackwardRanges):
         def counting(module: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling():  # first, as above
                 return call(module, *args, **kwargs)
+            if self.outer_only:
+                if self._depth or get_ident() != main:
+                    return call(module, *args, **kwargs)
+                return outer(module, *args, **kwargs)
             if r.step_marked or get_ident() != main:
                 return call(module, *args, **kwargs) if self.passing else __call__(module, *args, **kwargs)
             self._depth += 1
@@ -289,6 +301,31 @@ class TorchHooks(BackwardRanges):
             finally:
                 self._depth -= 1
                 if not self._depth and not self._disabled:
+                    self._iteration_mark()
+
+        def outer(module: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                kind = outer_kinds[id(module)]
+                log = local.log
+            except (KeyError, AttributeError):
+                try:
+                    kind, log = self._first_call(module, OUTER)
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(exc)
+                    return call(module, *args, **kwargs)
+            anchor = r.anchor
+            if anchor is not None:
+                anchor()
+            log.extend((clock(), kind))
+            self._depth += 1
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                self._depth -= 1
+                if anchor is not None:
+                    anchor()
+                log.append(clock())
+                if not self._depth and not r.step_marked and not self._disabled:
                     self._iteration_mark()
 
         counting.__wrapped__ = call  # type: ignore[attr-defined]
@@ -306,17 +343,20 @@ class TorchHooks(BackwardRanges):
     def _mark_iteration(self) -> None:
         self.r.mark("iteration", "", "module", "iteration")
 
-    def _first_call(self, module: Any) -> tuple[int, list[Any]]:
-        """Return the complement of the kind of ``module``'s forward range (0: no range of its own), kept
-        until the module is gone, and this thread's log."""
+    def _first_call(self, module: Any, category: str = "forward") -> tuple[int, list[Any]]:
+        """Return the complement of the kind of ``module``'s range of ``category`` (0: no forward range of
+        its own), kept until the module is gone, and this thread's log."""
         key = id(module)
-        kind = self._kinds.get(key)
+        kinds = self._kinds if category == "forward" else self._outer_kinds
+        kind = kinds.get(key)
         if kind is None:
-            kind = 0 if self._compiled_wrapper(module) else ~self.r.kind(self.name_of(module), "", SOURCE, "forward")
-            kinds, alive = self._kinds, self._alive
+            wrapper = category == "forward" and self._compiled_wrapper(module)
+            kind = 0 if wrapper else ~self.r.kind(self.name_of(module), "", SOURCE, category)
+            all_kinds, alive = (self._kinds, self._outer_kinds), self._alive
 
             def forget(_: Any, key: int = key) -> None:  # the id may be reused by the next module
-                kinds.pop(key, None)
+                for known in all_kinds:
+                    known.pop(key, None)
                 alive.pop(key, None)
 
             alive[key] = weakref.ref(module, forget)
@@ -452,37 +492,9 @@ def start(ctx: Context, torch: Any = None) -> TorchHooks:
     """Install the PyTorch hooks in the imported ``torch``, recording into the process's range
     recorder (module backward ranges with ``torch-backward``); return them."""
     hooks = TorchHooks(ctx.collector("ranges"), ctx.diag, backward="torch-backward" in ctx.trace)
-    hooks.gate = StepGate(from_env(ctx.diag))
+    # on a GPU the layers come from the kernels, which repeat from step to step: sampled steps are
+    # enough; on the CPU they come from the Python samples inside the ranges, which are sparse already
+    hooks.gate = StepGate(from_env(ctx.diag, SAMPLED if ctx.collector("cuda") is not None else DEFAULT))
     hooks.install(torch)
     return hooks
-
-
-def _call(fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
-def _outside_dynamo() -> Callable[[Callable[[], Any]], Any]:
-    """Return a caller that runs a function with torch.compile's frame evaluation off on this thread.
-
-    A step mark can run inside a compiled call: where the program compiles its model's own
-    ``__call__`` (``torch.compile(model.__call__)``, as transformers does for a static-cache decode), the
-    compiled function is gpuscope's wrapper, and the mark after the outermost module call is made
-    inside it. What the mark does then (the overhead probe starting its watcher thread, collection
-    switched off and on through CUPTI's Python bindings) would be frames dynamo sees and counts as
-    compiled, one per function, which the program untraced never has: the mark's work runs with
-    dynamo's callback unset, as ``torch._dynamo.disable`` does, and set back after. Without the
-    call (an older torch), the function is run as it is."""
-    try:
-        from torch._C._dynamo.eval_frame import set_eval_frame  # noqa: PLC0415
-    except Exception:  # noqa: BLE001
-        return _call
-
-    def outside(fn: Callable[[], Any]) -> Any:
-        prior = set_eval_frame(None)
-        try:
-            return fn()
-        finally:
-            set_eval_frame(prior)
-
-    return outside
 

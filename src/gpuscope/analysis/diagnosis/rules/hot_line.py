@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..context import data_dict, fmt_ns
-from ..cpu_breakdown import FORWARD, OTHER
+from ..cpu_breakdown import FORWARD, MODEL_CALLS, OTHER
 from ..cpu_context import CpuContext, CpuProcess
 from ..cpu_frames import Frame, frame_text
 from ..finding import Finding
@@ -99,7 +99,7 @@ def op_repeats(p: CpuProcess) -> float:
     ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     i = np.searchsorted(ws, st, "right") - 1
     ops = ops[(i >= 0) & (st < we[np.maximum(i, 0)])]
-    fwd = p.ranges[p.ranges["category"] == "forward"] if len(p.ranges) else p.ranges
+    fwd = p.ranges[p.ranges["category"].isin(MODEL_CALLS)] if len(p.ranges) else p.ranges
     if len(fwd):
         st = ops["start_ns"].to_numpy(np.int64)
         fs, fe = fwd["start_ns"].to_numpy(np.int64), fwd["end_ns"].to_numpy(np.int64)
@@ -331,7 +331,7 @@ def _module_calls(ctx: CpuContext, p: CpuProcess) -> dict[tuple[str, int], float
     r = p.ranges
     if not len(r):
         return {}
-    fwd = top_level(r[r["category"] == "forward"].sort_values(["start_ns", "end_ns"], ascending=[True, False]))
+    fwd = top_level(r[r["category"].isin(MODEL_CALLS)].sort_values(["start_ns", "end_ns"], ascending=[True, False]))
     w = p.steady_windows
     ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     st = fwd["start_ns"].to_numpy(np.int64)
