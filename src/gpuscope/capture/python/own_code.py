@@ -35,16 +35,19 @@ def own_code() -> Iterator[Any]:
         if isinstance(code, types.CodeType):
             yield from walk(code)
 
-    root = __name__.split(".")[0]
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == root or name.startswith(root + ".")):
-            continue
+    def module_code(module: Any, name: str, kind: Any) -> Iterator[Any]:
+        """The code of the classes and functions ``module`` defines (``kind``: what a function is)."""
         for value in list(vars(module).values()):
             if isinstance(value, type) and value.__module__ == name:
                 for member in list(vars(value).values()):
                     yield from members(member)
-            elif getattr(value, "__module__", None) == name:
+            elif isinstance(value, kind) and getattr(value, "__module__", None) == name:
                 yield from of(value)
+
+    root = __name__.split(".")[0]
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == root or name.startswith(root + ".")):
+            yield from module_code(module, name, object)
     # the standard library's Python code the wrappers call (their names of modules live in a WeakKeyDictionary)
     for member in vars(weakref.WeakKeyDictionary).values():
         yield from of(member)
@@ -53,12 +56,7 @@ def own_code() -> Iterator[Any]:
     # and dynamo would count each of these frames as one compiled (threading.Thread.start, Event.wait,
     # Condition.notify, the WeakSet of threads): 16 frames where the program untraced compiles one
     for module in (threading, _weakrefset):
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__module__ == module.__name__:
-                for member in list(vars(value).values()):
-                    yield from members(member)
-            elif isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-                yield from of(value)
+        yield from module_code(module, module.__name__, types.FunctionType)
 
 
 def run_as_is(fn: Callable[[], Any]) -> Any:
