@@ -94,3 +94,17 @@ def test_the_layer_table_of_a_sampled_run_has_no_model_rows(recorded: Callable[[
     top = max(modules, key=lambda k: full[k]["GPU Self"])
     assert rows[top]["Share"] == pytest.approx(full[top]["Share"], abs=0.2)  # of the steps with layers
     assert rows[top]["Calls"] < full[top]["Calls"]
+
+
+def test_the_summary_says_its_layers_are_of_some_steps(recorded: Callable[[str], Path], tmp_path: Path) -> None:
+    from gpuscope.analysis.overview import overview
+
+    whole, sampled = _pair(recorded, "client_hf_bert_infer", tmp_path)
+    notes = {}
+    for key, path in (("whole", whole), ("sampled", sampled)):
+        with Report.open(path) as report:
+            layers = overview(report).top_layers
+        assert layers is not None and layers.rows
+        notes[key] = layers.notes
+    assert notes["whole"] == []
+    assert len(notes["sampled"]) == 1 and "recorded in 30 of 84 steps" in notes["sampled"][0]

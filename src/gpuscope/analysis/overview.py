@@ -10,6 +10,7 @@ from .steps.capture import CaptureSummary, capture_summary
 from .cpu.summaries import cpu_hotspots_lines, host_summary
 from .ops.cuda_summaries import cuda_gpu_kern_sum
 from .ranges.layers import layer_sum
+from .ranges.module_steps import module_steps
 from .steps.overhead import CollectionOverhead, collection_overhead
 from .table import Table
 
@@ -167,7 +168,8 @@ def _top_lines(report: Report, top: int) -> Table | None:
 
 
 def _top_layers(report: Report, top: int) -> Table | None:
-    """The modules with the most GPU time they launched (without GPU work: forward CPU time), no notes."""
+    """The modules with the most GPU time they launched (without GPU work: forward CPU time); a note only
+    where module ranges were recorded in some steps."""
     table = layer_sum(report)
     rows = [r for r in table.rows if r[1] == "module"]
     if not rows:
@@ -181,5 +183,7 @@ def _top_layers(report: Report, top: int) -> Table | None:
         labels = ["Name", "Calls", "Fwd CPU", "Bwd CPU"]
     table.rows = rows
     out = pick(table, labels, top)
-    out.title, out.notes = "Heaviest layers", []
+    said = module_steps(report)
+    out.title = "Heaviest layers"
+    out.notes = [f"Of the steps with layers: {said.describe()}."] if said is not None and said.sampled else []
     return out
