@@ -5,8 +5,16 @@ A thread wakes every ``interval`` (4 ms by default: 250 Hz), takes every thread'
 tree of frames, and the wall time since that thread's previous sample (a sample stands for the
 time the sampler could not look; it may wake late while another thread holds the GIL).
 Frames and stack nodes are interned in the process's shared :class:`~.stacks.StackTable`, so a
-sample is three integers. Every 0.1 s, and when sampling stops, the
-threads' CPU times are read from /proc, for CPU time against wall time per thread.
+sample is three integers.
+
+Every 0.1 s, and when sampling stops, the CPU times of the threads Python knows are read from
+their CPU-time clocks, for CPU time against wall time per thread: no file is read, so the reading
+keeps the GIL (each read of a /proc file hands it over and waits to get it back: beside dozens of
+threads and a program running Python, one reading of them all took a good part of a second, and no
+sample was taken meanwhile). Every task of the process (native threads too: OpenMP's, CUDA's) is
+read from /proc rarely: at the first reading, then at least a second apart and fifty times what the
+last such reading took, and when sampling stops. Without the clocks (not Linux) every reading is
+from /proc.
 
 While it runs, the interpreter's switch interval is at most half the sampling interval (see
 :meth:`Sampler.start`). Outside a capture window (``set_collecting(False)``) the thread sleeps until
@@ -42,6 +50,8 @@ SAMPLE_RATE_ENV = "GPUSCOPE_SAMPLE_HZ"
 DEFAULT_SAMPLE_HZ = 250  # 1 kHz cost 1.27x on a small CPU training loop, 250 Hz 1.09x (bench/RESULTS.md)
 
 THREAD_TIMES_EVERY_NS = 100_000_000  # between readings of the threads' CPU times
+ALL_TASKS_EVERY_NS = 1_000_000_000  # at least this between readings of every task's CPU time from /proc,
+ALL_TASKS_SPACING = 50  # and this many times what the last one took
 Rows = dict[str, list[tuple[Any, ...]]]
 
 
@@ -66,6 +76,8 @@ class Sampler:
         self._switch: float | None = None  # the switch interval to restore
         self.busy_ns = 0
         self.held_ns = 0  # wall time holding the GIL, from waking to the next sleep
+        self._clocks: bool | None = None  # whether the threads' CPU-time clocks can be read (checked once)
+        self._all_tasks_at = 0  # monotonic time of the next reading of every task from /proc
 
     def set_collecting(self, on: bool) -> None:
         """Sample (``on``) or sleep until sampling is switched on again."""
@@ -139,7 +151,7 @@ class Sampler:
             try:
                 self._sample(me)
                 if woke - last_times >= THREAD_TIMES_EVERY_NS:
-                    self._thread_times()
+                    self._thread_times(all_tasks=woke >= self._all_tasks_at)
                     last_times = woke
             except Exception:  # noqa: BLE001,S110  (a sampler error must not reach the program)
                 pass
@@ -212,26 +224,57 @@ class Sampler:
             if t.ident is not None:
                 self._native[t.ident] = (t.native_id or t.ident, t.name)
 
-    def _thread_times(self) -> None:
-        """Record each thread's CPU time so far (from /proc), for CPU against wall time."""
-        now = time.monotonic_ns() + self.offset
-        tick = os.sysconf("SC_CLK_TCK")
+    def _thread_times(self, all_tasks: bool = True) -> None:
+        """Record the CPU time so far of each thread Python knows (from its clock) and, with
+        ``all_tasks`` or without the clocks, of every other task of the process (from /proc).
+
+        Rows are (time, native thread id, name, CPU time in ns) from either source: a thread's CPU
+        time is read from one source for as long as Python knows it, and /proc's utime + stime is
+        its clock's value in ticks (10 ms), rounded down.
+        """
+        start = time.monotonic_ns()
+        now = start + self.offset
+        rows: list[tuple[Any, ...]] = []
+        if self._clocks is None:
+            self._clocks = _thread_clocks_work()
+        read = self._clock_times(now, rows) if self._clocks else set()
+        if all_tasks or not self._clocks:
+            self._proc_times(now, rows, read)
+            end = time.monotonic_ns()
+            self._all_tasks_at = end + max(ALL_TASKS_EVERY_NS, ALL_TASKS_SPACING * (end - start))
+        with self._lock:
+            self._rows["thread_time"] += rows
+
+    def _clock_times(self, now: int, rows: list[tuple[Any, ...]]) -> set[int]:
+        """Add the CPU time of every thread of ``threading`` from its clock; return their native ids."""
+        read: set[int] = set()
+        clock = time.clock_gettime_ns
+        for t in threading.enumerate():
+            ident, native = t.ident, t.native_id
+            if ident is None or native is None or native in read:
+                continue
+            self._native[ident] = (native, t.name)  # an ident is reused by the next thread: keep it current
+            try:
+                cpu_ns = clock(_cpu_clock(native))
+            except (OSError, ValueError, OverflowError):
+                continue  # it ended since the listing
+            rows.append((now, native, t.name, cpu_ns))
+            read.add(native)
+        return read
+
+    def _proc_times(self, now: int, rows: list[tuple[Any, ...]], skip: set[int]) -> None:
+        """Add the CPU time of every task of the process (from /proc) but those in ``skip``."""
         names = {native: name for native, name in self._native.values()}
-        rows = []
         try:
             tids = os.listdir("/proc/self/task")
         except OSError:
             return
         for tid in tids:
-            try:
-                with open(f"/proc/self/task/{tid}/stat") as fh:
-                    fields = fh.read().rpartition(")")[2].split()
-            except OSError:
+            if int(tid) in skip:
                 continue
-            cpu_ns = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // tick  # utime + stime
-            rows.append((now, int(tid), names.get(int(tid), ""), cpu_ns))
-        with self._lock:
-            self._rows["thread_time"] += rows
+            cpu_ns = _proc_cpu_ns(tid)
+            if cpu_ns is not None:
+                rows.append((now, int(tid), names.get(int(tid), ""), cpu_ns))
 
 
 def start(ctx: Context, module: Any = None) -> Sampler:
@@ -250,3 +293,36 @@ def _same(kept: tuple[Any, int, int, Any, int], f: Any) -> bool:
     back = f.f_back
     return (kept[0] is f.f_code and kept[2] == id(back)
             and kept[3] is (back.f_code if back is not None else None))
+
+
+def _cpu_clock(native_id: int) -> int:
+    """The id of the CPU-time clock of thread ``native_id`` of this process (Linux's encoding, as
+    glibc's and musl's ``pthread_getcpuclockid`` make it).
+
+    Made from the native id rather than by ``time.pthread_getcpuclockid(ident)``: that reads the
+    thread's descriptor through its pthread_t, whose memory may be unmapped once the thread has
+    ended (a thread may end between the listing and the read). The kernel answers an ended thread's
+    clock, or another process's thread, with EINVAL.
+    """
+    return (~native_id << 3) | 6  # CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2)
+
+
+def _thread_clocks_work() -> bool:
+    """Whether threads' CPU-time clocks can be read here: Linux's encoding, checked on this thread."""
+    if not sys.platform.startswith("linux") or not hasattr(time, "pthread_getcpuclockid"):
+        return False
+    try:
+        clock = _cpu_clock(threading.get_native_id())
+        return time.pthread_getcpuclockid(threading.get_ident()) == clock and time.clock_gettime_ns(clock) >= 0
+    except (OSError, ValueError, OverflowError, AttributeError):
+        return False
+
+
+def _proc_cpu_ns(tid: int | str) -> int | None:
+    """Task ``tid``'s CPU time so far in ns, from /proc (utime + stime, in ticks); None if it ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
