@@ -8,7 +8,9 @@ untraced loop of the same round), the distinct sample times taken while the prog
 sampler's wall time between waking and sleeping (``held_ns``), and the readings of the threads' CPU
 times.
 
-    PYTHONPATH=src python bench/sampler_threads.py --previous DIR --threads 60 --rounds 5
+    PYTHONPATH=src python bench/sampler_threads.py --previous DIR --threads 60 --rounds 5 [--native]
+
+With ``--native`` the idle threads are OpenMP's (torch's intra-op pool), which Python does not know.
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = """
 import sys, threading, time
 ev = threading.Event()
-for _ in range(int(sys.argv[1])):
-    threading.Thread(target=ev.wait, daemon=True).start()
+if sys.argv[3] == "native":  # OpenMP's threads, idle once a parallel operator has run
+    import torch
+    torch.set_num_threads(int(sys.argv[1]) + 1)
+    torch.ones(1 << 22).mul_(2)
+    time.sleep(0.5)
+else:
+    for _ in range(int(sys.argv[1])):
+        threading.Thread(target=ev.wait, daemon=True).start()
 t0 = time.perf_counter()
 s = 0
 for i in range(int(sys.argv[2])):
@@ -37,9 +45,9 @@ ev.set()
 """
 
 
-def run(mode: str, src: str, prog: str, threads: int, work: int, out: str) -> dict:
+def run(mode: str, src: str, prog: str, threads: int, work: int, out: str, kind: str = "python") -> dict:
     """One fresh process; its loop time and, traced, what the report says of the sampler."""
-    argv = [sys.executable, prog, str(threads), str(work)]
+    argv = [sys.executable, prog, str(threads), str(work), kind]
     env = dict(os.environ)
     if mode != "untraced":
         argv = [sys.executable, "-m", "gpuscope", "profile", "-t", "cpu", "-o", out, "--force-overwrite", *argv[1:]]
@@ -65,6 +73,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=60)
     p.add_argument("--work", type=int, default=8_000_000, help="iterations of the Python loop")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--native", action="store_true", help="idle OpenMP threads (torch's) instead of Python ones")
     args = p.parse_args()
     modes = {"untraced": "", "previous": args.previous, "current": str(ROOT / "src")}
     rows = []
@@ -74,11 +83,13 @@ def main() -> None:
         for rnd in range(args.rounds):
             order = list(modes)[rnd % 3:] + list(modes)[:rnd % 3]
             for mode in order:
-                row = run(mode, modes[mode], prog, args.threads, args.work, os.path.join(tmp, "r"))
+                row = run(mode, modes[mode], prog, args.threads, args.work, os.path.join(tmp, "r"),
+                          "native" if args.native else "python")
                 rows.append({**row, "round": rnd})
                 print(json.dumps(rows[-1]), flush=True)
     base = {r["round"]: r["loop_s"] for r in rows if r["mode"] == "untraced"}
-    print(f"\n{args.threads} idle threads, {args.rounds} rounds\n")
+    kind = "native (OpenMP)" if args.native else "Python"
+    print(f"\n{args.threads} idle {kind} threads, {args.rounds} rounds\n")
     print("| mode | loop, median (range) | / untraced | samples | sampler awake | thread-time readings |")
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in modes:
