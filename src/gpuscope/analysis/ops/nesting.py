@@ -133,15 +133,10 @@ def innermost_into(report: Report, name: str, ops: str, ranges: str) -> str:
     return name
 
 
-def tree_into(report: Report, name: str, ranges: str) -> str:
-    """Create table ``name`` ``(rid, parent, level)``: each range of ``ranges`` (``pid, ktid, rid,
-    start_ns, end_eff``) with its parent, the last range of its key before it in start order that
-    ends no earlier (NULL if none), and its depth (0 without parent); return ``name``."""
-    import pandas as pd
-
-    keys = f"{name}_keys"
-    end, rid = _sorted_ranges(report, ranges, keys, ("end_eff", "rid"))
-    starts = np.array(sorted(r0 for (r0,) in report.sql(f"SELECT r0 FROM {keys}")), dtype=np.int64)
+def parents_and_depths(end: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges sorted by key, start, longer first (``end``: their ends; ``starts``: the sorted
+    positions where each key's ranges begin), the position of each one's parent, the last range of
+    its key before it that ends no earlier (-1 if none), and its depth (0 without parent)."""
     levels = pyramid(end)
     parent = np.empty(len(end), dtype=np.int64)
     for at in range(0, len(end), CHUNK):
@@ -157,6 +152,19 @@ def tree_into(report: Report, name: str, ranges: str) -> str:
         depth[active] += 1
         up[active] = parent[up[active]]
         active = active[up[active] >= 0]
+    return parent, depth
+
+
+def tree_into(report: Report, name: str, ranges: str) -> str:
+    """Create table ``name`` ``(rid, parent, level)``: each range of ``ranges`` (``pid, ktid, rid,
+    start_ns, end_eff``) with its parent, the last range of its key before it in start order that
+    ends no earlier (NULL if none), and its depth (0 without parent); return ``name``."""
+    import pandas as pd
+
+    keys = f"{name}_keys"
+    end, rid = _sorted_ranges(report, ranges, keys, ("end_eff", "rid"))
+    starts = np.array(sorted(r0 for (r0,) in report.sql(f"SELECT r0 FROM {keys}")), dtype=np.int64)
+    parent, depth = parents_and_depths(end, starts)
     report.sql(f"CREATE TEMP TABLE {name} (rid BIGINT, parent BIGINT, level INTEGER)")
     for at in range(0, len(end), CHUNK):
         par = parent[at:at + CHUNK]

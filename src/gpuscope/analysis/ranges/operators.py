@@ -14,29 +14,23 @@ from __future__ import annotations
 import json
 
 from ...trace.report import Report
-from ..ops.attribution import ANY_THREAD, FOREVER, ops_table, temp_table
-from ..ops.nesting import innermost_into, tree_into
+from ..heap import give_back
+from ..ops.attribution import _exists, ops_table
+from .op_nesting import call_numbers, frames_into, launch_owners
 from .op_windows import sampled, windows
 from ..table import Column, Table
 
 TORCH_OPS = "gpuscope_torch_op"
 OP_KERNELS = "gpuscope_op_torch_op"
 OUTSIDE = "(not in an operator)"
-_HELPERS = (f"{TORCH_OPS}_calls", f"{TORCH_OPS}_tree")  # dropped once the operators' table is made
-_OWNER_HELPERS = (f"{OP_KERNELS}_calls", f"{OP_KERNELS}_tangled", f"{OP_KERNELS}_general")
+PACKED = "gpuscope_packed"  # an in-memory database of the connection whose tables are stored compressed
+BATCH = 4 * 122_880  # rows of the operators' table made at a time: four of DuckDB's row groups
 
 COLUMNS = [
     Column("Name"), Column("Input Shapes"), Column("Input Dtypes"), Column("Calls", "count"),
     Column("CPU Total", "ns"), Column("CPU Avg", "ns"), Column("Kernels", "count"),
     Column("GPU Time", "ns"), Column("GPU Share", "percent"),
 ]  # fmt: skip
-
-
-def _before(partition: str, end: str, tiebreak: str) -> str:
-    """SQL: the latest end among the intervals before this one in its partition (in start order,
-    of equal starts the longer first)."""
-    return (f"max({end}) OVER (PARTITION BY {partition} ORDER BY start_ns, {end} DESC, {tiebreak} "
-            "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)")
 
 
 def torch_ops_table(report: Report) -> str:
@@ -48,85 +42,71 @@ def torch_ops_table(report: Report) -> str:
     ``scalars`` (JSON text as stored), ``depth`` (0 for an operator no other one of its thread
     encloses) and ``parent_id`` (the tightest enclosing operator of its thread, NULL at depth 0:
     the last one of the thread started before it, of equal starts the longer, that ends no earlier).
-    The nesting is found by :func:`..ops.nesting.tree_into`, in memory linear in the operators.
+    The numbers, names and nesting are worked out by :func:`.op_nesting.call_numbers` (in memory
+    linear in the operators; DuckDB's window functions over three million nested calls took most
+    of a gigabyte), paired with the stored calls by position, and the table is kept compressed
+    (:data:`PACKED`: a tenth of the memory of a temporary table), made a batch of rows at a time;
+    the name returned is a view of it.
     """
-    name = temp_table(report, TORCH_OPS, lambda: _calls_query(report))
-    for helper in _HELPERS:
-        report.sql(f"DROP TABLE IF EXISTS {helper}")
-    return name
+    if _view_exists(report, TORCH_OPS):
+        return TORCH_OPS
+    numbers = f"{TORCH_OPS}_numbers"
+    columns = call_numbers(report)
+    named = bool(columns["named"].all())  # type: ignore[union-attr]
+    if named:
+        del columns["named"]
+    frames_into(report, numbers, columns, ("parent_id",))
+    del columns
+    give_back()  # the arrays' memory, kept by malloc (heap.py), to the table made next
+    # the numbers are in the order of torch_op's rows (kept, as insertion order is): paired by position
+    calls = f"""
+        SELECT n.torch_op_id, t.pid, t.tid, t.start_ns, t.end_ns, CAST(n.name AS VARCHAR) AS name, t.seq, t.shapes,
+               t.dtypes, t.out_shapes, t.scalars, n.depth, n.parent_id{'' if named else ', n.named'}
+        FROM torch_op t POSITIONAL JOIN {numbers} n"""
+    _attach_packed(report)
+    packed = f"{PACKED}.{TORCH_OPS}"
+    report.sql(f"CREATE OR REPLACE TABLE {packed} AS SELECT * EXCLUDE (named) FROM ({calls}) LIMIT 0"
+               if not named else f"CREATE OR REPLACE TABLE {packed} AS {calls} LIMIT 0")
+    (rows,) = report.sql("SELECT count(*) FROM torch_op")[0]
+    for at in range(0, int(rows), BATCH):
+        part = f"SELECT * FROM ({calls}) LIMIT {BATCH} OFFSET {at}"
+        report.sql(f"INSERT INTO {packed} {part}" if named else
+                   f"INSERT INTO {packed} SELECT * EXCLUDE (named) FROM ({part}) WHERE named")
+        report.sql(f"CHECKPOINT {PACKED}")  # compressed: the batch's rows as they came are freed
+    report.sql(f"DROP TABLE {numbers}")
+    report.sql(f"CREATE OR REPLACE TEMP VIEW {TORCH_OPS} AS SELECT * FROM {packed}")
+    return TORCH_OPS
 
 
-def _calls_query(report: Report) -> str:
-    """The query of :func:`torch_ops_table`; where operators nest, it first creates the tables it reads
-    (numbered calls and their tree), which :func:`torch_ops_table` drops once the table is made."""
-    end = f"coalesce(end_ns, {FOREVER})"
-    calls = """
-        SELECT row_number() OVER (ORDER BY pid, start_ns, tid, end_ns DESC, name_id) AS torch_op_id,
-               pid, tid, start_ns, end_ns, name_id, seq, shapes, dtypes, out_shapes, scalars
-        FROM torch_op"""
-    columns = """t.torch_op_id, t.pid, t.tid, t.start_ns, t.end_ns, s.value AS name, t.seq, t.shapes,
-               t.dtypes, t.out_shapes, t.scalars"""
-    (nested,) = report.sql(f"SELECT count(*) FROM (SELECT {end} AS e, {_before('pid, tid', end, 'name_id')} AS b "
-                           "FROM torch_op) WHERE b >= e")[0]
-    if not nested:  # what the recorder writes: no call encloses another of its thread
-        return f"""
-            SELECT {columns}, 0 AS depth, CAST(NULL AS BIGINT) AS parent_id
-            FROM ({calls}) t JOIN string s ON s.id = t.name_id"""
-    numbered, tree = _HELPERS
-    for helper in _HELPERS:
-        report.sql(f"DROP TABLE IF EXISTS {helper}")
-    report.sql(f"CREATE TEMP TABLE {numbered} AS {calls}")  # once, so that equal calls keep their ids
-    tree_into(report, tree, f"SELECT pid, tid AS ktid, torch_op_id AS rid, start_ns, {end} AS end_eff FROM {numbered}")
-    return f"""
-        SELECT {columns}, tree.level AS depth, tree.parent AS parent_id
-        FROM {numbered} t JOIN {tree} tree ON tree.rid = t.torch_op_id JOIN string s ON s.id = t.name_id"""
+def _attach_packed(report: Report) -> None:
+    import duckdb
+
+    try:
+        report.con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {PACKED} (COMPRESS)")
+    except duckdb.Error:  # a DuckDB without in-memory compression (before 1.2): its tables as they come
+        report.con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {PACKED}")
+
+
+def _view_exists(report: Report, name: str) -> bool:
+    return bool(report.sql("SELECT 1 FROM duckdb_views() WHERE temporary AND view_name = ?", [name]))
 
 
 def op_kernels_table(report: Report) -> str:
     """Create the table ``(op_id, torch_op_id)`` of every GPU operation of ``ops_table`` with the
     innermost PyTorch operator running at its launch (NULL when none was); return its name.
 
-    Where the operators of a thread key (a thread, or all threads of a process for launches of an
-    unknown thread) never overlap, the one running at a launch is the last one started before it,
-    if it has not ended (an as-of join); keys with overlapping operators take the general way of
-    :func:`..ops.nesting.innermost_into` (memory linear in the operators and launches).
+    The operator running at a launch is the innermost one of its thread key (its thread, or all
+    threads of its process for launches of an unknown thread) whose ``[start_ns, end_ns]`` holds it:
+    :func:`.op_nesting.launch_owners`, in memory linear in the operators and launches.
     """
-    name = temp_table(report, OP_KERNELS, lambda: _owners_query(report))
-    for helper in _OWNER_HELPERS:
-        report.sql(f"DROP TABLE IF EXISTS {helper}")
-    return name
-
-
-def _owners_query(report: Report) -> str:
-    """The query of :func:`op_kernels_table`; it first creates the tables it reads: the operators
-    under each launch key, the keys where they overlap, and the innermost operator of each launch
-    under those keys."""
+    if _exists(report, OP_KERNELS):
+        return OP_KERNELS
     ops, calls = ops_table(report), torch_ops_table(report)
-    keyed = f"SELECT op_id, pid, coalesce(tid, {ANY_THREAD}) AS ktid, launch_ns FROM {ops}"
-    intervals = f"""
-        SELECT k.pid, k.ktid, t.torch_op_id AS rid, t.start_ns, coalesce(t.end_ns, {FOREVER}) AS end_eff
-        FROM {calls} t
-        JOIN (SELECT DISTINCT pid, ktid FROM ({keyed})) k
-          ON k.pid = t.pid AND (k.ktid = {ANY_THREAD} OR k.ktid = t.tid)"""
-    keyed_calls, tangled, general = _OWNER_HELPERS
-    for helper in _OWNER_HELPERS:
-        report.sql(f"DROP TABLE IF EXISTS {helper}")
-    report.sql(f"""CREATE TEMP TABLE {keyed_calls} AS
-                   SELECT *, {_before('pid, ktid', 'end_eff', 'rid')} AS before FROM ({intervals})""")
-    report.sql(f"CREATE TEMP TABLE {tangled} AS SELECT DISTINCT pid, ktid FROM {keyed_calls} WHERE before >= start_ns")
-    innermost_into(report, general, f"SELECT * FROM ({keyed}) SEMI JOIN {tangled} USING (pid, ktid)",
-                   f"SELECT pid, ktid, rid, start_ns, end_eff FROM {keyed_calls} SEMI JOIN {tangled} USING (pid, ktid)")
-    return f"""
-        WITH launches AS MATERIALIZED ({keyed}),
-        simple AS (
-            SELECT l.op_id, CASE WHEN c.end_eff >= l.launch_ns THEN c.rid END AS rid
-            FROM (SELECT * FROM launches ANTI JOIN {tangled} USING (pid, ktid)) l
-            ASOF JOIN (SELECT * FROM {keyed_calls} ANTI JOIN {tangled} USING (pid, ktid)) c
-              ON c.pid = l.pid AND c.ktid = l.ktid AND l.launch_ns >= c.start_ns)
-        SELECT o.op_id, i.rid AS torch_op_id
-        FROM {ops} o
-        LEFT JOIN (SELECT op_id, rid FROM simple WHERE rid IS NOT NULL
-                   UNION ALL SELECT op_id, rid FROM {general}) i ON i.op_id = o.op_id"""
+    op_id, owner = launch_owners(report, f"SELECT op_id, pid, tid, launch_ns FROM {ops}", calls)
+    frames_into(report, OP_KERNELS, {"op_id": op_id, "torch_op_id": owner}, ("torch_op_id",))
+    del op_id, owner
+    give_back()
+    return OP_KERNELS
 
 
 def _no_ops(report: Report) -> list[str]:
