@@ -109,9 +109,10 @@ class Gpuscope:
             text=True,
             env=base_env(),
             start_new_session=new_session,
-            # A test run started in the background inherits an ignored SIGINT, and so would the
-            # program: give gpuscope (and so the program) the default disposition a terminal gives.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            # A test run started in the background inherits an ignored SIGINT (and under nohup an
+            # ignored SIGHUP), and so would the program: give gpuscope (and so the program) the
+            # default dispositions a terminal gives.
+            preexec_fn=_default_signals,
         )
 
     def profile(self, *args: str, **kw: Any) -> Result:
@@ -123,6 +124,11 @@ class Gpuscope:
 def gs(tmp_path: Path) -> Gpuscope:
     """A gpuscope runner working in this test's own directory."""
     return Gpuscope(tmp_path)
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = TIMEOUT_S) -> None:
