@@ -212,3 +212,20 @@ def test_per_step_layer_times_of_ranks_divide_by_the_steps_with_module_ranges(tm
     assert got[(0, "M", "gpu")] == pytest.approx(300) and got[(1, "M", "cpu")] == pytest.approx(300)
     assert got[(0, "SGD.step", "cpu")] == pytest.approx(50)
 
+
+
+def test_the_layer_table_leaves_out_outermost_call_ranges_only(tmp_path: Path) -> None:
+    """A step without layers keeps its model's outermost call (category ``model``): not a row of its own
+    in layer_sum; a PyTorch range without a category still is one."""
+    b = ReportBuilder(tmp_path / "m.gpuscope")
+    b.range("M", 100, 400, 1, category="forward")
+    b.range("custom", 420, 450, 1)  # no category
+    b.mark("step", 1000, 1)
+    b.range("M", 1100, 1400, 1, category="model")
+    b.mark("step", 2000, 1)
+    with b.open() as report:
+        names = {r["Name"] for r in layer_sum(report).records()}
+    assert "custom" in names and "M" in names
+    with b.open() as report:
+        kinds = {r["Name"]: r.get("Kind") for r in layer_sum(report).records()}
+    assert "model" not in kinds.values()

@@ -31,7 +31,7 @@ def layer_times(report: Report) -> pd.DataFrame:
                                    CASE WHEN r.category IN ('forward', 'backward') THEN 'module' ELSE r.category END
                                      AS kind, 'cpu' AS time, sum(r.end_ns - r.start_ns) AS total
                             FROM {ranges_table(report)} r JOIN string n ON n.id = r.name_id
-                            WHERE r.source = 'torch' AND r.category <> 'model' AND r.end_ns IS NOT NULL
+                            WHERE r.source = 'torch' AND r.category IS DISTINCT FROM 'model' AND r.end_ns IS NOT NULL
                             GROUP BY ALL""")]
     ops = ops_table(report)
     if report.count(ops):

@@ -152,7 +152,7 @@ def layer_sum(report: Report) -> Table:
                    count(*) AS n, sum(r.end_ns - r.start_ns) FILTER (WHERE r.category = 'forward') AS fwd_cpu,
                    sum(r.end_ns - r.start_ns) FILTER (WHERE r.category = 'backward') AS bwd_cpu
             FROM {ranges} r JOIN string n ON n.id = r.name_id
-            WHERE r.source = 'torch' AND r.category <> 'model' GROUP BY ALL),
+            WHERE r.source = 'torch' AND r.category IS DISTINCT FROM 'model' GROUP BY ALL),
         all_rows AS (
             SELECT row_kind, row_name FROM self UNION SELECT row_kind, row_name FROM calls)
         SELECT a.row_name, a.row_kind,

@@ -42,9 +42,8 @@ if TYPE_CHECKING:
     from ..collectors import Context
 
 
-# the category of an outermost module call's range in a step without module ranges: the time the
-# host spent in the model, which the diagnosis needs in every step, without its layers
-OUTER = "model"
+OUTER = "model"  # the outermost call's range in a step without module ranges (module_steps.py)
+
 
 class TorchHooks(BackwardRanges):
     """Records PyTorch ranges in a RangeRecorder (module backward ranges: :class:`.backward_ranges.BackwardRanges`)."""
