@@ -73,7 +73,8 @@ def last_at_least(levels: list[np.ndarray], b: np.ndarray, c: np.ndarray, level:
 
 def fetch_columns(report: Report, query: str, columns: Sequence[str], rows: int, extra: int = 0) -> list[np.ndarray]:
     """The ``columns`` of the ``rows`` rows of ``query`` as int64 arrays (NULL as 0), streamed so
-    that one copy of the rows is held, each with ``extra`` zeros at the end."""
+    that one copy of the rows is held, each with ``extra`` zeros at the end; RuntimeError where the
+    query gave fewer rows."""
     n = rows
     out = [np.zeros(int(n) + extra, dtype=np.int64) for _ in columns]
     res = report.con.execute(query)
@@ -82,6 +83,8 @@ def fetch_columns(report: Report, query: str, columns: Sequence[str], rows: int,
         for array, column in zip(out, columns):
             array[at:at + len(chunk)] = chunk[column].fillna(0).to_numpy(dtype=np.int64)
         at += len(chunk)
+    if at != n:
+        raise RuntimeError(f"read {at} rows of {n}")
     return out
 
 

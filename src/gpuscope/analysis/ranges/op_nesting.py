@@ -16,7 +16,7 @@ import numpy as np
 
 from ...trace.report import Report
 from ..ops.attribution import ANY_THREAD, FOREVER
-from ..ops.nesting import CHUNK, last_at_least, parents_and_depths, pyramid
+from ..ops.nesting import CHUNK, fetch_columns, last_at_least, parents_and_depths, pyramid
 
 
 def _read(report: Report, query: str, exprs: dict[str, str]) -> dict[str, np.ndarray]:
@@ -25,16 +25,8 @@ def _read(report: Report, query: str, exprs: dict[str, str]) -> dict[str, np.nda
     select = ", ".join(f"{e} AS {k}" for k, e in exprs.items())
     with report.deadline():
         (rows,) = report.con.execute(f"SELECT count(*) FROM ({query})").fetchone() or (0,)
-        out = {k: np.empty(int(rows), dtype=np.int64) for k in exprs}
-        res = report.con.execute(f"SELECT {select} FROM ({query})")
-        at = 0
-        while not (chunk := res.fetch_df_chunk(64)).empty:
-            for k, array in out.items():
-                array[at:at + len(chunk)] = chunk[k].to_numpy(dtype=np.int64)
-            at += len(chunk)
-    if at != rows:
-        raise RuntimeError(f"read {at} rows of {rows}")
-    return out
+        arrays = fetch_columns(report, f"SELECT {select} FROM ({query})", list(exprs), int(rows))
+    return dict(zip(exprs, arrays))
 
 
 def _keyed(report: Report, table: str, columns: Sequence[str]) -> dict[str, str]:
