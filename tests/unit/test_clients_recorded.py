@@ -40,12 +40,6 @@ KNOWN_MISSES: dict[str, str] = {
                                  "only from 21.7 to 19.5 ms: the host takes about 19.5 ms to issue a step "
                                  "(forward on the main thread, backward on autograd's), which the recording does not "
                                  "show (the GPU bound, the host threads spinning in launches)",
-    "compiled_graph_break": "no fix measured a gain: the guard on the GPU (torch.where) 45% slower, "
-                            "torch.compile(mode='reduce-overhead') 12% slower (the graph breaks at each .item() "
-                            "leave CUDA graphs replayed piece by piece, each with its guards on the host); yet "
-                            "launch_bound prices a CUDA graph of the whole step at about 72%: a step that reads GPU "
-                            "values on the host inside its forward cannot be one graph, which the rule does not "
-                            "see (HF models read mask values inside forward too, and graphs still paid there)",
 }
 # misses seen on recordings too large to keep here (diagnosed on the full recordings; the results
 # table in bench/results/diagnosis_clients.md has them): program -> why
@@ -53,7 +47,7 @@ UNKEPT_MISSES: dict[str, str] = {
 }
 # where the fix that measured most stands among each known miss's findings: first (its size missed),
 # below another, not found; "nothing measured": no fix measured more than 5%, and a finding is above 5%
-RIGHT_FIX_AT = {"torch_transformer_lm_fp32": "nothing measured", "compiled_graph_break": "nothing measured"}
+RIGHT_FIX_AT = {"torch_transformer_lm_fp32": "nothing measured"}
 
 compare_mod = load_bench("diagnosis_compare")
 
@@ -125,3 +119,18 @@ def test_each_measured_program_has_a_fix_that_saves_something(program: str) -> N
     gains = {name: fx["gain"] for name, fx in _gains(MEASURED[program]).items()}
     assert gains
     assert max(gains.values()) >= 0.10 or _nothing_measured(MEASURED[program]), gains
+
+
+@pytest.mark.parametrize(("program", "waits"), [("compiled_graph_break", 4.0), ("nanogpt_compiled", 0.0)])
+def test_launch_bound_counts_the_waits_inside_the_step(program: str, waits: float,
+                                                        recorded: Callable[[str], Path]) -> None:
+    """The graph-break program reads a GPU value on the host after each of its 4 blocks, with the rest
+    of the step launched after each read; the compiled GPT's step reads nothing in its middle. The
+    first's finding names the line and asks for the work between the waits to be captured; the
+    second's, the whole step."""
+    with Report.open(recorded(f"client_{program}")) as report:
+        launch = next(f for f in diagnose(report).findings if f.rule == "launch_bound")
+    assert launch.data["mid_step_waits_per_step"] == pytest.approx(waits, abs=0.1)
+    assert ("between the step's waits" in launch.title) == (waits > 0)
+    assert any("compiled_graph_break.py:51" in e and "holds only the work between" in e
+               for e in launch.evidence) == (waits > 0)

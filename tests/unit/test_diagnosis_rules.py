@@ -118,6 +118,36 @@ def test_launch_bound_tiny_kernels(tmp_path: Path) -> None:
     assert "CUDA graph" in top.fix
 
 
+def test_launch_bound_names_the_waits_in_the_middle_of_the_step(tmp_path: Path) -> None:
+    """Tiny kernels with an .item() after each quarter of them: the step cannot be one graph as it is,
+    so the finding says so (its fix, the same text whatever the waits, says what to do then); the
+    saving is the same launch gaps."""
+    def body(sim: Sim) -> None:
+        for _ in range(4):
+            for _ in range(50):
+                sim.kernel("add", 3 * US, launch_cost=15 * US)
+            sim.item(TRAIN)
+
+    launch = _only(_run(tmp_path / "r.gpuscope", body), "launch_bound")
+    assert launch.data["mid_step_waits_per_step"] == pytest.approx(3.0)  # the fourth ends the step's launches
+    assert "between the step's waits" in launch.title
+    assert any("3.0 times per step" in e and "train.py:42" in e for e in launch.evidence)
+    assert "keep the values read on the host on the GPU" in launch.fix
+
+
+def test_launch_bound_with_a_wait_at_the_end_of_the_step_is_one_graph(tmp_path: Path) -> None:
+    """The loss read after the step's last launch leaves the work before it capturable whole."""
+    def body(sim: Sim) -> None:
+        for _ in range(200):
+            sim.kernel("add", 3 * US, launch_cost=15 * US)
+        sim.item(TRAIN)
+
+    launch = _only(_run(tmp_path / "r.gpuscope", body), "launch_bound")
+    assert launch.data["mid_step_waits_per_step"] == 0
+    assert "capture the step in a CUDA graph" in launch.title
+    assert not any("times per step with work launched after it" in e for e in launch.evidence)
+
+
 def test_data_loader_in_the_main_thread(tmp_path: Path) -> None:
     def body(sim: Sim) -> None:
         sim.loader(6 * MS, at=("/home/user/project/dataset.py", 30, "__getitem__"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
 from gpuscope.analysis.overview import busy_time, overview
@@ -86,6 +87,22 @@ def test_whole_graph_launches_are_one_operation_each(recorded) -> None:
     graphs = ops[ops["kind"] == "graph"]
     assert len(graphs) == 22 and set(graphs["range_name"]) == {"replay"}
     assert set(graphs["name"]) == {"[CUDA graph]"}
+
+
+@pytest.mark.parametrize(("fixture", "share"), [("client_nanogpt_reduce_overhead", "81%"), ("client_nanogpt_compiled", None),
+                                              ("cuda_graph_whole", None)])
+def test_the_summary_names_graph_level_records_where_most_kernels_ran_in_graphs(recorded, fixture: str,
+                                                                                share: str | None) -> None:
+    """reduce-overhead's replays hold 81% of the GPT's kernels, each recorded: the summary's "Not
+    recorded" names the graph-level collector with that share. Not where the kernels ran one by one
+    (the compiled GPT without graphs), nor where graph launches were recorded whole already."""
+    with Report.open(recorded(fixture)) as r:
+        hint = overview(r).not_recorded.get("cuda_graph")
+    if share is None:
+        assert hint is None
+    else:
+        assert hint is not None and hint.startswith(f"{share} of the kernels ran in CUDA graphs")
+        assert hint.endswith("add --trace cuda-graph")
 
 
 def test_nvml_counters_were_read_on_the_gpu(recorded) -> None:

@@ -9,11 +9,13 @@ from ..context import Context, Process, data_dict, fmt_ns, per_step_text, record
 from ..finding import Finding
 from ..rule import Rule
 from .gemm_loops import gemm_loops, idle_inside
+from .sync import mid_step_waits
 
 GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap left when a CUDA graph replays the launches
 SHORT_GAP_NS = 500_000  # outside PyTorch's ranges, a host gap shorter than this is launch machinery
 BUSY_GPU = 0.9  # a GPU busy more than this share of the step without the profiler ...
 BUSY_GPU_MAX_SHARE = 0.05  # ... gets no launch-bound saving above this share of it
+MID_STEP_WAITS = 0.95  # host waits for the GPU per step, with work launched after them, that split the step
 
 
 def steady_pieces(p: Process, cause: str) -> tuple[np.ndarray, np.ndarray]:
@@ -217,10 +219,15 @@ class LaunchBound(Rule):
             busy = p.breakdown.mean_parts()
             busy_share = sum(busy[k] for k in busy if k.startswith("busy_")) / busy["duration_ns"]
             where = ctx.top_launch_range(ops["op_id"].to_numpy()[kernel])
+            waits, wait_at = (0.0, "") if graphed else mid_step_waits(ctx, p)
+            # every step waits in its middle (the program's own read, not an occasional one: the ranks of a
+            # job, running the same code, then get the same fix and merge): the step cannot be one graph as it is
+            blocked = waits >= MID_STEP_WAITS
             out.append(Finding(
                 rule=self.name, pid=p.pid, saving_ns=ns, share=p.share(ns),
                 title=(f"Launch-bound between CUDA graph replays: launch the loop as fewer, larger graphs; "
-                       if graphed else "Launch-bound: capture the step in a CUDA graph; ")
+                       if graphed else "Launch-bound: capture the work between the step's waits in CUDA graphs; "
+                       if blocked else "Launch-bound: capture the step in a CUDA graph; ")
                       + f"{per_step:.0f} kernels per step, GPU idle between launches {recorded_text(p, recorded)}",
                 evidence=[
                     f"{per_step:.0f} kernels per step, median kernel {fmt_ns(duration)}, median time between "
@@ -235,18 +242,27 @@ class LaunchBound(Rule):
                     [f"the GPU is busy {busy_ns / untraced:.0%} of the step without the profiler ({fmt_ns(untraced)}"
                      f"{'' if p.profiling_ns else ', less the collection overhead estimated for it'}): the launch gaps "
                      "of a GPU this busy are mostly where collection delayed the host, so the saving is capped at "
-                     f"{BUSY_GPU_MAX_SHARE:.0%} of the step"] if capped else []),
+                     f"{BUSY_GPU_MAX_SHARE:.0%} of the step"] if capped else []) + (
+                    [f"the host waits for the GPU {waits:.1f} times per step with work launched after it"
+                     + (f" (most at {wait_at})" if wait_at else "") + ": a CUDA graph holds only the work between such "
+                     "waits (torch.compile breaks its graph at each), unless the values read stay on the GPU"]
+                    if blocked else []),
                 location=f"launched mostly in {where}" if where else "the step's kernel launches",
                 fix=(("The step's kernels already run in CUDA graphs (XLA's command buffers, a captured graph): "
                       "the GPU waits between replays, for the host to dispatch the next call. Run several steps "
                       "per call (jax.lax.scan or a Python loop inside one jitted function, one graph over "
                       "several steps), or give each call more work (a larger batch).") if graphed else
+                     # one text whether the step waits in its middle or not (the evidence says which): the
+                     # ranks of a job merge by their fix, and their counts of waits differ by timing
                      ("Launch the step as one unit: capture it in a CUDA graph (torch.cuda.CUDAGraph / "
                       "torch.cuda.make_graphed_callables, or torch.compile(mode='reduce-overhead')), or fuse its "
-                      "small kernels with torch.compile; a larger batch gives each launch more work.")),
+                      "small kernels with torch.compile; a larger batch gives each launch more work. Where the step "
+                      "waits for the GPU in its middle, a graph holds only the work between the waits: capture "
+                      "those parts, or keep the values read on the host on the GPU (torch.where in place of "
+                      "`if tensor.item() ...`; the host-sync findings name the lines) and capture the whole step.")),
                 data=data_dict(launch_idle_ns=launch_idle, framework_idle_ns=framework, kernels_per_step=per_step,
                                median_kernel_ns=duration,
-                               median_launch_interval_ns=interval),
+                               median_launch_interval_ns=interval, mid_step_waits_per_step=waits),
             ))
         return out
 

@@ -69,6 +69,39 @@ def _waited_copies(p: Process, calls: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"copy_kind": kinds, "bytes": sizes})
 
 
+def mid_step_waits(ctx: Context, p: Process) -> tuple[float, str]:
+    """The host's waits for the GPU in the middle of the steady steps, with work of the same step
+    launched before and after them: (calls per step, the line that made most of them, "" where not recorded). A CUDA
+    graph cannot hold such a wait, nor the host's decision on the value it read; one at the end of the
+    step leaves the work before it capturable whole."""
+    calls = p.timeline.calls
+    w = p.steady_windows
+    if not len(calls) or not len(w) or not p.breakdown.has_steps:
+        return 0.0, ""
+    launch = np.sort(p.timeline.ops["launch_ns"].to_numpy(np.int64))
+    w_start, w_end = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    c_start, c_end = calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)
+    step = np.searchsorted(w_start, c_start, "right") - 1
+    inside = (step >= 0) & (c_start < w_end[np.maximum(step, 0)])
+    # the step's first and last launches: the wait has one of the step's launches before it and one
+    # after it (a wait before the first belongs with the step before: the step's marks fell between)
+    last = np.searchsorted(launch, w_end, "left") - 1
+    last_launch = np.where(last >= 0, launch[np.maximum(last, 0)], np.iinfo(np.int64).min)
+    first = np.searchsorted(launch, w_start, "left")
+    first_launch = np.where(first < len(launch), launch[np.minimum(first, len(launch) - 1)], np.iinfo(np.int64).max)
+    at = np.maximum(step, 0)
+    mid = inside & (c_end < last_launch[at]) & (c_start > first_launch[at])
+    if not mid.any():
+        return 0.0, ""
+    where = ""
+    sites = ctx.timelines.sites
+    if len(sites):
+        refs = calls["ref"].to_numpy()[mid & (calls["source"] == "site").to_numpy(bool)].astype(int)
+        if len(refs):
+            where = str(pd.Series(sites["location"].to_numpy(object)[refs]).mode().iloc[0])
+    return float(mid.sum()) / p.n_steps, where
+
+
 class HostSync(Rule):
     name = "host_sync"
     description = ("Host synchronizations in the step (.item(), .cpu(), nonzero, torch.cuda.synchronize()) "
