@@ -71,9 +71,9 @@ def _waited_copies(p: Process, calls: pd.DataFrame) -> pd.DataFrame:
 
 def mid_step_waits(ctx: Context, p: Process) -> tuple[float, str]:
     """The host's waits for the GPU in the middle of the steady steps, with work of the same step
-    launched before and after them: (calls per step, the line that made most of them, "" where not recorded). A CUDA
-    graph cannot hold such a wait, nor the host's decision on the value it read; one at the end of the
-    step leaves the work before it capturable whole."""
+    launched before and after them: (calls per step, the line that made most of them, "" where not
+    recorded). A CUDA graph cannot hold such a wait, nor the host's decision on the value it read;
+    one at the end of the step leaves the work before it capturable whole."""
     calls = p.timeline.calls
     w = p.steady_windows
     if not len(calls) or not len(w) or not p.breakdown.has_steps:
