@@ -78,11 +78,15 @@ def mid_step_waits(ctx: Context, p: Process) -> tuple[float, str]:
     w = p.steady_windows
     if not len(calls) or not len(w) or not p.breakdown.has_steps:
         return 0.0, ""
-    launch = np.sort(p.timeline.ops["launch_ns"].to_numpy(np.int64))
     w_start, w_end = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     c_start, c_end = calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)
     step = np.searchsorted(w_start, c_start, "right") - 1
     inside = (step >= 0) & (c_start < w_end[np.maximum(step, 0)])
+    if not inside.any():  # no wait in the steady steps (most runs): the launches are not sorted
+        return 0.0, ""
+    launch = p.timeline.ops["launch_ns"].to_numpy(np.int64)
+    if not (launch[1:] >= launch[:-1]).all():  # mostly in order already: a merge of the runs, in a copy
+        launch = np.sort(launch, kind="stable")
     # the step's first and last launches: the wait has one of the step's launches before it and one
     # after it (a wait before the first belongs with the step before: the step's marks fell between)
     last = np.searchsorted(launch, w_end, "left") - 1
