@@ -90,28 +90,38 @@ def op_repeats(p: CpuProcess) -> float:
     """How many times the loop's own code (outside module calls, in steady steps) calls one operator
     on the same shapes for each call of its least called one, from the recorded top-level operators
     (made at least 3 times): about 8 for
-    ``[a[i] @ b[i] for i in range(8)]`` followed by one ``torch.stack``; 0 without operator records."""
-    ops = top_level(p.ops)
+    ``[a[i] @ b[i] for i in range(8)]`` followed by one ``torch.stack``; 0 without operator records.
+
+    Where the steady steps hold too few of them, all recorded ones count: the recorder's sample
+    windows already leave the set-up out, and steps found from repeating sampled stacks (no step
+    marks) can leave the window in a warm-up step."""
+    ops = _outside_model_calls(p, top_level(p.ops))
     if not len(ops):
         return 0.0
     st = ops["start_ns"].to_numpy(np.int64)
     w = p.steady_windows
     ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     i = np.searchsorted(ws, st, "right") - 1
-    ops = ops[(i >= 0) & (st < we[np.maximum(i, 0)])]
-    fwd = p.ranges[p.ranges["category"].isin(MODEL_CALLS)] if len(p.ranges) else p.ranges
-    if len(fwd):
-        st = ops["start_ns"].to_numpy(np.int64)
-        fs, fe = fwd["start_ns"].to_numpy(np.int64), fwd["end_ns"].to_numpy(np.int64)
-        order = np.argsort(fs, kind="stable")
-        fs, reach = fs[order], np.maximum.accumulate(fe[order])
-        i = np.searchsorted(fs, st, "right") - 1
-        ops = ops[~((i >= 0) & (st < reach[np.maximum(i, 0)]))]
+    steady = ops[(i >= 0) & (st < we[np.maximum(i, 0)])] if len(ws) else ops.iloc[:0]
+    ops = steady if len(steady) >= MIN_OPS else ops
     if len(ops) < MIN_OPS:
         return 0.0
     counts = ops.groupby([ops["name"], ops["shapes"].fillna("")]).size()
     counts = counts[counts >= 3]  # calls made once or twice are set-up, not the loop's
     return float(counts.max()) / float(counts.min()) if len(counts) else 0.0
+
+
+def _outside_model_calls(p: CpuProcess, ops: pd.DataFrame) -> pd.DataFrame:
+    """The operators of ``ops`` that no module call (a model range) holds."""
+    fwd = p.ranges[p.ranges["category"].isin(MODEL_CALLS)] if len(p.ranges) else p.ranges
+    if not len(ops) or not len(fwd):
+        return ops
+    st = ops["start_ns"].to_numpy(np.int64)
+    fs, fe = fwd["start_ns"].to_numpy(np.int64), fwd["end_ns"].to_numpy(np.int64)
+    order = np.argsort(fs, kind="stable")
+    fs, reach = fs[order], np.maximum.accumulate(fe[order])
+    i = np.searchsorted(fs, st, "right") - 1
+    return ops[~((i >= 0) & (st < reach[np.maximum(i, 0)]))]
 
 
 @lru_cache(maxsize=4096)
