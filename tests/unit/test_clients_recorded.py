@@ -36,11 +36,12 @@ RECORDED = sorted(p for p in MEASURED if (FIXTURES / f"client_{p}.gpuscope.gz").
 KNOWN_MISSES: dict[str, str] = {
     "torch_transformer_lm_fp32": "no_tensor_cores ranks first at 49% where TF32 measured 14.5% (5 rounds on an H200, "
                                  "0% to 27%; 13% alone on an H100): TF32 shortens the GPU's work, but the step only "
-                                 "until the host sets the pace. On an H100 TF32 cut a step's GPU work from 21.1 to "
-                                 "9.7 ms and the step only from 21.7 to 19.5 ms; the recording shows the host waiting "
-                                 "for the GPU 0% of its step (a full queue or a sync), which a bound by the host's "
-                                 "waits plus profiling's own cost (11%) would catch, but the same bound cut a planted "
-                                 "GPU-bound float32 GEMM loop whose host waits are not recorded from 73% to 5%",
+                                 "until the host sets the pace. Replaying the recorded steps with those kernels 4x "
+                                 "faster saves 0.1% (analysis/diagnosis/host_pace.py): the recorded host took 23.3 ms "
+                                 "a step, 23.8 ms in the probe's steps with collection off, where the program alone "
+                                 "takes 20.8 ms (21.0 ms traced, in separate runs timed by the harness) and its GPU "
+                                 "20.2 ms. Neither number lands within 30% of the measured gain; a bound by the host's "
+                                 "recorded waits cut a planted GPU-bound float32 GEMM loop from 73% to 5%",
 }
 # misses seen on recordings too large to keep here (diagnosed on the full recordings; the results
 # table in bench/results/diagnosis_clients.md has them): program -> why

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..context import Context, data_dict, fmt_ns
 from ..finding import Finding
+from ..host_pace import paced_text
 from ..kernel_names import float32_without_tensor_cores, is_attention
 from ..rule import Rule
 from .gemm_loops import loop_op_ids
@@ -47,6 +48,7 @@ class NoTensorCores(Rule):
             ns = p.per_step(float(critical.sum()) * (1 - 1 / TENSOR_CORE_SPEEDUP))
             if p.share(ns) < ctx.min_share:
                 continue
+            replayed, paced = paced_text(ctx, p, mine["op_id"].to_numpy(), 1 / TENSOR_CORE_SPEEDUP, ns)
             total = p.per_step(float(mine["steady_ns"].sum()))
             busy = p.breakdown.mean_parts()
             busy_ns = sum(v for k, v in busy.items() if k.startswith("busy_"))
@@ -57,7 +59,7 @@ class NoTensorCores(Rule):
                         f"{total / busy_ns:.0%} of GPU busy time" if busy_ns else "",
                         "top: " + "; ".join(f"{n[:80]} ({fmt_ns(p.per_step(float(t)))})" for n, t in top.items()),
                         f"estimate: {TENSOR_CORE_SPEEDUP:.0f}x faster on tensor cores, for the "
-                        f"{fmt_ns(p.per_step(float(critical.sum())))} per step the step waits on"]
+                        f"{fmt_ns(p.per_step(float(critical.sum())))} per step the step waits on", paced]
             fix = ("Allow TF32 for float32 matmuls: torch.backends.cuda.matmul.allow_tf32 = True (or "
                    "torch.set_float32_matmul_precision('high')) and torch.backends.cudnn.allow_tf32 = True; "
                    "or run the model under torch.autocast('cuda', dtype=torch.bfloat16).")
@@ -69,7 +71,7 @@ class NoTensorCores(Rule):
                 evidence=[e for e in evidence if e], location=f"launched mostly in {where}" if where else
                 "float32 matmul layers", fix=fix,
                 data=data_dict(kernel_ns=total, critical_ns=p.per_step(float(critical.sum())), saving_ns=ns,
-                               kernels=list(top.index)),
+                               kernels=list(top.index), replayed_ns=replayed),
             ))
         return out
 

@@ -1,0 +1,168 @@
+"""What a faster GPU saves where the host sets the pace: the steps replayed with some kernels shorter.
+
+A rule that makes kernels faster (TF32, bf16) saves their time only while the GPU is the step's
+bottleneck. Where the host launches work barely ahead of the GPU, shorter kernels leave the GPU
+waiting for the next launch, and the step stays as long as the host's own time. The breakdown's
+*critical* kernels (:mod:`.breakdown`) cannot tell the two apart: a kernel with the next launch
+queued 100 µs before its end is as critical as one with a second of work behind it.
+
+So a step is replayed. Each GPU operation keeps its order on its stream and starts at the later of
+the end of the one before it and its launch; the chosen kernels take ``factor`` of their time. The
+launch is the earliest the host can have made it: the time of the last host call recorded before
+it by correlation id (launch anchors, synchronization sites and API calls, :mod:`...trace.launch`),
+never later than it was. Where the host blocked in a synchronizing call, the wait ends when the
+replayed GPU reaches the work it waited for, and the host's later launches move earlier by what
+the wait lost. The step ends at the later of the host's end (moved the same way) and the GPU's.
+The host's times are first drawn towards the step's start by the overhead probe's measured cost
+(the host as fast as without the profiler, as far as the probe can tell). What the faster kernels
+save is the replay without them less the replay with them, so what the replay leaves out (the
+GPU's launch latency) falls out of the difference.
+
+Only steps whose operations all have a launch known to lie within the step's length of their start
+are replayed: elsewhere the GPU runs a step or more behind the host (a full launch queue throttles
+the host there, so its launch times are the GPU's pace, not its own), or anchors are too sparse to
+tell. :func:`replayed_saving` answers only where at least half the steady steps could be replayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .context import fmt_ns
+
+MIN_REPLAYED = 0.5  # the share of steady steps that must be replayable for an answer
+MAX_STEPS = 64  # steps replayed at most (spread over the steady steps)
+MAX_OPS = 200_000  # a step with more GPU operations is not replayed (a whole run as one step)
+MAX_CALLS = 2_000  # nor one with more blocking calls
+NONE = np.iinfo(np.int64).min // 4  # no launch known: no constraint
+
+
+def anchors(report: Any, pid: int, lo_ns: int, hi_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The host calls of ``pid`` made from ``lo_ns`` to before ``hi_ns`` with a correlation id and a
+    time, sorted by correlation id: launch anchors and graph launches, synchronization sites, and API
+    calls where they were recorded."""
+    parts = []
+    for table in ("launch_call", "sync_site", "api_call"):
+        if report.count(table):
+            parts.append(f"SELECT correlation_id, start_ns FROM {table} WHERE pid = ? AND start_ns >= ? "
+                         "AND start_ns < ? AND correlation_id IS NOT NULL")
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows = report.df(" UNION ALL ".join(parts) + " ORDER BY correlation_id", [pid, lo_ns, hi_ns] * len(parts))
+    return rows["correlation_id"].to_numpy(np.int64), rows["start_ns"].to_numpy(np.int64)
+
+
+def earliest_launch(anchor_corr: np.ndarray, anchor_ns: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For each correlation id, the time of the last anchor at or before it (:data:`NONE` where none)."""
+    if not len(anchor_corr):
+        return np.full(len(corr), NONE, np.int64)
+    i = np.searchsorted(anchor_corr, corr, "right") - 1
+    return np.where(i >= 0, anchor_ns[np.maximum(i, 0)], NONE)
+
+
+def _replay_stream(launch: np.ndarray, dur: np.ndarray, ready: int) -> np.ndarray:
+    """The replayed ends of one stream's operations in order: each starts at the later of its launch
+    and the previous end (the first no earlier than ``ready``); a max-plus recurrence, solved with
+    a running maximum: ``end_k - D_k = max(launch_k - D_{k-1}, end_{k-1} - D_{k-1})``."""
+    d = np.cumsum(dur)
+    before = np.concatenate([[0], d[:-1]])
+    x = np.maximum.accumulate(np.maximum(launch - before, np.concatenate([[ready], np.full(len(d) - 1, NONE)])))
+    return x + d
+
+
+def replay_step(ops: pd.DataFrame, launch: np.ndarray, factor: np.ndarray, calls: pd.DataFrame,
+                start_ns: int, end_ns: int) -> int:
+    """The replayed length of one step. ``ops``: its operations (``correlation_id``, ``stream_id``,
+    ``start_ns``, ``end_ns``) with their earliest ``launch`` and the ``factor`` of their time kept;
+    ``calls``: its blocking calls (``start_ns``, ``end_ns``, ``correlation_id``) in host order; the
+    host's step ends at ``end_ns``."""
+    order = np.argsort(ops["correlation_id"].to_numpy(np.int64), kind="stable")
+    corr = ops["correlation_id"].to_numpy(np.int64)[order]
+    stream = pd.factorize(ops["stream_id"].to_numpy()[order])[0]
+    start = ops["start_ns"].to_numpy(np.int64)[order]
+    end = ops["end_ns"].to_numpy(np.int64)[order]
+    dur = np.rint((end - start) * factor[order]).astype(np.int64)
+    launch = launch[order]
+    ended = np.maximum.accumulate(end)  # the recorded GPU's progress, in launch order
+    new_end = np.zeros(len(corr), np.int64)
+    last = np.full(stream.max() + 1 if len(stream) else 0, NONE, np.int64)  # each stream's replayed end
+    reached = NONE  # the replayed GPU's progress over the segments done
+    shift = 0  # how much earlier the host runs than it did
+    cuts = np.maximum.accumulate(np.searchsorted(corr, calls["correlation_id"].to_numpy(np.int64), "left")) \
+        if len(calls) else np.zeros(0, np.int64)
+    waits = zip(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64))
+    lo = 0
+    for c, wait in zip([*cuts.tolist(), len(corr)], [*waits, None]):
+        part = stream[lo:c]
+        for s in np.unique(part):
+            mine = np.flatnonzero(part == s) + lo
+            new_end[mine] = _replay_stream(launch[mine] - shift, dur[mine], int(last[s]))
+            last[s] = new_end[mine[-1]]
+        if c > lo:
+            reached = max(reached, int(new_end[lo:c].max()))
+        lo = c
+        if wait is not None and c:  # the host waited in this call for the work launched before it
+            cs, ce = int(wait[0]), int(wait[1])
+            waited = int(ended[c - 1])
+            if waited >= cs:  # it blocked: the wait now ends when the replay reaches that work
+                shift = ce - (max(cs - shift, reached) + max(0, ce - waited))
+    gpu_end = int(new_end.max()) if len(new_end) else NONE
+    return max(end_ns - shift, gpu_end) - start_ns
+
+
+def replayed_saving(ctx: Any, p: Any, faster: np.ndarray, factor: float) -> float | None:
+    """The saving per steady step of running the operations ``faster`` (op ids) at ``factor`` of
+    their time, by replaying the steps (see the module docstring); None where too few steps can be
+    replayed (no launch anchors, or a GPU running behind the host)."""
+    w = p.steady_windows
+    if not len(w) or not p.breakdown.has_steps:
+        return None
+    ops = ctx.ops(p)
+    starts_all = ops["start_ns"].to_numpy(np.int64)
+    ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    picks = np.unique(np.linspace(0, len(w) - 1, min(len(w), MAX_STEPS)).round().astype(int))
+    calls = p.timeline.calls
+    calls = calls[calls["correlation_id"].notna()]
+    host = p.base_ns / p.step_ns if p.step_ns else 1.0  # the host's pace without the profiler (its probe)
+    saved, replayed = [], 0
+    for i in picks:
+        a, b = np.searchsorted(starts_all, [ws[i], we[i]], "left")
+        step = ops.iloc[a:b]
+        mine = calls[(calls["start_ns"] >= ws[i]) & (calls["start_ns"] < we[i])]
+        if not len(step) or len(step) > MAX_OPS or len(mine) > MAX_CALLS:
+            continue
+        # a launch more than a step before its start is not replayed (below): anchors from then on
+        corr_a, ns_a = anchors(ctx.report, p.pid, int(2 * ws[i] - we[i]), int(we[i]))
+        launch = earliest_launch(corr_a, ns_a, step["correlation_id"].to_numpy(np.int64))
+        lead = step["start_ns"].to_numpy(np.int64) - launch
+        if (launch == NONE).any() or lead.max() > we[i] - ws[i]:
+            continue  # not anchored, or the GPU is a step or more behind the host
+        f = np.where(step["op_id"].isin(faster).to_numpy(), factor, 1.0)
+        # the host as fast as without the profiler: its times drawn towards the step's start
+        launch = ws[i] + np.rint((launch - ws[i]) * host).astype(np.int64)
+        mine = mine.assign(start_ns=ws[i] + np.rint((mine["start_ns"] - ws[i]) * host).astype(np.int64),
+                           end_ns=ws[i] + np.rint((mine["end_ns"] - ws[i]) * host).astype(np.int64))
+        end = int(ws[i] + round((we[i] - ws[i]) * host))
+        before = replay_step(step, launch, np.ones(len(step)), mine, int(ws[i]), end)
+        after = replay_step(step, launch, f, mine, int(ws[i]), end)
+        saved.append(max(0, before - after))
+        replayed += 1
+    if replayed < MIN_REPLAYED * len(picks):
+        return None
+    return float(np.mean(saved))
+
+
+def paced_text(ctx: Any, p: Any, faster: np.ndarray, factor: float, ns: float) -> tuple[float | None, str]:
+    """What the replayed steps save with the operations ``faster`` at ``factor`` of their time, and the
+    evidence line for a finding estimated at ``ns`` per step ("" where the replay could not be made
+    or saves at least half of ``ns``). The estimate is not cut to it: the recorded host can run slower
+    than the program's own without the profiler, even in steps timed with collection off."""
+    replayed = replayed_saving(ctx, p, faster, factor)
+    if replayed is None or replayed >= ns / 2:
+        return replayed, ""
+    return replayed, (f"in the recorded steps the host set the pace: replayed with these kernels at {factor:.0%} of "
+                      f"their time they end {fmt_ns(replayed)} sooner, not {fmt_ns(ns)}; the estimate holds where the "
+                      "program's host runs ahead of its GPU (a faster CPU, fewer launches, CUDA graphs)")
