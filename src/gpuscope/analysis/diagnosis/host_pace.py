@@ -113,9 +113,10 @@ def replay_step(ops: pd.DataFrame, launch: np.ndarray, factor: np.ndarray, calls
     return max(end_ns - shift, gpu_end) - start_ns
 
 
-def replayed_saving(ctx: Any, p: Any, faster: np.ndarray, factor: float) -> float | None:
-    """The saving per steady step of running the operations ``faster`` (op ids) at ``factor`` of
-    their time, by replaying the steps (see the module docstring); None where too few steps can be
+def replayed_saving(ctx: Any, p: Any, after: pd.Series, before: pd.Series | None = None) -> float | None:
+    """The saving per steady step of running operations at ``after`` (op id -> the share of their
+    recorded time they take; the others as recorded) instead of at ``before`` (the same; None: as
+    recorded), by replaying the steps (see the module docstring); None where too few steps can be
     replayed (no launch anchors, or a GPU running behind the host)."""
     w = p.steady_windows
     if not len(w) or not p.breakdown.has_steps:
@@ -140,29 +141,33 @@ def replayed_saving(ctx: Any, p: Any, faster: np.ndarray, factor: float) -> floa
         lead = step["start_ns"].to_numpy(np.int64) - launch
         if (launch == NONE).any() or lead.max() > we[i] - ws[i]:
             continue  # not anchored, or the GPU is a step or more behind the host
-        f = np.where(step["op_id"].isin(faster).to_numpy(), factor, 1.0)
+        ids = step["op_id"]
+        f_after = ids.map(after).fillna(1.0).to_numpy(np.float64)
+        f_before = ids.map(before).fillna(1.0).to_numpy(np.float64) if before is not None else np.ones(len(step))
         # the host as fast as without the profiler: its times drawn towards the step's start
         launch = ws[i] + np.rint((launch - ws[i]) * host).astype(np.int64)
         mine = mine.assign(start_ns=ws[i] + np.rint((mine["start_ns"] - ws[i]) * host).astype(np.int64),
                            end_ns=ws[i] + np.rint((mine["end_ns"] - ws[i]) * host).astype(np.int64))
         end = int(ws[i] + round((we[i] - ws[i]) * host))
-        before = replay_step(step, launch, np.ones(len(step)), mine, int(ws[i]), end)
-        after = replay_step(step, launch, f, mine, int(ws[i]), end)
-        saved.append(max(0, before - after))
+        was = replay_step(step, launch, f_before, mine, int(ws[i]), end)
+        now = replay_step(step, launch, f_after, mine, int(ws[i]), end)
+        saved.append(max(0, was - now))
         replayed += 1
     if replayed < MIN_REPLAYED * len(picks):
         return None
     return float(np.mean(saved))
 
 
-def paced_text(ctx: Any, p: Any, faster: np.ndarray, factor: float, ns: float) -> tuple[float | None, str]:
-    """What the replayed steps save with the operations ``faster`` at ``factor`` of their time, and the
-    evidence line for a finding estimated at ``ns`` per step ("" where the replay could not be made
-    or saves at least half of ``ns``). The estimate is not cut to it: the recorded host can run slower
-    than the program's own without the profiler, even in steps timed with collection off."""
-    replayed = replayed_saving(ctx, p, faster, factor)
+def paced_text(ctx: Any, p: Any, after: pd.Series, ns: float, what: str,
+               before: pd.Series | None = None) -> tuple[float | None, str]:
+    """What the replayed steps save with operations at ``after`` instead of ``before``
+    (:func:`replayed_saving`), and the evidence line for a finding estimated at ``ns`` per step ("" where
+    the replay could not be made or saves at least half of ``ns``); ``what``: the change, as the line
+    names it ("these kernels at 25% of their time"). The estimate is not cut to it: the recorded host
+    can run slower than the program's own without the profiler, even in steps timed with collection off."""
+    replayed = replayed_saving(ctx, p, after, before)
     if replayed is None or replayed >= ns / 2:
         return replayed, ""
-    return replayed, (f"in the recorded steps the host set the pace: replayed with these kernels at {factor:.0%} of "
-                      f"their time they end {fmt_ns(replayed)} sooner, not {fmt_ns(ns)}; the estimate holds where the "
-                      "program's host runs ahead of its GPU (a faster CPU, fewer launches, CUDA graphs)")
+    return replayed, (f"in the recorded steps the host set the pace: replayed with {what} they end "
+                      f"{fmt_ns(replayed)} sooner, not {fmt_ns(ns)}; the estimate holds where the program's host runs "
+                      "ahead of its GPU (a faster CPU, fewer launches, CUDA graphs)")

@@ -48,7 +48,9 @@ class NoTensorCores(Rule):
             ns = p.per_step(float(critical.sum()) * (1 - 1 / TENSOR_CORE_SPEEDUP))
             if p.share(ns) < ctx.min_share:
                 continue
-            replayed, paced = paced_text(ctx, p, mine["op_id"].to_numpy(), 1 / TENSOR_CORE_SPEEDUP, ns)
+            faster = pd.Series(1 / TENSOR_CORE_SPEEDUP, index=mine["op_id"].to_numpy())
+            replayed, paced = paced_text(ctx, p, faster, ns,
+                                         f"these kernels at {1 / TENSOR_CORE_SPEEDUP:.0%} of their time")
             total = p.per_step(float(mine["steady_ns"].sum()))
             busy = p.breakdown.mean_parts()
             busy_ns = sum(v for k, v in busy.items() if k.startswith("busy_"))

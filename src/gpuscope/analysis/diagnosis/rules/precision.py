@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..context import Context, Process, data_dict, fmt_ns, per_step_text
 from ..finding import Finding
+from ..host_pace import paced_text
 from ..kernel_flags import name_flags
 from ..kernel_names import float32_without_tensor_cores, is_attention, is_tf32_matmul
 from ..rule import Rule
@@ -129,10 +130,16 @@ class Precision(Rule):
         ns = p.per_step(saving)
         if p.share(ns) < ctx.min_share:
             return None
-        return self._finding(ctx, p, k, cls, mine, ns, total, p.per_step(waited), modelled, target)
+        # the steps replayed with these kernels at their TF32 times, then at their new ones
+        ids, recorded = k["op_id"].to_numpy()[rows], np.where(t > 0, t, 1.0)
+        replayed, paced = paced_text(ctx, p, pd.Series(np.minimum(t_new, base) / recorded, index=ids), ns,
+                                     f"these kernels at their estimated {target} times",
+                                     before=pd.Series(base / recorded, index=ids))
+        return self._finding(ctx, p, k, cls, mine, ns, total, p.per_step(waited), modelled, target, replayed, paced)
 
     def _finding(self, ctx: Context, p: Process, k: pd.DataFrame, cls: np.ndarray, mine: np.ndarray, ns: float,
-                 total: float, waited: float, modelled: int, target: str) -> Finding:
+                 total: float, waited: float, modelled: int, target: str, replayed: float | None,
+                 paced: str) -> Finding:
         c = ceilings(ctx)
         sel = k[mine]
         plain = p.per_step(float(sel.loc[cls[mine] == _FP32, "dur_ns"].sum()))
@@ -157,6 +164,8 @@ class Precision(Rule):
         if plain:
             evidence.append("for the float32 kernels on CUDA cores, counted beyond what TF32 saves (no_tensor_cores "
                             f"counts that: {TENSOR_CORE_SPEEDUP:.0f}x)")
+        if paced:
+            evidence.append(paced)
         op_ids = k.loc[mine, "op_id"].astype(int).tolist()
         location = ctx.kernel_location(p, ctx.steady_kernels(p)[0], op_ids, "float32 matmul and convolution layers")
         fix = (f"Run the forward pass under torch.autocast('cuda', dtype=torch.{'bfloat16' if target == 'bf16' else 'float16'})"
@@ -170,5 +179,5 @@ class Precision(Rule):
                   f"the {label.upper()} tensor-core roof (changes numerics)",
             evidence=evidence, location=location, fix=fix,
             data=data_dict(saving_ns=ns, kernel_ns=total, critical_ns=waited, float32_ns=plain, tf32_ns=tf32, modelled_launches=modelled,
-                           target=target),
+                           target=target, replayed_ns=replayed),
         )
