@@ -168,6 +168,6 @@ def paced_text(ctx: Any, p: Any, after: pd.Series, ns: float, what: str,
     replayed = replayed_saving(ctx, p, after, before)
     if replayed is None or replayed >= ns / 2:
         return replayed, ""
-    return replayed, (f"in the recorded steps the host set the pace: replayed with {what} they end "
+    return replayed, (f"in the recorded steps the host set the pace: replayed with {what}, they end "
                       f"{fmt_ns(replayed)} sooner, not {fmt_ns(ns)}; the estimate holds where the program's host runs "
                       "ahead of its GPU (a faster CPU, fewer launches, CUDA graphs)")
