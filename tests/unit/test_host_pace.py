@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuscope.analysis.diagnosis import diagnose
-from gpuscope.analysis.diagnosis.host_pace import NONE, earliest_launch, replay_step
+from gpuscope.analysis.diagnosis.host_pace import NONE, _spans, earliest_launch, replay_step
 from gpuscope.trace.report import Report
 
 US = 1_000
@@ -95,3 +95,8 @@ def test_the_faster_kernel_findings_say_where_the_host_set_the_pace(fixture: str
             assert replayed < 0.05 * f.saving_ns and len(line) == 1, f
         else:
             assert replayed == pytest.approx(f.saving_ns, rel=0.1) and not line, f
+
+
+def test_the_steps_anchor_spans_are_merged_where_they_overlap() -> None:
+    lo, hi = np.array([30, 0, 5, 100]), np.array([40, 10, 20, 120])
+    assert _spans(lo, hi) == [(0, 20), (30, 40), (100, 120)]

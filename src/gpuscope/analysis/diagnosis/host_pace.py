@@ -40,19 +40,30 @@ MAX_CALLS = 2_000  # nor one with more blocking calls
 NONE = np.iinfo(np.int64).min // 4  # no launch known: no constraint
 
 
-def anchors(report: Any, pid: int, lo_ns: int, hi_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    """The host calls of ``pid`` made from ``lo_ns`` to before ``hi_ns`` with a correlation id and a
-    time, sorted by correlation id: launch anchors and graph launches, synchronization sites, and API
-    calls where they were recorded."""
-    parts = []
-    for table in ("launch_call", "sync_site", "api_call"):
-        if report.count(table):
-            parts.append(f"SELECT correlation_id, start_ns FROM {table} WHERE pid = ? AND start_ns >= ? "
-                         "AND start_ns < ? AND correlation_id IS NOT NULL")
+def anchors(report: Any, pid: int, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The host calls of ``pid`` with a correlation id made within ``spans`` (from, to before), sorted
+    by time: launch anchors and graph launches, synchronization sites, and API calls where they
+    were recorded."""
+    where = " OR ".join(["(start_ns >= ? AND start_ns < ?)"] * len(spans)) or "FALSE"
+    parts = [f"SELECT correlation_id, start_ns FROM {table} WHERE pid = ? AND correlation_id IS NOT NULL AND ({where})"
+             for table in ("launch_call", "sync_site", "api_call") if report.count(table)]
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    rows = report.df(" UNION ALL ".join(parts) + " ORDER BY correlation_id", [pid, lo_ns, hi_ns] * len(parts))
+    params = [pid, *(int(v) for span in spans for v in span)]
+    rows = report.df(" UNION ALL ".join(parts) + " ORDER BY start_ns", params * len(parts))
     return rows["correlation_id"].to_numpy(np.int64), rows["start_ns"].to_numpy(np.int64)
+
+
+def _spans(lo: np.ndarray, hi: np.ndarray) -> list[tuple[int, int]]:
+    """The union of the intervals ``[lo, hi)``, as few intervals, in order."""
+    out: list[tuple[int, int]] = []
+    order = np.argsort(lo, kind="stable")
+    for a, b in zip(lo[order].tolist(), hi[order].tolist()):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def earliest_launch(anchor_corr: np.ndarray, anchor_ns: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -125,6 +136,13 @@ def replayed_saving(ctx: Any, p: Any, after: pd.Series, before: pd.Series | None
     starts_all = ops["start_ns"].to_numpy(np.int64)
     ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     picks = np.unique(np.linspace(0, len(w) - 1, min(len(w), MAX_STEPS)).round().astype(int))
+    # a launch more than a step before its start is not replayed (below): anchors from then on, read
+    # once for the steps replayed and shared by the rules that replay them
+    lo, hi = 2 * ws[picks] - we[picks], we[picks]
+    key = ("pace_anchors", p.pid, tuple(picks.tolist()))
+    if key not in ctx.cache:
+        ctx.cache[key] = anchors(ctx.report, p.pid, _spans(lo, hi))
+    corr_all, ns_all = ctx.cache[key]
     calls = p.timeline.calls
     calls = calls[calls["correlation_id"].notna()]
     host = p.base_ns / p.step_ns if p.step_ns else 1.0  # the host's pace without the profiler (its probe)
@@ -135,9 +153,9 @@ def replayed_saving(ctx: Any, p: Any, after: pd.Series, before: pd.Series | None
         mine = calls[(calls["start_ns"] >= ws[i]) & (calls["start_ns"] < we[i])]
         if not len(step) or len(step) > MAX_OPS or len(mine) > MAX_CALLS:
             continue
-        # a launch more than a step before its start is not replayed (below): anchors from then on
-        corr_a, ns_a = anchors(ctx.report, p.pid, int(2 * ws[i] - we[i]), int(we[i]))
-        launch = earliest_launch(corr_a, ns_a, step["correlation_id"].to_numpy(np.int64))
+        a, b = np.searchsorted(ns_all, [2 * ws[i] - we[i], we[i]], "left")
+        by_corr = np.argsort(corr_all[a:b], kind="stable")
+        launch = earliest_launch(corr_all[a:b][by_corr], ns_all[a:b][by_corr], step["correlation_id"].to_numpy(np.int64))
         lead = step["start_ns"].to_numpy(np.int64) - launch
         if (launch == NONE).any() or lead.max() > we[i] - ws[i]:
             continue  # not anchored, or the GPU is a step or more behind the host
