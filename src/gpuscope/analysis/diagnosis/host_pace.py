@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...trace.launch import ANCHORS
 from .context import fmt_ns
 
 MIN_REPLAYED = 0.5  # the share of steady steps that must be replayable for an answer
@@ -42,13 +43,12 @@ NONE = np.iinfo(np.int64).min // 4  # no launch known: no constraint
 
 def anchors(report: Any, pid: int, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """The host calls of ``pid`` with a correlation id made within ``spans`` (from, to before), sorted
-    by time: launch anchors and graph launches, synchronization sites, and API calls where they
-    were recorded."""
+    by time: the anchors that place launches (:data:`...trace.launch.ANCHORS`: launch anchors, graph
+    launches, synchronization sites), and API calls where they were recorded."""
     where = " OR ".join(["(start_ns >= ? AND start_ns < ?)"] * len(spans)) or "FALSE"
-    parts = [f"SELECT correlation_id, start_ns FROM {table} WHERE pid = ? AND correlation_id IS NOT NULL AND ({where})"
-             for table in ("launch_call", "sync_site", "api_call") if report.count(table)]
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sources = [ANCHORS] + (["api_call"] if report.count("api_call") else [])
+    parts = [f"SELECT correlation_id, start_ns FROM {source} WHERE pid = ? AND correlation_id IS NOT NULL AND ({where})"
+             for source in sources]
     params = [pid, *(int(v) for span in spans for v in span)]
     rows = report.df(" UNION ALL ".join(parts) + " ORDER BY start_ns", params * len(parts))
     return rows["correlation_id"].to_numpy(np.int64), rows["start_ns"].to_numpy(np.int64)
@@ -143,14 +143,15 @@ def replayed_saving(ctx: Any, p: Any, after: pd.Series, before: pd.Series | None
     if key not in ctx.cache:
         ctx.cache[key] = anchors(ctx.report, p.pid, _spans(lo, hi))
     corr_all, ns_all = ctx.cache[key]
-    calls = p.timeline.calls
+    calls = p.timeline.calls  # in start order
     calls = calls[calls["correlation_id"].notna()]
+    call_starts = calls["start_ns"].to_numpy(np.int64)
     host = p.base_ns / p.step_ns if p.step_ns else 1.0  # the host's pace without the profiler (its probe)
     saved, replayed = [], 0
     for i in picks:
         a, b = np.searchsorted(starts_all, [ws[i], we[i]], "left")
         step = ops.iloc[a:b]
-        mine = calls[(calls["start_ns"] >= ws[i]) & (calls["start_ns"] < we[i])]
+        mine = calls.iloc[slice(*np.searchsorted(call_starts, [ws[i], we[i]], "left"))]
         if not len(step) or len(step) > MAX_OPS or len(mine) > MAX_CALLS:
             continue
         a, b = np.searchsorted(ns_all, [2 * ws[i] - we[i], we[i]], "left")
