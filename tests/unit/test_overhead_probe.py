@@ -391,6 +391,30 @@ def test_steps_shorter_than_their_gpu_work_were_only_queued() -> None:
     assert not no_gpu.queued and no_gpu.measured
 
 
+def test_a_step_without_collection_is_at_least_the_gpu_work_of_a_recorded_one() -> None:
+    """A float32 transformer LM on an H200 (GPU about as busy as its host, untraced 20.8 ms a step,
+    traced 21.1 ms by its own timer): its 3 steps with collection off took 16.6-17.8 ms while a
+    recorded step held 21.4 ms of GPU work, so the host ran ahead, filling the launch queue. Set
+    against the off steps alone that read as an 18% slowdown; the GPU's work is the floor."""
+    rng = np.random.default_rng(1)
+    on = tuple(int(x) for x in rng.normal(20.62e6, 0.5e6, 286))
+    off = (16_600_000, 17_520_000, 17_800_000)
+    t = ProbeTiming(1, 3, off, on, "torch", (13, 111, 112), gpu_ns=21.41e6)
+    assert not t.queued and t.measured  # off steps above QUEUED of the GPU work: measured, not only queued
+    assert t.gpu_floored and t.base_median == 21.41e6
+    assert t.ratio < 1.0 and not t.significant and t.cost_share == 0.0 and t.added_ns() == 0.0
+    assert "21.4 ms of GPU work" in t.describe() and "no measurable slowdown" in t.describe()
+    unfloored = ProbeTiming(1, 3, off, on, "torch", (13, 111, 112))
+    assert unfloored.significant and unfloored.slowdown == pytest.approx(0.18, abs=0.01)
+    # a host-bound step (off steps above the GPU work) is set against the off steps as before
+    host = ProbeTiming(1, 3, off, on, "torch", (13, 111, 112), gpu_ns=12e6)
+    assert not host.gpu_floored and host.ratio == pytest.approx(unfloored.ratio)
+    # partly floored: GPU work between the off and on medians leaves the part above it
+    part = ProbeTiming(1, 3, off, on, "torch", (13, 111, 112), gpu_ns=19e6)
+    assert part.gpu_floored and part.slowdown == pytest.approx(20.62 / 19 - 1, abs=0.01)
+    assert part.added_ns() == pytest.approx((part.on_median - 19e6) * len(on))
+
+
 def test_the_recorded_sdpa_loop_queued_its_probe_iterations(recorded: Callable[[str], Path]) -> None:
     """SDPA inference that never syncs (an H100 recording): 24 iterations with collection off took
     174 µs each, against 770 µs of GPU work per recorded iteration, the breakdown's busy time."""

@@ -58,7 +58,7 @@ class Process(PerStep):
         # which the medians leave out: the step without collection is at most the probe's median
         added = self.step_ns * self.probe.cost_share
         if self.probe.times_steps:  # timed by the same steps: the medians compare directly
-            added = max(added, self.step_ns - self.probe.off_median)
+            added = max(added, self.step_ns - self.probe.base_median)
         return min(added, self.host_idle_ns)
 
     @cached_property

@@ -87,6 +87,22 @@ class ProbeTiming:
         return float(np.median(self.off_ns)) if self.off_ns else 0.0
 
     @property
+    def base_median(self) -> float:
+        """The step without collection: the median step with collection off, and never less than the
+        GPU's work per recorded step (:attr:`gpu_ns`). A host that runs ahead of the GPU with
+        collection off marks its steps faster than the GPU can run them while the launch queue takes
+        up the difference, so those steps time the host, and the program's own step is at least the
+        GPU's work (within CUPTI's cost per kernel on the GPU, about 1 µs, by which this floor is high)."""
+        if self.source == PACE:
+            return self.off_median
+        return max(self.off_median, self.gpu_ns)
+
+    @property
+    def gpu_floored(self) -> bool:
+        """Whether the GPU's work per step, not the steps with collection off, set :attr:`base_median`."""
+        return self.base_median > self.off_median > 0
+
+    @property
     def on_median(self) -> float:
         """The median recorded step (0.0 when none was timed)."""
         return float(np.median(self.on_ns)) if self.on_ns else 0.0
@@ -94,7 +110,7 @@ class ProbeTiming:
     @property
     def ratio(self) -> float:
         """How many times longer a recorded step took than one without collection (1.0: no cost seen)."""
-        return self.on_median / self.off_median if self.off_median > 0 and self.on_median > 0 else 1.0
+        return self.on_median / self.base_median if self.off_median > 0 and self.on_median > 0 else 1.0
 
     @property
     def measured(self) -> bool:
@@ -109,6 +125,8 @@ class ProbeTiming:
             return (0.0, 0.0)
         rng = np.random.default_rng(0)
         on, off = _medians(self.on_ns, rng), _medians(self.off_ns, rng)
+        if self.source != PACE and self.gpu_ns:
+            off = np.maximum(off, self.gpu_ns)  # as base_median: never below the GPU's work per step
         ok = off > 0
         if not ok.any():
             return (0.0, 0.0)
@@ -177,6 +195,11 @@ class ProbeTiming:
             return (f"{n(self.probes, 'probe')} timed {n(len(self.off_ns))} with collection off and "
                     f"{n(len(self.on_ns), 'recorded ' + unit)}{after} (at least {MIN_OFF_STEPS} of each are "
                     f"needed): no measurement")
+        if self.gpu_floored:
+            from ...units import duration
+
+            return (f"{self.evidence()}, and a {unit} holds {duration(self.gpu_ns)} of GPU work, which a {unit} "
+                    f"without collection takes at least (the host ran ahead of the GPU): {self.verdict()}")
         return f"{self.evidence()}: {self.verdict()}"
 
     def evidence(self) -> str:
@@ -211,7 +234,7 @@ class ProbeTiming:
         times their number (0 where no slowdown was measured, or the pace was timed, not steps)."""
         if self.source == PACE:
             return 0.0
-        return (self.on_median - self.off_median) * len(self.on_ns) if self.significant else 0.0
+        return (self.on_median - self.base_median) * len(self.on_ns) if self.significant else 0.0
 
     @property
     def times_steps(self) -> bool:
