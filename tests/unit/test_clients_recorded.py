@@ -39,8 +39,9 @@ KNOWN_MISSES: dict[str, str] = {
                                  "until the host sets the pace. Replaying the recorded steps with those kernels 4x "
                                  "faster saves 0.1% (analysis/diagnosis/host_pace.py): the recorded host took 23.3 ms "
                                  "a step, 23.8 ms in the probe's steps with collection off, where the program alone "
-                                 "takes 20.8 ms (21.0 ms traced, in separate runs timed by the harness) and its GPU "
-                                 "20.2 ms. Neither number lands within 30% of the measured gain; a bound by the host's "
+                                 "takes 20.8 ms and its GPU 20.2 ms. Traced three times more, each run timing itself, "
+                                 "its processes took 21.1-23.6 ms a step, the recorded steps matching each run's own "
+                                 "timer: the traced process's host pace moves from run to run. Neither number lands within 30% of the measured gain; a bound by the host's "
                                  "recorded waits cut a planted GPU-bound float32 GEMM loop from 73% to 5%",
 }
 # misses seen on recordings too large to keep here (diagnosed on the full recordings; the results
