@@ -415,6 +415,23 @@ def test_a_step_without_collection_is_at_least_the_gpu_work_of_a_recorded_one() 
     assert part.added_ns() == pytest.approx((part.on_median - 19e6) * len(on))
 
 
+def test_the_hosts_own_pace_is_the_off_steps_even_where_the_gpu_floors_the_slowdown() -> None:
+    """The same LM run: no slowdown of the step (the GPU's work is its floor), but the host itself
+    marked 17.5 ms steps with collection off against 20.6 ms with it on, the pace a replay of its
+    launches takes (diagnosis/host_pace.py)."""
+    rng = np.random.default_rng(1)
+    on = tuple(int(x) for x in rng.normal(20.62e6, 0.5e6, 286))
+    off = (16_600_000, 17_520_000, 17_800_000)
+    t = ProbeTiming(1, 3, off, on, "torch", (13, 111, 112), gpu_ns=21.41e6)
+    assert not t.significant and t.host_pace == pytest.approx(17.52 / 20.62, abs=0.01)
+    # within the noise, timed by module calls (not the report's steps), or only queued: no pace
+    noisy = ProbeTiming(1, 3, (14_700_000, 19_900_000, 26_700_000), on, "torch", gpu_ns=19.6e6)
+    assert noisy.host_pace == 1.0
+    assert ProbeTiming(1, 3, off, on, "module", gpu_ns=21.41e6).host_pace == 1.0
+    assert ProbeTiming(1, 3, (1_000_000, 1_100_000), on, "torch", gpu_ns=21.41e6).host_pace == 1.0
+    assert ProbeTiming(1, 3, (21_000_000, 21_100_000), on, "torch", gpu_ns=12e6).host_pace == 1.0  # slower off
+
+
 def test_the_recorded_sdpa_loop_queued_its_probe_iterations(recorded: Callable[[str], Path]) -> None:
     """SDPA inference that never syncs (an H100 recording): 24 iterations with collection off took
     174 µs each, against 770 µs of GPU work per recorded iteration, the breakdown's busy time."""

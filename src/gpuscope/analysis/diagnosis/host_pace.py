@@ -13,8 +13,9 @@ it by correlation id (launch anchors, synchronization sites and API calls, :mod:
 never later than it was. Where the host blocked in a synchronizing call, the wait ends when the
 replayed GPU reaches the work it waited for, and the host's later launches move earlier by what
 the wait lost. The step ends at the later of the host's end (moved the same way) and the GPU's.
-The host's times are first drawn towards the step's start by the overhead probe's measured cost
-(the host as fast as without the profiler, as far as the probe can tell). What the faster kernels
+The host's times are first drawn towards the step's start by the host's pace with collection off,
+as the overhead probe timed it (the host as fast as without the profiler, as far as the probe can
+tell; where the off steps ran ahead of the GPU they still time the host). What the faster kernels
 save is the replay without them less the replay with them, so what the replay leaves out (the
 GPU's launch latency) falls out of the difference.
 
@@ -146,7 +147,10 @@ def replayed_saving(ctx: Any, p: Any, after: pd.Series, before: pd.Series | None
     calls = p.timeline.calls  # in start order
     calls = calls[calls["correlation_id"].notna()]
     call_starts = calls["start_ns"].to_numpy(np.int64)
-    host = p.base_ns / p.step_ns if p.step_ns else 1.0  # the host's pace without the profiler (its probe)
+    # the host's pace without the profiler: its own steps with collection off where the probe timed
+    # them (a host ahead of the GPU included), else the step less the probe's measured cost
+    host = p.probe.host_pace if p.probe is not None and p.probe.host_pace < 1.0 else (
+        p.base_ns / p.step_ns if p.step_ns else 1.0)
     saved, replayed = [], 0
     for i in picks:
         a, b = np.searchsorted(starts_all, [ws[i], we[i]], "left")

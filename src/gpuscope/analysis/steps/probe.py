@@ -123,15 +123,21 @@ class ProbeTiming:
         """The 95% interval of the slowdown (``ratio - 1``) from resampling both groups; (0, 0) unmeasured."""
         if not self.measured:
             return (0.0, 0.0)
-        rng = np.random.default_rng(0)
-        on, off = _medians(self.on_ns, rng), _medians(self.off_ns, rng)
-        if self.source != PACE and self.gpu_ns:
-            off = np.maximum(off, self.gpu_ns)  # as base_median: never below the GPU's work per step
-        ok = off > 0
-        if not ok.any():
-            return (0.0, 0.0)
-        lo, hi = np.percentile(on[ok] / off[ok] - 1.0, [2.5, 97.5])
-        return (float(lo), float(hi))
+        return _interval(self.on_ns, self.off_ns, self.gpu_ns if self.source != PACE else 0.0)
+
+    @cached_property
+    def host_pace(self) -> float:
+        """How long the host takes for a step without collection against with it: the medians of the
+        steps with collection off and on, where the probe timed the report's own steps and the off
+        steps are measurably shorter; else 1.0. Unlike :attr:`ratio`, not floored by the GPU's work:
+        steps marked with collection off time the host's own pace, including where it ran ahead of
+        the GPU (what a replay of the host's launches needs, diagnosis/host_pace.py)."""
+        if not (self.times_steps and self.measured and self.on_median > self.off_median > 0):
+            return 1.0
+        lo, _ = _interval(self.on_ns, self.off_ns, 0.0)
+        if self.on_median / self.off_median - 1.0 < NOISE or lo <= 0:
+            return 1.0
+        return self.off_median / self.on_median
 
     @property
     def slowdown(self) -> float:
@@ -256,6 +262,19 @@ def _pct(share: float) -> str:
     """A share as a whole percentage, at least 1% where not 0."""
     value = abs(share) * 100
     return f"{max(1, math.ceil(value - 0.5)) if value >= 0.005 else 0}%"
+
+
+def _interval(on_ns: tuple[int, ...], off_ns: tuple[int, ...], floor_ns: float) -> tuple[float, float]:
+    """The 95% interval of ``on / max(off, floor_ns) - 1`` over resampled medians of both groups."""
+    rng = np.random.default_rng(0)
+    on, off = _medians(on_ns, rng), _medians(off_ns, rng)
+    if floor_ns:
+        off = np.maximum(off, floor_ns)
+    ok = off > 0
+    if not ok.any():
+        return (0.0, 0.0)
+    lo, hi = np.percentile(on[ok] / off[ok] - 1.0, [2.5, 97.5])
+    return (float(lo), float(hi))
 
 
 def _medians(values: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
