@@ -198,19 +198,17 @@ def test_recordings_without_the_loaders_cpu_time_count_the_wait_as_cpu_work(diag
     assert top.data["loader_on_cpu"] is None and not any("ran on a core" in e for e in top.evidence)
 
 
-def test_per_item_calls_are_counted_where_the_steps_found_leave_the_operator_window_out(tmp_path: Path) -> None:
-    """A loop of 8 small matmuls per stack with no step marks, recorded on a busy CPU: the steps came
-    from repeating sampled stacks and the operator window fell in the warm-up step, outside every
-    steady step. The recorded operators still count the 8 calls per stack (the window skips the
-    set-up on its own), so the line is per-item calls, not the loop's own Python."""
+def test_per_item_calls_are_counted_in_a_loop_faster_than_the_sampler(tmp_path: Path) -> None:
+    """A loop of 8 small matmuls per stack with no step marks, recorded on a busy CPU: its turns are
+    far shorter than the sampling interval, so its sampled stacks repeat only as an alias of the
+    sampler and give no steps (tests/unit/test_step_aliasing.py); the whole capture is one step. The
+    recorded operators still count the 8 calls per stack (the window skips the set-up on its own),
+    so the line is per-item calls, not the loop's own Python."""
     with Report.open(unpack_fixture("cpu_matmul_loop_stepped_by_stacks", tmp_path)) as report:
         diag = diagnose(report)
         p = CpuContext(report).processes[0]
-    assert isinstance(diag, CpuDiagnosis) and diag.step_source.startswith("repeating pattern")
-    starts = p.ops["start_ns"].to_numpy()[:, None]
-    w = p.steady_windows
-    inside = ((starts >= w["start_ns"].to_numpy()[None, :]) & (starts < w["end_ns"].to_numpy()[None, :])).any(axis=1)
-    assert len(p.ops) >= 100 and len(w) and not inside.any()  # the case: no recorded operator in a steady step
+    assert isinstance(diag, CpuDiagnosis) and diag.step_source == "no steps"
+    assert len(p.ops) >= 100
     assert op_repeats(p) == pytest.approx(8, abs=0.2)
     top = _actionable(diag)[0]
     assert top.rule == "hot_line" and top.data["per_item"], top

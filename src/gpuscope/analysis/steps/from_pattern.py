@@ -5,7 +5,8 @@ names, copy directions), its main thread's top-level module calls (grouped where
 comes every N calls), its sampled Python stacks, else the PyTorch operators it ran. The repeating
 sequence among them (:mod:`.pattern`) gives the iterations; step *k* runs from the launch that
 starts iteration *k* to the one that starts iteration *k+1*, and what came before the first is
-set-up.
+set-up. Sampled stacks that repeat only as an alias of the sampler, a loop turning many times
+between two samples (:func:`_unresolved`), give no steps.
 """
 
 from __future__ import annotations
@@ -245,10 +246,11 @@ def _sample_tokens(report: Report) -> pd.DataFrame:
     """The main thread's Python samples as a sequence of visits to the program's stacks: consecutive
     samples with the same frames of the program's own code (outside libraries; the whole chain, so
     that one helper called from two places is two stacks) are one token, at the time the first of
-    them began (``pid``, ``token``, ``launch_ns``, ``start_ns``)."""
+    them began (``pid``, ``token``, ``launch_ns``, ``start_ns``), with ``samples``: how many samples
+    in a row saw it."""
     from ...trace.stacks import is_library, stack_paths
 
-    cols = ["pid", "token", "launch_ns", "start_ns"]
+    cols = ["pid", "token", "launch_ns", "start_ns", "samples"]
     if not report.count("cpu_sample"):
         return pd.DataFrame(columns=cols)
     s = report.df("SELECT pid, ts_ns, weight_ns, stack_id FROM cpu_sample WHERE tid = pid ORDER BY pid, ts_ns")
@@ -265,7 +267,8 @@ def _sample_tokens(report: Report) -> pd.DataFrame:
     change[1:] = (s["token"].to_numpy()[1:] != s["token"].to_numpy()[:-1]) | (
         s["pid"].to_numpy()[1:] != s["pid"].to_numpy()[:-1])
     out = s[change]
-    return out.assign(start_ns=out["launch_ns"])[cols].reset_index(drop=True)
+    samples = np.diff(np.append(np.flatnonzero(change), len(s)))
+    return out.assign(start_ns=out["launch_ns"], samples=samples)[cols].reset_index(drop=True)
 
 
 def _regular(found: Pattern, frame: pd.DataFrame) -> bool:
@@ -278,6 +281,27 @@ def _regular(found: Pattern, frame: pd.DataFrame) -> bool:
         return False
     med = float(np.median(d))
     return med > 0 and float(np.median(np.abs(d - med))) <= SAMPLE_REGULARITY * med
+
+
+def _unresolved(found: Pattern, frame: pd.DataFrame) -> tuple[int, int, int] | None:
+    """Where sampled stacks repeat as an alias of the sampler, not as the loop: the samples that saw
+    one element of the pattern in a row, least, median and most over the iterations, of the element
+    that scatters most beyond :data:`SAMPLE_REGULARITY` of its median (and one sample); None where
+    every element is seen for about as many samples each turn. A loop the sampler resolves holds
+    each of its lines for about as long every turn; a loop that turns many times between two
+    samples shows a line for as long as the sampler's phase drifts through it, one sample in one
+    turn and hundreds in the next, and the lines between are single samples."""
+    n = frame["samples"].to_numpy(np.int64)
+    starts = found.starts[:-1][found.starts[:-1] + found.period <= len(n)]
+    if not len(starts):
+        return None
+    per = n[starts[:, None] + np.arange(found.period)[None, :]]
+    med = np.median(per, axis=0)
+    spread = np.median(np.abs(per - med), axis=0) - np.maximum(SAMPLE_REGULARITY * med, 1.0)
+    worst = int(np.argmax(spread))
+    if spread[worst] <= 0:
+        return None
+    return int(per[:, worst].min()), int(med[worst]), int(per[:, worst].max())
 
 
 def _step_tokens(report: Report) -> Iterator[tuple[pd.DataFrame, str]]:
@@ -297,8 +321,10 @@ def _step_tokens(report: Report) -> Iterator[tuple[pd.DataFrame, str]]:
                         "WHERE tid = pid ORDER BY pid, start_ns"), "PyTorch operators"
 
 
-def _find(tokens: pd.DataFrame, what: str) -> dict[int, tuple[Pattern, pd.DataFrame]]:
-    """Per process, its loop in ``tokens``."""
+def _find(tokens: pd.DataFrame, what: str,
+          aliased: dict[int, tuple[int, int, int]] | None = None) -> dict[int, tuple[Pattern, pd.DataFrame]]:
+    """Per process, its loop in ``tokens``; a pattern of sampled stacks that only aliases the sampler
+    is left out and put in ``aliased`` (see :func:`_unresolved`)."""
     out = {}
     pids = tokens["pid"].to_numpy()
     # one process: its tokens are the frame itself, not a copy of millions of rows
@@ -309,8 +335,12 @@ def _find(tokens: pd.DataFrame, what: str) -> dict[int, tuple[Pattern, pd.DataFr
             result = _module_pattern(own)
         else:
             result = _process_pattern(own)
-            if result is not None and what == "sampled Python stacks" and not _regular(*result):
-                result = None
+            if result is not None and what == "sampled Python stacks":
+                alias = _unresolved(*result)
+                if alias is not None and aliased is not None:
+                    aliased[int(pid)] = alias
+                if alias is not None or not _regular(*result):
+                    result = None
         if result is not None:
             out[int(pid)] = result
     return out
@@ -380,10 +410,11 @@ def pattern_steps(report: Report) -> PatternSteps:
     tokens, what = pd.DataFrame(columns=["pid", "token"]), "GPU operations"
     found_by_pid: dict[int, tuple[Pattern, pd.DataFrame]] = {}
     tried = []
+    aliased: dict[int, tuple[int, int, int]] = {}
     for tokens, what in _step_tokens(report):
         if len(tokens):
             tried.append((tokens, what))
-            found_by_pid = _find(tokens, what)
+            found_by_pid = _find(tokens, what, aliased)
             if found_by_pid:
                 break
     if not found_by_pid and tried:  # why none: said of the first sequence there was
@@ -411,6 +442,11 @@ def pattern_steps(report: Report) -> PatternSteps:
     frame = pd.DataFrame(rows, columns=["pid", "step", "start_ns", "end_ns", "stop_ns", "gpu_side"])
     if details:
         detail = "; ".join(details) + ": no step marks were recorded"
+    elif len(tokens) and what == "sampled Python stacks" and aliased:
+        least, median, most = next(iter(aliased.values()))
+        detail = (f"no step marks, and the {len(tokens)} {what} repeat only as an alias of the sampler "
+                  f"(a line held for {least} to {most} samples in a row from one turn to the next, {median} in "
+                  "the median: the loop turns faster than samples are taken): the whole capture counts as one step")
     elif len(tokens):
         detail = (f"no step marks, and the {len(tokens)} {what} do not repeat at least 4 times in one "
                   "order: the whole capture counts as one step")
