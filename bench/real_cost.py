@@ -65,7 +65,8 @@ PARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "pace": (DEFAULT, {"GPUSCOPE_PACE_PROBE": "1"}, []),  # the probe paced by CUDA graph launches (opt-in)
     "pace-poll": (DEFAULT, {"GPUSCOPE_PACE_PROBE": "poll"}, []),  # its launch counter read, never switching
     "no-sites": (DEFAULT, {"GPUSCOPE_SYNC_SITES": "0"}, []),  # nor graph launches
-    "default-graphs": (DEFAULT + ",cuda-graph", {}, []),
+    "default-graphs": (DEFAULT + ",cuda-graph", {}, []),  # graph-level records from the start
+    "graph-nodes": (DEFAULT + ",graph-nodes", {}, []),  # every graph node's kernel, however large the graphs
     "both-sites": (DEFAULT, {"GPUSCOPE_SYNC_LAYER": "both"}, []),  # runtime and driver API watched
     "no-anchors": (DEFAULT, {"GPUSCOPE_ANCHORS": "0"}, []),
     "no-samplers": ("cuda,nvtx,torch,torch-shapes", {}, []),

@@ -157,11 +157,32 @@ def _graph_hint(report: Report) -> str | None:
     trace = report.meta.get("trace") or []
     if "cuda" not in trace or "cuda-graph" in trace:
         return None
+    chosen = _graphs_chosen(report)
+    if chosen:
+        return chosen
     total, graphed = report.sql("SELECT count(*), count(*) FILTER (WHERE coalesce(graph_id, 0) <> 0) FROM kernel")[0]
     if not total or graphed / total < GRAPHED_SHARE:
         return None
     return (f"{graphed / total:.0%} of the kernels ran in CUDA graphs, each recorded; one row per graph launch "
             "can cost less: add --trace cuda-graph")
+
+
+def _graphs_chosen(report: Report) -> str | None:
+    """Where gpuscope chose graph-level records at the first graph instantiation (capture/cupti/
+    graph_level.py), what the report lacks for it: each graph's kernels."""
+    import json
+
+    rows = report.sql("SELECT detail FROM collector WHERE name = 'graph-level'")
+    for (detail,) in rows:
+        try:
+            st = json.loads(detail or "{}")
+        except ValueError:
+            continue
+        if isinstance(st, dict) and st.get("switched"):
+            return (f"the kernels inside CUDA graphs: each graph launch is one operation (the first graph had "
+                    f"{st.get('nodes')} nodes, gpuscope records such graphs whole; kernels outside graphs are "
+                    "recorded one by one): add --trace graph-nodes")
+    return None
 
 
 def pick(table: Table, labels: list[str], top: int) -> Table:

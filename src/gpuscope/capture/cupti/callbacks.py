@@ -199,6 +199,20 @@ class CallbackHub:
         self._timed += keys
         return got
 
+    def native_graph_watch(self, names: list[str]) -> bool:
+        """Have the C subscriber watch the entry of the driver functions named (graph instantiation,
+        graph_level.py) without any Python callback; False where the subscriber is not C or none of
+        them has a callback id here."""
+        if self._native is None or self._subscriber is None:
+            return False
+        shim = self._native[0]
+        cbids = [int(m.value) for m in self._cupti.driver_api_trace_cbid if base_name(m.name) in set(names)]
+        if not cbids or any(shim.gs_set_graph_watch(self._driver, cbid) != 0 for cbid in cbids):
+            return False
+        for cbid in cbids:
+            self._enable(True, self._driver, cbid)
+        return True
+
     def on_api_entry(self, names: list[str], handler: Callable[[int], None]) -> list[str]:
         """Call ``handler(correlation id)`` at the entry of the driver API functions named, with as
         little work as possible (no nesting bookkeeping; for calls gpuscope makes itself); return

@@ -285,11 +285,75 @@ uint64_t gs_timed_lost(void) { return timed.lost; }
 /* How many timed calls have ended since the start, whether collection timed them or not. */
 uint64_t gs_timed_count(void) { return __atomic_load_n(&timed_count, __ATOMIC_RELAXED); }
 
+/* The first instantiation of a CUDA graph with nodes (graph_level.py): where that graph has at least
+ * graph_min_nodes nodes, CUPTI's graph-level records are switched on before it is instantiated, so
+ * that every executable graph of the process is made under one setting (graphs instantiated before
+ * such a switch crashed at their next launch). Decided once, whatever the answer. Every
+ * cuGraphInstantiate* parameter struct starts with (CUgraphExec *, CUgraph). */
+#define GRAPH_WATCH_CAP 16
+typedef int (*gs_nodes_fn)(void *graph, void *nodes, size_t *count);
+typedef int (*gs_enable_fn)(int kind);
+static uint32_t graph_domain, graph_cbid[GRAPH_WATCH_CAP];
+static int graph_watch_n;
+static gs_nodes_fn graph_nodes_fn;
+static gs_enable_fn graph_enable_fn;
+static int graph_kind;
+static int64_t graph_min_nodes = INT64_MAX;
+static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t graph_state[4] = {0, 0, -1, 0}; /* decided, switched, nodes (-1: not counted), time */
+
+int gs_set_graph_watch(uint32_t domain, uint32_t cbid) {
+    if (graph_watch_n == GRAPH_WATCH_CAP) return -1;
+    graph_domain = domain;
+    graph_cbid[graph_watch_n++] = cbid;
+    return 0;
+}
+
+void gs_set_graph_switch(void *nodes_fn, void *enable_fn, int kind, int64_t min_nodes) {
+    graph_nodes_fn = (gs_nodes_fn)nodes_fn;
+    graph_enable_fn = (gs_enable_fn)enable_fn;
+    graph_kind = kind;
+    graph_min_nodes = min_nodes;
+}
+
+/* (decided, switched, nodes of the first graph, when) into out[4]. */
+void gs_graph_state(int64_t *out) {
+    pthread_mutex_lock(&graph_mu);
+    memcpy(out, graph_state, sizeof graph_state);
+    pthread_mutex_unlock(&graph_mu);
+}
+
+static void graph_first(const void *params) {
+    pthread_mutex_lock(&graph_mu);
+    if (!graph_state[0]) {
+        void *graph = params ? ((void *const *)params)[1] : NULL;
+        size_t n = 0;
+        int counted = graph && graph_nodes_fn && graph_nodes_fn(graph, NULL, &n) == 0;
+        if (!counted || n > 0) { /* an empty graph (torch instantiates one before its first real one) decides nothing */
+            graph_state[0] = 1;
+            graph_state[2] = counted ? (int64_t)n : -1;
+            if (counted && (int64_t)n >= graph_min_nodes && graph_enable_fn && graph_enable_fn(graph_kind) == 0) {
+                graph_state[1] = 1;
+                graph_state[3] = now_ns();
+            }
+        }
+    }
+    pthread_mutex_unlock(&graph_mu);
+}
+
 /* CUpti_CallbackFunc: runs on the thread that made the API call. */
 void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {
     const gs_callback_data *d = (const gs_callback_data *)cbdata;
     (void)userdata;
     if (!d) return;
+    if (domain == graph_domain) {
+        for (int i = 0; i < graph_watch_n; i++) {
+            if (graph_cbid[i] == cbid) {
+                if (d->site == 0 && !graph_state[0]) graph_first(d->params);
+                return;
+            }
+        }
+    }
     if (cbid == anchor_cbid && domain == anchor_domain) {
         if (d->site == 0) anchor_id = d->correlation_id;
         return;

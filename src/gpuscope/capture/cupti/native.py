@@ -3,7 +3,7 @@
 Why C: CUPTI hands over completed buffers on its own thread while holding its own locks; a Python
 callback must take the GIL there, and a program thread that holds the GIL while it waits for one
 of those locks (torch.compile loading a kernel with ``cuModuleLoad``) then hangs forever. No
-library offers CUPTI buffer callbacks that need no GIL, so gpuscope ships 100 lines of C. They
+library offers CUPTI buffer callbacks that need no GIL, so gpuscope ships a few hundred lines of C. They
 use no Python headers, so one build serves every Python version; it is cached in gpuscope's cache
 directory (:func:`cache_dir`), keyed by the source's hash, and built with the C compiler that Triton and
 torch.compile need anyway (``$CC``, else ``cc``/``gcc``). Without a compiler gpuscope falls back
@@ -112,6 +112,10 @@ def load(directory: Path | None = None) -> ctypes.CDLL:
     lib.gs_timed_pending.argtypes, lib.gs_timed_pending.restype = [], sz
     lib.gs_timed_lost.argtypes, lib.gs_timed_lost.restype = [], ctypes.c_uint64
     lib.gs_timed_count.argtypes, lib.gs_timed_count.restype = [], ctypes.c_uint64
+    lib.gs_set_graph_watch.argtypes, lib.gs_set_graph_watch.restype = [u32, u32], ctypes.c_int
+    lib.gs_set_graph_switch.argtypes = [vp, vp, ctypes.c_int, ctypes.c_int64]
+    lib.gs_set_graph_switch.restype = None
+    lib.gs_graph_state.argtypes, lib.gs_graph_state.restype = [ctypes.POINTER(ctypes.c_int64)], None
     return lib
 
 
