@@ -141,3 +141,28 @@ def test_the_summary_says_the_kernels_inside_graphs_were_not_recorded(tmp_path: 
     with Report.open(path) as report:
         after = overview(report).not_recorded["cuda_graph"]
     assert "116 nodes" in after and "--trace graph-nodes" in after and "ran in CUDA graphs" not in after
+
+
+def test_a_recorded_reduce_overhead_run_holds_its_graphs_whole_and_reads_as_busy(tmp_path: Path) -> None:
+    """A reduce-overhead GPT recorded under the default on an H200: its first graph had 116 nodes, so
+    no kernel of a graph has a row and each launch is one; the steps read the graphs as GPU work."""
+    import json
+
+    from conftest import unpack_fixture
+    from gpuscope.analysis.diagnosis.context import Context
+    from gpuscope.analysis.overview import overview
+    from gpuscope.trace.report import Report
+
+    with Report.open(unpack_fixture("client_nanogpt_reduce_overhead_graphs", tmp_path)) as report:
+        (detail,) = report.sql("SELECT detail FROM collector WHERE name = 'graph-level'")[0]
+        st = json.loads(detail)
+        assert st["switched"] == 1 and st["nodes"] == 116
+        graphed, plain = report.sql("SELECT count(*) FILTER (WHERE coalesce(graph_id, 0) <> 0), "
+                                    "count(*) FILTER (WHERE coalesce(graph_id, 0) = 0) FROM kernel")[0]
+        launches, first = report.sql("SELECT count(*), min(start_ns) FROM graph_launch")[0]
+        assert graphed == 0 and plain > 0 and launches >= 2 * 290 and first >= st["from_ns"]
+        assert "116 nodes" in overview(report).not_recorded["cuda_graph"]
+        (p,) = Context(report).processes
+        parts = p.breakdown.mean_parts()
+        busy = sum(v for k, v in parts.items() if k.startswith("busy_"))
+        assert busy > 0.6 * p.step_ns  # the graphs' spans count as GPU work, not as idle time
