@@ -67,3 +67,16 @@ def test_the_recorded_loop_of_small_matmuls_is_not_stepped_by_the_samplers_alias
     assert len(found.frame) == 0
     assert "sampled Python stacks repeat only as an alias of the sampler" in found.detail
     assert "whole capture counts as one step" in found.detail
+
+
+def test_the_diagnosis_says_why_the_run_has_no_steps(tmp_path: Path) -> None:
+    """The note that covers a run without steps carries the step finder's reason, once."""
+    from gpuscope.analysis.diagnosis import diagnose
+
+    with Report.open(unpack_fixture("cpu_matmul_loop_stepped_by_stacks", tmp_path)) as report:
+        diag = diagnose(report)
+        notes = [diag.scope_note(p) for p in diag.processes]  # type: ignore[attr-defined]
+    (note,) = notes
+    assert note.startswith(f"Process {diag.processes[0].pid}: no steps, so the run after start-up counts as one window")
+    assert "Why no steps: no step marks, and the 42 sampled Python stacks repeat only as an alias of the sampler" in note
+    assert "the whole capture counts as one step" not in note and diag.step_source == "no steps"

@@ -113,8 +113,11 @@ def scope_text(p: CpuBreakdown, source: str, counts: str | None = None) -> str:
     """What one process's means cover, start-up included, in one line."""
     startup = f"; start-up before it: {duration(p.startup_ns)}" if p.startup_ns else ""
     if not p.has_steps:
+        # why no pattern gave steps (steps/from_pattern.py), without its own ending (said here already)
+        why = source.removesuffix(": the whole capture counts as one step")
+        why = f" Why no steps: {why}." if why.startswith("no step marks") else ""
         return (f"Process {p.pid}: no steps, so the run after start-up counts as one window "
-                f"({duration(float(p.steps['duration_ns'].sum()))}){startup}.")
+                f"({duration(float(p.steps['duration_ns'].sum()))}){startup}.{why}")
     warm = int(p.steps["warmup"].sum())
     steady = len(p.steady)
     text = f"Process {p.pid}: mean of {steady} steady step{'s' if steady != 1 else ''}; "

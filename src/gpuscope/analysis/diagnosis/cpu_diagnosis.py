@@ -29,6 +29,7 @@ class CpuDiagnosis(Diagnosis):
 
     parts: tuple[str, ...] = field(default=CPU_PARTS)
     startup: dict[int, dict[str, object]] = field(default_factory=dict)  # per process: its start-up, a note
+    no_steps_why: str = ""  # without steps, why no pattern gave them (steps/from_pattern.py), for the notes
 
     PART_NAMES: ClassVar[tuple[str, ...]] = CPU_PARTS
     PART_LABELS: ClassVar[dict[str, str]] = CPU_LABELS
@@ -37,7 +38,7 @@ class CpuDiagnosis(Diagnosis):
 
     def scope_note(self, p: CpuBreakdown) -> str:  # type: ignore[override]
         """What one process's means cover, start-up included, in one line."""
-        return scope_text(p, self.step_source, self.step_counts.get(p.pid))
+        return scope_text(p, self.no_steps_why or self.step_source, self.step_counts.get(p.pid))
 
     def steps_table(self) -> Table:
         """Per step: duration and the share of each CPU part."""
@@ -92,8 +93,9 @@ def diagnose_cpu(report: Report, rules: list[Rule] | None = None, min_share: flo
                   "recorded steps." for t in probe_timings(report).values() if t.measured]
     stepped = any(p.has_steps for p in processes)
     source = ctx.steps.description if stepped else "no steps"
+    why = "" if stepped else ctx.steps.description  # why none were found (steps/from_pattern.py)
     from .result import counts_by_process
 
     return CpuDiagnosis(step_source=source, processes=processes, findings=findings,  # type: ignore[arg-type]
-                        skipped=skipped, notes=ctx.notes, min_share=min_share, startup=ctx.startup,
+                        skipped=skipped, notes=ctx.notes, min_share=min_share, startup=ctx.startup, no_steps_why=why,
                         step_counts=counts_by_process(report) if stepped else {})

@@ -55,8 +55,8 @@ def _empty() -> pd.DataFrame:
 def _fallback(report: Report) -> CpuSteps:
     """Steps from ``step_source`` and ``step_windows`` (the steps of step_sum)."""
     source = steps_mod.step_source(report)
-    if source.kind is None:
-        return CpuSteps(None, NO_STEPS, _empty())
+    if source.kind is None:  # with why no pattern gave steps, where the step finder said
+        return CpuSteps(None, source.detail or NO_STEPS, _empty())
     frame = steps_mod.step_windows(report, source).rename(columns={"warmup": "setup"})
     frame = frame[COLUMNS].astype({"pid": "int64", "step": "int64", "start_ns": "int64", "end_ns": "int64",
                                    "setup": bool})
