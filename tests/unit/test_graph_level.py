@@ -166,3 +166,16 @@ def test_a_recorded_reduce_overhead_run_holds_its_graphs_whole_and_reads_as_busy
         parts = p.breakdown.mean_parts()
         busy = sum(v for k, v in parts.items() if k.startswith("busy_"))
         assert busy > 0.6 * p.step_ns  # the graphs' spans count as GPU work, not as idle time
+
+
+def test_the_diagnosis_says_its_kernel_rules_did_not_see_the_graphs_kernels(tmp_path: Path) -> None:
+    from conftest import unpack_fixture
+    from gpuscope.analysis.diagnosis import diagnose
+    from gpuscope.trace.report import Report
+
+    with Report.open(unpack_fixture("client_nanogpt_reduce_overhead_graphs", tmp_path)) as report:
+        notes = diagnose(report).notes
+    (note,) = [n for n in notes if "one operation per launch" in n]
+    assert "116 nodes" in note and "--trace graph-nodes" in note
+    with Report.open(unpack_fixture("client_nanogpt_reduce_overhead", tmp_path)) as report:  # every node recorded
+        assert not [n for n in diagnose(report).notes if "one operation per launch" in n]

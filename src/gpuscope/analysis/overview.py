@@ -170,18 +170,12 @@ def _graph_hint(report: Report) -> str | None:
 def _graphs_chosen(report: Report) -> str | None:
     """Where gpuscope chose graph-level records at the first graph instantiation (capture/cupti/
     graph_level.py), what the report lacks for it: each graph's kernels."""
-    import json
+    from .ops.graph_level import graphs_recorded_whole
 
-    rows = report.sql("SELECT detail FROM collector WHERE name = 'graph-level'")
-    for (detail,) in rows:
-        try:
-            st = json.loads(detail or "{}")
-        except ValueError:
-            continue
-        if isinstance(st, dict) and st.get("switched"):
-            return (f"the kernels inside CUDA graphs: each graph launch is one operation (the first graph had "
-                    f"{st.get('nodes')} nodes, gpuscope records such graphs whole; kernels outside graphs are "
-                    "recorded one by one): add --trace graph-nodes")
+    for st in graphs_recorded_whole(report).values():
+        return (f"the kernels inside CUDA graphs: each graph launch is one operation (the first graph had "
+                f"{st.get('nodes')} nodes, gpuscope records such graphs whole; kernels outside graphs are "
+                "recorded one by one): add --trace graph-nodes")
     return None
 
 

@@ -75,6 +75,17 @@ def _probe_notes(processes: list[Process]) -> list[str]:
     return out
 
 
+def _graph_level_notes(report: Report) -> list[str]:
+    """Where a process recorded its CUDA graphs whole (capture/cupti/graph_level.py): the kernel
+    rules (precision, tensor cores, fusion, roofline) see none of the kernels inside them."""
+    from ..ops.graph_level import graphs_recorded_whole
+
+    return [f"Process {pid}: its CUDA graphs were recorded as one operation per launch (the first had "
+            f"{st.get('nodes')} nodes): the rules that read kernels (precision, tensor cores, fusion, the "
+            "roofline) saw only the kernels launched outside graphs; record again with --trace graph-nodes "
+            "to check the graphs' kernels." for pid, st in graphs_recorded_whole(report).items()]
+
+
 def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float = MIN_SHARE) -> Diagnosis:
     """Return the diagnosis of ``report``: breakdown, findings ranked by saving, and skipped rules.
 
@@ -95,6 +106,7 @@ def diagnose(report: Report, rules: list[Rule] | None = None, min_share: float =
     processes = [p.breakdown for p in ctx.processes]
     ctx.notes += _setup_notes(report, processes)
     ctx.notes += _probe_notes(ctx.processes)
+    ctx.notes += _graph_level_notes(report)
     ctx.notes += _profiling_notes(report, [p.breakdown for p in ctx.processes if p.probe is None or not p.probe.measured])
     if processes and ctx.roofline is None and not any("roofline" in n for n in ctx.notes):
         ctx.notes.append(f"Kernels have no bound class (compute, memory, latency): {ctx.missing('roofline')}.")
