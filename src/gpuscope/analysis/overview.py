@@ -149,11 +149,11 @@ GRAPHED_SHARE = 0.5  # of the kernels run inside CUDA graphs, above which the su
 
 
 def _graph_hint(report: Report) -> str | None:
-    """Where most kernels ran inside CUDA graphs (torch.compile's reduce-overhead, XLA, a captured
-    step) and each was recorded, the collector that records one row per graph launch instead: on a
-    reduce-overhead GPT it cost 0.87-0.91 of the default's time, round by round (H200,
-    bench/results/real_clients.md). Not chosen for the user: it can only be switched on at the start,
-    and it gives up the per-kernel view of the graphs."""
+    """What the report says of CUDA graphs: where gpuscope recorded them whole (a first graph of 64
+    nodes or more, :func:`_graphs_chosen`), that their kernels are missing; where most kernels ran
+    inside graphs and each was recorded (graphs below that size, or ``--trace graph-nodes``), the
+    collector that records one row per graph launch from the start instead: on a reduce-overhead GPT
+    it cost 1.21x of untraced against 1.52x for every node (H200, bench/results/real_clients.md)."""
     trace = report.meta.get("trace") or []
     if "cuda" not in trace or "cuda-graph" in trace:
         return None
