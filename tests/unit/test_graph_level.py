@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from native_helpers import CallbackData
 
 from gpuscope.capture.cupti import graph_level, native
 
@@ -19,15 +20,6 @@ DRIVER, INSTANTIATE, OTHER = 6, 500, 501  # a domain and callback ids as the sub
 KIND = 51  # CUPTI_ACTIVITY_KIND_GRAPH_TRACE
 NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
 ENABLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)
-
-
-class Data(ctypes.Structure):
-    """CUpti_CallbackData as CUPTI passes it."""
-
-    _fields_ = [("site", ctypes.c_int32), ("function_name", ctypes.c_char_p), ("params", ctypes.c_void_p),
-                ("return_value", ctypes.c_void_p), ("symbol_name", ctypes.c_char_p), ("context", ctypes.c_void_p),
-                ("context_uid", ctypes.c_uint32), ("correlation_data", ctypes.c_void_p),
-                ("correlation_id", ctypes.c_uint32)]
 
 
 class Driver:
@@ -58,7 +50,7 @@ class Driver:
         handle = 0x1000 + 16 * len(self.graphs)
         self.graphs[handle] = nodes
         params = (ctypes.c_void_p * 3)(0xBEEF, handle, 0)  # (CUgraphExec *, CUgraph, flags)
-        data = Data(site=site, params=ctypes.cast(params, ctypes.c_void_p), correlation_id=7)
+        data = CallbackData(site=site, params=ctypes.cast(params, ctypes.c_void_p), correlation_id=7)
         self._keep += [params, data]
         self.shim.gs_api_callback(None, DRIVER, cbid, ctypes.byref(data))
 

@@ -14,6 +14,8 @@ import pytest
 
 cupti_mod = pytest.importorskip("cupti").cupti
 
+from native_helpers import CallbackData  # noqa: E402
+
 from gpuscope.capture.cupti import native  # noqa: E402
 from gpuscope.capture.cupti.callbacks import CallbackHub  # noqa: E402
 from gpuscope.capture.cupti.launch_anchors import ANCHOR_API, NativeAnchors  # noqa: E402
@@ -25,15 +27,6 @@ if not native._compiler():
 
 RT, DRV = int(cupti_mod.CallbackDomain.RUNTIME_API), int(cupti_mod.CallbackDomain.DRIVER_API)
 ANCHOR_CBID = next(int(m.value) for m in cupti_mod.driver_api_trace_cbid if m.name.startswith("cuDriverGetVersion"))
-
-
-class Data(ctypes.Structure):
-    """CUpti_CallbackData as CUPTI passes it."""
-
-    _fields_ = [("site", ctypes.c_int32), ("function_name", ctypes.c_char_p), ("params", ctypes.c_void_p),
-                ("return_value", ctypes.c_void_p), ("symbol_name", ctypes.c_char_p), ("context", ctypes.c_void_p),
-                ("context_uid", ctypes.c_uint32), ("correlation_data", ctypes.c_void_p),
-                ("correlation_id", ctypes.c_uint32)]
 
 
 class FakeLibcupti:
@@ -64,7 +57,7 @@ class FakeLibcupti:
         corr = next(self.ids)
         for site in (0, 1):
             if (domain, cbid) in self.enabled and self.callback is not None:
-                data = Data(site=site, correlation_id=corr)
+                data = CallbackData(site=site, correlation_id=corr)
                 self.shim.gs_api_callback(None, domain, cbid, ctypes.byref(data))
             if site == 0 and body is not None:
                 body()
@@ -245,7 +238,7 @@ def test_a_runtime_graph_launch_is_one_row_with_its_own_id_in_c(shim: ctypes.CDL
     rows = launches.take()
     assert [(r[3], r[4]) for r in rows] == [("cudaGraphLaunch", outer), ("cuGraphLaunch", alone)]
     assert inner and inner[0] not in [r[4] for r in rows] and hub.calls == 0
-    data = Data(site=0, correlation_id=999)  # an entry whose exit is never seen
+    data = CallbackData(site=0, correlation_id=999)  # an entry whose exit is never seen
     shim.gs_api_callback(None, DRV, drv, ctypes.byref(data))
     after = lib.call(DRV, drv)
     assert [r[4] for r in launches.take()] == [after]

@@ -172,11 +172,12 @@ def _graphs_chosen(report: Report) -> str | None:
     graph_level.py), what the report lacks for it: each graph's kernels."""
     from .ops.graph_level import graphs_recorded_whole
 
-    for st in graphs_recorded_whole(report).values():
-        return (f"the kernels inside CUDA graphs: each graph launch is one operation (the first graph had "
-                f"{st.get('nodes')} nodes, gpuscope records such graphs whole; kernels outside graphs are "
-                "recorded one by one): add --trace graph-nodes")
-    return None
+    st = next(iter(graphs_recorded_whole(report).values()), None)
+    if st is None:
+        return None
+    return (f"the kernels inside CUDA graphs: each graph launch is one operation (the first graph had "
+            f"{st.get('nodes')} nodes, gpuscope records such graphs whole; kernels outside graphs are "
+            "recorded one by one): add --trace graph-nodes")
 
 
 def pick(table: Table, labels: list[str], top: int) -> Table:

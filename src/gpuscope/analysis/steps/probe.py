@@ -87,15 +87,19 @@ class ProbeTiming:
         return float(np.median(self.off_ns)) if self.off_ns else 0.0
 
     @property
+    def floor_ns(self) -> float:
+        """The least a step without collection can take: the GPU's work per recorded step (0.0 for a
+        probe paced by graph launches, whose intervals are not steps)."""
+        return 0.0 if self.source == PACE else self.gpu_ns
+
+    @property
     def base_median(self) -> float:
         """The step without collection: the median step with collection off, and never less than the
         GPU's work per recorded step (:attr:`gpu_ns`). A host that runs ahead of the GPU with
         collection off marks its steps faster than the GPU can run them while the launch queue takes
         up the difference, so those steps time the host, and the program's own step is at least the
         GPU's work (within CUPTI's cost per kernel on the GPU, about 1 µs, by which this floor is high)."""
-        if self.source == PACE:
-            return self.off_median
-        return max(self.off_median, self.gpu_ns)
+        return max(self.off_median, self.floor_ns)
 
     @property
     def gpu_floored(self) -> bool:
@@ -123,7 +127,7 @@ class ProbeTiming:
         """The 95% interval of the slowdown (``ratio - 1``) from resampling both groups; (0, 0) unmeasured."""
         if not self.measured:
             return (0.0, 0.0)
-        return _interval(self.on_ns, self.off_ns, self.gpu_ns if self.source != PACE else 0.0)
+        return _interval(self.on_ns, self.off_ns, self.floor_ns)
 
     @cached_property
     def host_pace(self) -> float:

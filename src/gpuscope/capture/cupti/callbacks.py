@@ -205,8 +205,8 @@ class CallbackHub:
         them has a callback id here."""
         if self._native is None or self._subscriber is None:
             return False
-        shim = self._native[0]
-        cbids = [int(m.value) for m in self._cupti.driver_api_trace_cbid if base_name(m.name) in set(names)]
+        shim, wanted = self._native[0], set(names)
+        cbids = [int(m.value) for m in self._cupti.driver_api_trace_cbid if base_name(m.name) in wanted]
         if not cbids or any(shim.gs_set_graph_watch(self._driver, cbid) != 0 for cbid in cbids):
             return False
         for cbid in cbids:

@@ -22,6 +22,7 @@ windows leave it alone: the report is trimmed to the windows when written).
 from __future__ import annotations
 
 import ctypes
+import json
 from typing import TYPE_CHECKING, Any
 
 from .activity import loaded_library
@@ -58,8 +59,6 @@ class GraphLevel:
 
     def shutdown(self, ctx: Context) -> None:
         """The ``collector`` row: what the first graph decided."""
-        import json  # noqa: PLC0415
-
         st = self.state()
         ctx.add_row("collector", ("graph-level", st["switched"], 0, 0, 0, json.dumps(st, sort_keys=True)))
 

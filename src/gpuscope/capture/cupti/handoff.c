@@ -346,14 +346,6 @@ void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void 
     const gs_callback_data *d = (const gs_callback_data *)cbdata;
     (void)userdata;
     if (!d) return;
-    if (domain == graph_domain) {
-        for (int i = 0; i < graph_watch_n; i++) {
-            if (graph_cbid[i] == cbid) {
-                if (d->site == 0 && !graph_state[0]) graph_first(d->params);
-                return;
-            }
-        }
-    }
     if (cbid == anchor_cbid && domain == anchor_domain) {
         if (d->site == 0) anchor_id = d->correlation_id;
         return;
@@ -362,6 +354,14 @@ void gs_api_callback(void *userdata, uint32_t domain, uint32_t cbid, const void 
         if (timed_cbid[i] == cbid && timed_domain[i] == domain) {
             timed_call(domain, cbid, d->site, d->correlation_id);
             return;
+        }
+    }
+    if (domain == graph_domain) { /* after the anchor and timed calls: they are the frequent ones */
+        for (int i = 0; i < graph_watch_n; i++) {
+            if (graph_cbid[i] == cbid) {
+                if (d->site == 0 && !graph_state[0]) graph_first(d->params);
+                return;
+            }
         }
     }
     gs_forward_fn f = forward_to;
